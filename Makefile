@@ -1,0 +1,39 @@
+# Two commands on a fresh machine: `make run` (chat) and `make test` (whole suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Portable llama.cpp build: a native build enables AMX kernels that crash on some CPUs.
+# GPU users: see README (CUDA: -DGGML_CUDA=on, Metal: -DGGML_METAL=on).
+CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+DEMO_MODELS := models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
+
+.PHONY: venv models run test test-fast bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -U pip
+	CMAKE_ARGS="$(CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --disable-pip-version-check -e '.[test]'
+	touch $@
+
+venv $(VENV): $(BIN)/.installed
+
+$(DEMO_MODELS): $(BIN)/.installed models/catalog.toml
+	$(BIN)/python -m engine.fetch
+
+models: $(DEMO_MODELS)
+
+run: venv models
+	$(BIN)/assistant chat
+
+# pytest exits 5 when it collected nothing: that is a failure, said plainly.
+test: venv models
+	@$(BIN)/python -m pytest; rc=$$?; [ $$rc -ne 5 ] || echo "make test: no tests were collected" >&2; exit $$rc
+
+test-fast: venv
+	$(BIN)/python -m pytest -m "not model"
+
+bench: venv models
+	$(BIN)/python bench/kv_reuse.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

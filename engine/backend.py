@@ -1,0 +1,232 @@
+"""The only module that imports llama_cpp: load a GGUF, tokenize, evaluate, sample, state.
+
+`Backend` owns one `Llama` (model + context). It mirrors the exact token ids held in the
+context's KV cache (sequence 0) so callers can diff a prompt against it and evaluate only
+what differs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import llama_cpp
+from llama_cpp import Llama
+from llama_cpp import _logger as llama_logger
+
+from engine.gguf_info import GGUFError, read_gguf
+
+log = logging.getLogger(__name__)
+
+CACHE_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+LLAMA_CPP_VERSION = llama_cpp.__version__
+
+
+class ModelLoadError(RuntimeError):
+    """A model file could not be loaded; the message is meant for the user."""
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    n_ctx: int = 4096
+    n_threads: int | None = None  # None = all cores
+    n_batch: int = 512
+    n_gpu_layers: int = 0
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: bool = False
+    swa_full: bool = False
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    seed: int | None = None
+
+
+def _quiet_llama_logs(debug: bool) -> None:
+    # llama.cpp prints its own log lines to stderr; keep them for debug runs only.
+    llama_logger.logger.setLevel(logging.DEBUG if debug else logging.CRITICAL)
+
+
+class Backend:
+    """One loaded GGUF model with one context.
+
+    Args:
+        path: the .gguf file.
+        params: load parameters.
+        debug: let llama.cpp's own log through.
+
+    Raises:
+        ModelLoadError: missing, non-GGUF, truncated or unsupported file, or llama.cpp refused it.
+    """
+
+    def __init__(self, path: str | Path, params: LoadParams = LoadParams(), debug: bool = False):
+        self.path = Path(path)
+        self.params = params
+        try:
+            self.gguf = read_gguf(self.path)
+        except GGUFError as exc:
+            raise ModelLoadError(str(exc)) from exc
+        for name in (params.type_k, params.type_v):
+            if name not in CACHE_TYPES:
+                raise ModelLoadError(f"unsupported KV cache type '{name}' (use one of {', '.join(CACHE_TYPES)})")
+        if params.type_v != "f16" and not params.flash_attn:
+            raise ModelLoadError("a quantised V cache needs flash attention in llama.cpp (set flash_attn)")
+        n_threads = params.n_threads or os.cpu_count() or 1
+        try:
+            self._llama = Llama(
+                model_path=str(self.path), n_ctx=params.n_ctx, n_batch=params.n_batch,
+                n_ubatch=params.n_batch, n_threads=n_threads, n_threads_batch=n_threads,
+                n_gpu_layers=params.n_gpu_layers, type_k=CACHE_TYPES[params.type_k],
+                type_v=CACHE_TYPES[params.type_v], flash_attn=params.flash_attn,
+                swa_full=params.swa_full, verbose=debug,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            arch = self.gguf.arch or "unknown"
+            raise ModelLoadError(
+                f"llama.cpp could not load {self.path.name} (architecture '{arch}'): the file may be damaged "
+                f"or of an architecture this llama.cpp ({LLAMA_CPP_VERSION}) does not support"
+            ) from exc
+        _quiet_llama_logs(debug)  # Llama() resets the level to ERROR; errors are ours to report
+        model = self._llama._model.model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self._ctx = self._llama._ctx
+        self.n_vocab = self._llama.n_vocab()
+        self.n_swa = int(llama_cpp.llama_model_n_swa(model))
+        self.bos_id = self._llama.token_bos()
+        self.eos_id = self._llama.token_eos()
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self._kv: list[int] = []  # exact ids in the KV cache, seq 0, positions 0..n-1
+        self._control_cache: dict[str, list[int]] = {}
+        self._piece_cache: dict[int, bytes] = {}
+        self._lse_buf = np.empty(self.n_vocab, dtype=np.float32)
+        stat = self.path.stat()
+        # Token ids are valid across processes for the same file; name + size identifies it cheaply.
+        self.identity = f"{self.path.name}:{stat.st_size}"
+        log.info("loaded %s (n_ctx=%d, swa=%d)", self.path.name, self.n_ctx, self.n_swa)
+
+    # ---- facts
+    @property
+    def n_ctx(self) -> int:
+        return self._llama.n_ctx()
+
+    @property
+    def arch(self) -> str:
+        return self.gguf.arch
+
+    @property
+    def chat_template_source(self) -> str | None:
+        return self.gguf.chat_template
+
+    def token_text(self, token: int) -> str:
+        return self._llama._model.token_get_text(token)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    # ---- tokens
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        """Tokenize without adding BOS. `special=False` treats control-token text as plain text."""
+        if not text:
+            return []
+        return self._llama.tokenize(text.encode("utf-8", errors="replace"), add_bos=False, special=special)
+
+    def tokenize_control(self, text: str) -> list[int]:
+        """Tokenize template control text (special tokens parsed); cached, the same few strings recur."""
+        ids = self._control_cache.get(text)
+        if ids is None:
+            ids = self._control_cache[text] = self.tokenize(text, special=True)
+        return ids
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes one token stands for (control tokens render empty); may be a partial UTF-8 char."""
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n < 0:  # buffer too small: -n is the size needed
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            piece = self._piece_cache[token] = buf.raw[:n]
+        return piece
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    # ---- KV cache
+    @property
+    def kv_tokens(self) -> list[int]:
+        return list(self._kv)
+
+    def reset(self) -> None:
+        self._ctx.kv_cache_clear()
+        self._llama.n_tokens = 0
+        self._kv.clear()
+
+    def keep_prefix(self, n: int) -> bool:
+        """Drop KV entries from position n on. Returns False (and clears) when the cache cannot
+        roll back to n, e.g. sliding-window layers have already forgotten tokens before n."""
+        if n >= len(self._kv):
+            return True
+        mem = llama_cpp.llama_get_memory(self._ctx.ctx)
+        pos_min = llama_cpp.llama_memory_seq_pos_min(mem, 0)
+        # Same rule as llama.cpp's server: SWA cells before n - n_swa may be gone.
+        threshold = max(0, n - self.n_swa) if self.n_swa > 0 and not self.params.swa_full else 0
+        if n == 0 or pos_min > threshold or not self._ctx.kv_cache_seq_rm(0, n, -1):
+            self.reset()
+            return n == 0
+        self._llama.n_tokens = n
+        del self._kv[n:]
+        return True
+
+    def eval(self, tokens: list[int]) -> None:
+        """Evaluate tokens after the current KV contents (batched by n_batch)."""
+        if len(self._kv) + len(tokens) > self.n_ctx:
+            raise ContextFull(len(self._kv) + len(tokens), self.n_ctx)
+        self._llama.eval(tokens)
+        self._kv.extend(tokens)
+
+    # ---- sampling
+    def make_sampler(self, p: SamplingParams):
+        if p.seed is not None:
+            self._llama.set_seed(p.seed)
+        else:
+            self._llama.set_seed(int.from_bytes(os.urandom(4), "little"))
+        return self._llama._init_sampler(
+            top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, temp=p.temperature, repeat_penalty=p.repeat_penalty,
+        )
+
+    def sample(self, sampler) -> tuple[int, float]:
+        """Sample the next token from the last evaluated position; return (token, its log-probability
+        under the model's raw distribution). Only the last logits row is read: no logits_all."""
+        token = sampler.sample(self._ctx, -1)
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, -1), shape=(self.n_vocab,))
+        buf = self._lse_buf
+        peak = row.max()
+        np.subtract(row, peak, out=buf)
+        np.exp(buf, out=buf)
+        logprob = float(row[token] - peak - np.log(buf.sum(dtype=np.float64)))
+        return token, logprob
+
+    def first_logits(self) -> np.ndarray:
+        """A copy of the last evaluated position's logits (for equivalence checks)."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, -1), shape=(self.n_vocab,)).copy()
+
+    def close(self) -> None:
+        self._llama.close()
+
+
+class ContextFull(RuntimeError):
+    def __init__(self, needed: int, n_ctx: int):
+        super().__init__(f"the conversation needs {needed} tokens but the context holds {n_ctx}")
+        self.needed, self.n_ctx = needed, n_ctx

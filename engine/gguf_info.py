@@ -1,0 +1,134 @@
+"""Read a GGUF file's header and metadata without loading weights.
+
+Used to give a clear error for files that are not GGUF or are truncated before llama.cpp
+ever sees them, and (later) for KV-cache accounting from architecture facts.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+GGUF_MAGIC = b"GGUF"
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+# Arrays longer than this (token lists) are skipped, only their length is kept.
+_MAX_KEPT_ARRAY = 64
+
+
+class GGUFError(ValueError):
+    """The file is not a usable GGUF model; the message says why in plain words."""
+
+
+@dataclass
+class GGUFInfo:
+    path: Path
+    version: int
+    n_tensors: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    file_size: int = 0
+    data_end: int = 0  # bytes the tensor data needs, from tensor offsets (lower bound)
+
+    @property
+    def arch(self) -> str:
+        return str(self.metadata.get("general.architecture", ""))
+
+    def arch_value(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(f"{self.arch}.{key}", default)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.metadata.get("tokenizer.chat_template")
+
+
+class _Reader:
+    def __init__(self, fh: BinaryIO, size: int):
+        self.fh, self.size = fh, size
+
+    def read(self, n: int) -> bytes:
+        data = self.fh.read(n)
+        if len(data) != n:
+            raise GGUFError("file ends inside its header (truncated download?)")
+        return data
+
+    def scalar(self, vtype: int) -> Any:
+        fmt = _SCALARS.get(vtype)
+        if fmt is None:
+            raise GGUFError(f"unknown metadata value type {vtype}")
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def string(self) -> str:
+        n = self.scalar(10)
+        if n > self.size:
+            raise GGUFError("corrupt metadata string length")
+        return self.read(n).decode("utf-8", errors="replace")
+
+    def value(self, vtype: int) -> Any:
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            itype, count = self.scalar(4), self.scalar(10)
+            if count > self.size:
+                raise GGUFError("corrupt metadata array length")
+            if count > _MAX_KEPT_ARRAY:
+                self._skip_array(itype, count)
+                return _SkippedArray(count)
+            return [self.value(itype) for _ in range(count)]
+        return self.scalar(vtype)
+
+    def _skip_array(self, itype: int, count: int) -> None:
+        if itype == _STRING:
+            read, unpack = self.fh.read, struct.Struct("<Q").unpack
+            for _ in range(count):  # read, not seek: seeking drops the read buffer
+                read(unpack(read(8))[0])
+        elif itype in _SCALARS:
+            self.fh.seek(struct.calcsize(_SCALARS[itype]) * count, 1)
+        else:
+            for _ in range(count):
+                self.value(itype)
+
+
+@dataclass(frozen=True)
+class _SkippedArray:
+    length: int
+
+
+def read_gguf(path: str | Path) -> GGUFInfo:
+    """Parse header, metadata and tensor table; raise GGUFError with a reason if unusable."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        fh = path.open("rb")
+    except OSError as exc:
+        raise GGUFError(f"cannot open {path}: {exc.strerror or exc}") from exc
+    with fh:
+        r = _Reader(fh, size)
+        magic = fh.read(4)
+        if magic != GGUF_MAGIC:
+            raise GGUFError(f"{path.name} is not a GGUF model file (it starts with {magic[:4]!r}, expected b'GGUF')")
+        version = r.scalar(4)
+        if version not in (2, 3):
+            raise GGUFError(f"unsupported GGUF version {version}")
+        n_tensors, n_kv = r.scalar(10), r.scalar(10)
+        if n_tensors > 1_000_000 or n_kv > 1_000_000:
+            raise GGUFError("corrupt GGUF header (absurd tensor/metadata counts)")
+        info = GGUFInfo(path, version, n_tensors, file_size=size)
+        for _ in range(n_kv):
+            key = r.string()
+            info.metadata[key] = r.value(r.scalar(4))
+        max_offset = 0
+        for _ in range(n_tensors):
+            r.string()
+            n_dims = r.scalar(4)
+            fh.seek(8 * n_dims + 4, 1)  # dims, ggml type
+            max_offset = max(max_offset, r.scalar(10))
+        align = int(info.metadata.get("general.alignment", 32))
+        data_start = -(-fh.tell() // align) * align
+        info.data_end = data_start + max_offset
+        if info.data_end > size:
+            raise GGUFError(
+                f"{path.name} is truncated: its tensors need at least {info.data_end} bytes, the file has {size}"
+            )
+    return info

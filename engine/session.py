@@ -1,0 +1,65 @@
+"""A conversation as the exact token sequence one model sees.
+
+Message contents keep their token ids (sampled ids for answers), so the sequence rebuilt from
+storage in a new process is the one the KV cache held, token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.backend import Backend
+from engine.templates import FALLBACKS, ChatTemplate, fallback_name_for
+
+
+@dataclass
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+    token_ids: list[int] | None = None  # content ids for the session's backend; None = tokenize
+    id: int | None = None  # database id
+
+
+def template_for(backend: Backend, hint: str = "gguf") -> ChatTemplate:
+    """The GGUF's own template when it has one (and the catalog does not override it), else a fallback."""
+    bos = backend.token_text(backend.bos_id) if backend.bos_id >= 0 else ""
+    eos = backend.token_text(backend.eos_id) if backend.eos_id >= 0 else ""
+    source = backend.chat_template_source
+    if hint == "gguf" and source:
+        return ChatTemplate(source, "gguf", bos, eos)
+    name = hint if hint in FALLBACKS else fallback_name_for(backend.arch)
+    return ChatTemplate(FALLBACKS[name], name, bos, eos)
+
+
+class Session:
+    """Renders messages to token ids for one backend and template."""
+
+    def __init__(self, backend: Backend, template: ChatTemplate, messages: list[Message] | None = None):
+        self.backend = backend
+        self.template = template
+        self.messages: list[Message] = list(messages or [])
+
+    def content_ids(self, message: Message) -> list[int]:
+        if message.token_ids is None:
+            message.token_ids = self.backend.tokenize(message.content, special=False)
+        return message.token_ids
+
+    def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
+        """Token ids of `messages` under the template: control text parsed for special tokens,
+        contents never."""
+        rendered = self.template.render([m.role for m in messages], add_generation_prompt)
+        ids: list[int] = []
+        for piece in rendered.pieces:
+            if isinstance(piece, int):
+                ids.extend(self.content_ids(messages[piece]))
+            else:
+                ids.extend(self.backend.tokenize_control(piece))
+        bos = self.backend.bos_id
+        if self.backend.add_bos and bos >= 0 and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        return ids
+
+    def prompt(self, new_user: Message | None = None) -> list[int]:
+        """The full prompt for the next answer: history (+ the new user message) + assistant header."""
+        history = self.messages + ([new_user] if new_user else [])
+        return self.render(history, add_generation_prompt=True)

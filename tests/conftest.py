@@ -1,0 +1,46 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = {
+    "demo-small": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "demo-int4": ROOT / "models" / "gemma-3-270m-q4_k_m.gguf",
+}
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/model/ loads a real GGUF: mark it so `-m "not model"` stays fast."""
+    for item in items:
+        if "model" in Path(str(item.fspath)).relative_to(ROOT / "tests").parts[:-1]:
+            item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def assistant_home(tmp_path, monkeypatch):
+    """Every test gets its own app data dir (database, logs)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("ASSISTANT_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def model_paths():
+    missing = [str(p) for p in MODELS.values() if not p.is_file()]
+    if missing:
+        pytest.fail(f"demo models missing ({', '.join(missing)}): run `make models`")
+    return MODELS
+
+
+def cli(*args: str) -> list[str]:
+    """argv for running the CLI in a subprocess with this interpreter."""
+    return [sys.executable, "-m", "engine.cli", *args]
+
+
+def cli_env(home: Path) -> dict:
+    env = dict(os.environ)
+    env["ASSISTANT_HOME"] = str(home)
+    env["PYTHONIOENCODING"] = "utf-8"
+    return env

@@ -1,0 +1,23 @@
+import pytest
+
+from engine.backend import Backend, LoadParams
+from engine.facade import Assistant
+from engine.storage import Database
+from engine.paths import db_path
+
+
+@pytest.fixture(params=["demo-small", "demo-int4"])
+def model_id(request, model_paths):
+    return request.param
+
+
+@pytest.fixture
+def assistant(model_id):
+    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=2048))
+    yield a
+    a.close()
+    a.db.close()
+
+
+def open_backend(path, n_ctx=2048) -> Backend:
+    return Backend(path, LoadParams(n_ctx=n_ctx))

@@ -1,0 +1,34 @@
+"""Shared steps for model tests: run a turn to completion, greedy parameters."""
+
+from engine.backend import SamplingParams
+from engine.facade import Assistant, TurnDone
+from engine.generate import GenerateParams, TurnResult, generate
+
+GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
+
+
+def greedy(max_tokens=24) -> GenerateParams:
+    return GenerateParams(sampling=GREEDY, max_tokens=max_tokens)
+
+
+def turn(assistant: Assistant, cid: int, text: str, max_tokens=24, cancel=None) -> TurnDone:
+    done = None
+    for item in assistant.send(cid, text, greedy(max_tokens), cancel):
+        if isinstance(item, TurnDone):
+            done = item
+    assert done is not None
+    return done
+
+
+def run_prompt(backend, prompt, max_tokens=24) -> TurnResult:
+    return [r for r in generate(backend, prompt, greedy(max_tokens)) if isinstance(r, TurnResult)][0]
+
+
+USER_TURNS = [
+    "Hi! What is the capital of France?",
+    "And what river flows through it?",
+    "Name one famous museum there.",
+    "How many people live in that city, roughly?",
+    "Give me one tip for visiting in winter.",
+    "Thanks. Summarise our chat in one sentence.",
+]

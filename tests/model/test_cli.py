@@ -1,0 +1,135 @@
+"""The `assistant` command as a machine interface: JSON lines, bad input, kill -9, resume."""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from engine.backend import LoadParams
+from engine.facade import Assistant
+from engine.storage import Database
+
+from ..conftest import cli, cli_env
+from .helpers import turn
+
+CHAT = ("chat", "--json", "--temperature", "0", "--seed", "1", "--max-tokens", "24", "--n-ctx", "2048")
+
+
+def run_chat(home, stdin: bytes, *args: str, timeout=300):
+    proc = subprocess.run(cli(*CHAT, *args), input=stdin, capture_output=True, env=cli_env(home), timeout=timeout)
+    events = [json.loads(line) for line in proc.stdout.decode().splitlines() if line.strip()]
+    return proc, events
+
+
+def done_events(events):
+    return [e for e in events if e["event"] == "done"]
+
+
+def test_stdin_chat_prints_json_turns(assistant_home):
+    proc, events = run_chat(assistant_home, b"Hello!\n\nWhat is 2+2?\n", "--model", "demo-small")
+    assert proc.returncode == 0, proc.stderr.decode()
+    done = done_events(events)
+    assert len(done) == 2  # the empty line was ignored
+    for key in ("prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "completion_tokens",
+                "ttft_ms", "prompt_tps", "decode_tps", "finish_reason"):
+        assert key in done[0]["stats"]
+    assert done[1]["stats"]["prompt_tokens_cached"] > 0
+    assert "Traceback" not in proc.stderr.decode()
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"this is a text file, not a model\n", "not a GGUF"),
+    (None, "truncated"),
+])
+def test_bad_model_files(assistant_home, tmp_path, model_paths, content, match):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(content if content is not None else model_paths["demo-small"].read_bytes()[: 5_000_000])
+    proc, events = run_chat(assistant_home, b"hi\n", "--model", str(bad))
+    assert proc.returncode == 3
+    assert events[-1]["event"] == "error" and match in events[-1]["message"]
+    assert "Traceback" not in proc.stderr.decode()
+
+
+@pytest.mark.parametrize("model,match", [("no-such-model", "unknown model"), ("/nope/x.gguf", "not found")])
+def test_unknown_or_missing_model(assistant_home, model, match):
+    proc, events = run_chat(assistant_home, b"hi\n", "--model", model)
+    assert proc.returncode == 3 and match in events[-1]["message"]
+
+
+def test_bad_input_lines(assistant_home):
+    huge = b"word " * 210_000  # ~1 MB on one line
+    stdin = b"   \n" + huge + b"\n" + b"caf\xe9 \xff\xfe ok\n" + b"<|im_start|>system\n"
+    proc, events = run_chat(assistant_home, stdin, "--model", "demo-small")
+    kinds = [e["event"] for e in events]
+    assert "Traceback" not in proc.stderr.decode()
+    errors = [e for e in events if e["event"] == "error"]
+    assert len(errors) == 1 and "too long" in errors[0]["message"]
+    assert any(e["event"] == "warning" and "UTF-8" in e["message"] for e in events)
+    assert kinds.count("done") == 2  # the invalid-UTF-8 line and the control-token-looking line
+    assert proc.returncode == 1  # one message failed
+    db = Database(assistant_home / "assistant.db")
+    users = [m["content"] for c in db.conversations() for m in db.messages(c["id"]) if m["role"] == "user"]
+    assert users == ["caf\ufffd \ufffd\ufffd ok", "<|im_start|>system"]
+
+
+def test_help(assistant_home):
+    for args in ((), ("chat",), ("models",)):
+        proc = subprocess.run(cli(*args, "--help"), capture_output=True, env=cli_env(assistant_home))
+        assert proc.returncode == 0 and b"usage" in proc.stdout
+
+
+def test_models_lists_catalog(assistant_home):
+    proc = subprocess.run(cli("models", "--json"), capture_output=True, env=cli_env(assistant_home))
+    rows = {r["id"]: r for r in json.loads(proc.stdout)}
+    assert rows["demo-small"]["present"] and rows["demo-int4"]["present"]
+
+
+def test_sigkill_mid_answer_keeps_user_message_and_partial_answer(assistant_home):
+    args = cli("chat", "--json", "--model", "demo-int4", "--max-tokens", "2000", "--temperature", "0.8",
+               "--seed", "3", "--n-ctx", "4096")
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=cli_env(assistant_home))
+    proc.stdin.write(b"Once upon a time, in a small village by the sea,\n")
+    proc.stdin.flush()
+    seen, t_first = 0, None
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"chat ended early: {proc.stderr.read().decode()[-2000:]}"
+        event = json.loads(line)
+        assert event["event"] != "done", "the answer finished before the kill; make it longer"
+        if event["event"] == "token":
+            seen += 1
+            t_first = t_first or time.monotonic()
+            if seen >= 10 and time.monotonic() - t_first > 2.5:  # past at least one ~1 s flush
+                break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    conn = sqlite3.connect(assistant_home / "assistant.db")
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    rows = conn.execute("SELECT role, content, status, token_count FROM messages ORDER BY id").fetchall()
+    assert rows[0][:2] == ("user", "Once upon a time, in a small village by the sea,")
+    role, content, status, n_tokens = rows[1]
+    assert role == "assistant" and status == "streaming" and content and n_tokens > 0
+
+
+def test_resumed_conversation_answers_as_the_original_would(assistant_home):
+    msgs = ["Hi, I am Ana. What is a good name for a cat?", "Why that name?", "Give me a second option."]
+    # Original process: three turns in one go.
+    proc, events = run_chat(assistant_home, "\n".join(msgs).encode() + b"\n", "--model", "demo-small")
+    original = done_events(events)
+    assert proc.returncode == 0 and len(original) == 3
+    # Another process: two turns, exit; then a new process resumes the conversation for the third.
+    proc, events = run_chat(assistant_home, "\n".join(msgs[:2]).encode() + b"\n", "--model", "demo-small")
+    cid = done_events(events)[-1]["conversation_id"]
+    db = Database(assistant_home / "assistant.db")
+    resumed = Assistant(db, "demo-small", LoadParams(n_ctx=2048))
+    try:
+        third = turn(resumed, cid, msgs[2])
+    finally:
+        resumed.close()
+    assert third.stats["prompt_tokens_cached"] == 0  # a new process: whole history evaluated
+    assert third.stats["prompt_tokens"] == original[2]["stats"]["prompt_tokens"]
+    assert third.text == original[2]["text"]

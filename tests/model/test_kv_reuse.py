@@ -1,0 +1,124 @@
+"""Turns evaluate only their new tokens, and reuse gives the answer a fresh context would."""
+
+import threading
+
+import numpy as np
+
+from engine.generate import prefill
+from engine.session import Message, Session
+
+from .conftest import open_backend
+from .helpers import USER_TURNS, run_prompt, turn
+
+OVERHEAD = 16  # template tokens allowed on top of the new user message
+LOGIT_TOLERANCE = 0.5  # max |Δlogit| between batch splits (Gemma-3 is not bit-exact)
+
+
+def test_multiturn_evaluates_only_new_tokens(assistant):
+    cid = assistant.new_conversation("You are a concise assistant.")
+    session = assistant.session(cid)
+    for i, text in enumerate(USER_TURNS):
+        kv_before = assistant.backend.kv_tokens
+        done = turn(assistant, cid, text)
+        s = done.stats
+        n_user = len(assistant.backend.tokenize(text, special=False))
+        assert s["prompt_tokens"] == s["prompt_tokens_evaluated"] + s["prompt_tokens_cached"]
+        if i == 0:
+            continue
+        assert s["cache_mode"] == "append", s
+        assert s["prompt_tokens_cached"] == len(kv_before), s
+        assert s["prompt_tokens_evaluated"] <= n_user + OVERHEAD, (s, n_user)
+    # The KV cache holds exactly the conversation's tokens (bar the last sampled one, not yet evaluated).
+    full = session.render(session.messages, add_generation_prompt=False)
+    kv = assistant.backend.kv_tokens
+    assert full[: len(kv)] == kv and len(full) - len(kv) <= OVERHEAD
+
+
+def test_incremental_rendering_equals_full_rendering(assistant):
+    cid = assistant.new_conversation("Answer briefly.")
+    for text in USER_TURNS[:4]:
+        done = turn(assistant, cid, text, max_tokens=12)
+        live = assistant.session(cid)
+        prompt_then = live.render(live.messages[:-1], add_generation_prompt=True)
+        # Incremental: the prompt of this turn + the sampled ids ...
+        incremental = prompt_then + done.token_ids
+        # ... equals the full rendering of the same history (answer ids as stored in SQLite).
+        rebuilt = Session(assistant.backend, assistant.template, [
+            Message(r["role"], r["content"], r["token_ids"]) for r in assistant.db.messages(cid)])
+        rebuilt.messages.insert(0, Message("system", "Answer briefly."))
+        full_with_next = rebuilt.prompt(Message("user", "next"))
+        assert full_with_next[: len(incremental)] == incremental
+        assert rebuilt.render(rebuilt.messages, False) == live.render(live.messages, False)
+
+
+def test_reuse_matches_from_scratch(assistant, model_paths, model_id):
+    cid = assistant.new_conversation("You are a helpful assistant.")
+    turn(assistant, cid, USER_TURNS[0])
+    turn(assistant, cid, USER_TURNS[1])
+    prompt3 = assistant.session(cid).prompt(Message("user", USER_TURNS[2]))
+    # First-token logits with reuse (KV built over earlier turns) vs a fresh context.
+    cached, mode = prefill(assistant.backend, prompt3)
+    assert mode == "append" and cached > len(prompt3) // 2
+    reused_logits = assistant.backend.first_logits()
+    scratch = open_backend(model_paths[model_id])
+    try:
+        assert prefill(scratch, prompt3) == (0, "fresh")
+        ref = scratch.first_logits()
+        assert int(np.argmax(ref)) == int(np.argmax(reused_logits))
+        assert float(np.max(np.abs(ref - reused_logits))) < LOGIT_TOLERANCE
+        if model_id == "demo-small":
+            # SmolLM2 is bit-exact across batch splits: the whole greedy answer must match.
+            reused = turn(assistant, cid, USER_TURNS[2], max_tokens=48)
+            from_scratch = run_prompt(scratch, prompt3, max_tokens=48)
+            assert from_scratch.stats.prompt_tokens_evaluated == 1  # prompt already in scratch's KV
+            assert reused.token_ids == from_scratch.token_ids
+    finally:
+        scratch.close()
+
+
+class CancelAfter(threading.Event):
+    """A cancel flag that trips itself after `n` checks (one check per generated token)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.left = n
+
+    def is_set(self) -> bool:
+        self.left -= 1
+        return self.left < 0 or super().is_set()
+
+
+def test_cancel_keeps_state_consistent(assistant, model_paths, model_id):
+    cid = assistant.new_conversation()
+    turn(assistant, cid, USER_TURNS[0])
+    cancelled = turn(assistant, cid, "Write a long poem about the sea.", max_tokens=64, cancel=CancelAfter(5))
+    assert cancelled.stats["finish_reason"] == "cancelled"
+    assert cancelled.stats["completion_tokens"] == 5
+    row = assistant.db.messages(cid)[-1]
+    assert row["token_ids"] == cancelled.token_ids and row["status"] == "done"
+    session = assistant.session(cid)
+    prompt = session.prompt(Message("user", USER_TURNS[2]))
+    after = turn(assistant, cid, USER_TURNS[2], max_tokens=32)
+    n_user = len(assistant.backend.tokenize(USER_TURNS[2], special=False))
+    # +1: the last sampled token of the cancelled answer was never evaluated.
+    assert after.stats["prompt_tokens_evaluated"] <= n_user + OVERHEAD + 1
+    assert after.stats["cache_mode"] == "append"
+    if model_id == "demo-small":
+        scratch = open_backend(model_paths[model_id])
+        try:
+            assert run_prompt(scratch, prompt, max_tokens=32).token_ids == after.token_ids
+        finally:
+            scratch.close()
+
+
+def test_diverging_prompt_rolls_back_only_the_difference(assistant):
+    """Editing the last message: evaluation restarts at the first differing token."""
+    backend = assistant.backend
+    session = Session(backend, assistant.template, [Message("user", "Tell me about cats and their habits.")])
+    first = session.prompt()
+    prefill(backend, first)
+    edited = Session(backend, assistant.template, [Message("user", "Tell me about dogs and their habits.")]).prompt()
+    common = next(i for i, (a, b) in enumerate(zip(first, edited)) if a != b)
+    cached, mode = prefill(backend, edited)
+    assert (cached, mode) == (common, "rollback")
+    assert backend.kv_tokens == edited

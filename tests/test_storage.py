@@ -1,0 +1,50 @@
+import sqlite3
+
+from engine.storage import Database, decode_ids, encode_ids
+from engine.storage.migrations import MIGRATIONS
+
+
+def test_schema_migrations_recorded_and_wal(tmp_path):
+    db = Database(tmp_path / "a.db")
+    assert db.migrations_applied() == [name for name, _ in MIGRATIONS]
+    db.close()
+    # Re-opening applies nothing twice.
+    db = Database(tmp_path / "a.db")
+    assert db.migrations_applied() == [name for name, _ in MIGRATIONS]
+    mode = sqlite3.connect(tmp_path / "a.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_messages_roundtrip_ids_and_title(tmp_path):
+    db = Database(tmp_path / "a.db")
+    cid = db.create_conversation(model="m", system_prompt="be brief")
+    ids = [1, 2, 70000, 262143]
+    mid = db.add_message(cid, "user", "Hello there " * 10, token_ids=ids, token_model="m:1")
+    aid = db.add_message(cid, "assistant", "", token_ids=[], token_model="m:1", status="streaming")
+    db.update_message(aid, content="partial", token_ids=[5, 6])
+    rows = db.messages(cid)
+    assert [r["id"] for r in rows] == [mid, aid]
+    assert rows[0]["token_ids"] == ids and rows[0]["token_count"] == 4
+    assert rows[1]["status"] == "streaming" and rows[1]["token_ids"] == [5, 6]
+    db.update_message(aid, content="done text", token_ids=[5, 6, 7], logprobs=[-0.1, -0.2, -0.3],
+                      status="done", stats={"finish_reason": "stop"})
+    row = db.messages(cid)[1]
+    assert row["status"] == "done" and row["stats"] == {"finish_reason": "stop"} and row["token_count"] == 3
+    conv = db.conversation(cid)
+    assert conv["title"] == ("Hello there " * 10).strip()[:60]
+    assert db.integrity_check() == "ok"
+
+
+def test_id_blob_is_little_endian_int32():
+    assert encode_ids([1, 256]) == b"\x01\x00\x00\x00\x00\x01\x00\x00"
+    assert decode_ids(encode_ids([3, 4])) == [3, 4]
+    assert decode_ids(None) is None
+
+
+def test_deleting_conversation_cascades(tmp_path):
+    db = Database(tmp_path / "a.db")
+    cid = db.create_conversation()
+    db.add_message(cid, "user", "x")
+    with db._conn:
+        db._conn.execute("DELETE FROM conversations WHERE id = ?", (cid,))
+    assert db.messages(cid) == []
