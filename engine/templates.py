@@ -29,7 +29,7 @@ GEMMA_TEMPLATE = (
     "{%- for message in loop_messages -%}"
     "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
     "{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}"
-    "{{ message['content'] }}<end_of_turn>\n"
+    "{{ message['content'] }}{{ '<end_of_turn>\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )

@@ -1,5 +1,3 @@
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,15 +30,3 @@ def model_paths():
     if missing:
         pytest.fail(f"demo models missing ({', '.join(missing)}): run `make models`")
     return MODELS
-
-
-def cli(*args: str) -> list[str]:
-    """argv for running the CLI in a subprocess with this interpreter."""
-    return [sys.executable, "-m", "engine.cli", *args]
-
-
-def cli_env(home: Path) -> dict:
-    env = dict(os.environ)
-    env["ASSISTANT_HOME"] = str(home)
-    env["PYTHONIOENCODING"] = "utf-8"
-    return env

@@ -11,9 +11,9 @@ def greedy(max_tokens=24) -> GenerateParams:
     return GenerateParams(sampling=GREEDY, max_tokens=max_tokens)
 
 
-def turn(assistant: Assistant, cid: int, text: str, max_tokens=24, cancel=None) -> TurnDone:
+def turn(assistant: Assistant, cid: int, text: str, max_tokens=24, cancel=None, params=None) -> TurnDone:
     done = None
-    for item in assistant.send(cid, text, greedy(max_tokens), cancel):
+    for item in assistant.send(cid, text, params or greedy(max_tokens), cancel):
         if isinstance(item, TurnDone):
             done = item
     assert done is not None

@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from engine.backend import LoadParams
+from engine.backend import LoadParams, SamplingParams
+from engine.generate import GenerateParams
 from engine.facade import Assistant
 from engine.storage import Database
 
-from ..conftest import cli, cli_env
+from tests.util import cli, cli_env
 from .helpers import turn
 
 CHAT = ("chat", "--json", "--temperature", "0", "--seed", "1", "--max-tokens", "24", "--n-ctx", "2048")
@@ -127,7 +128,9 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home):
     db = Database(assistant_home / "assistant.db")
     resumed = Assistant(db, "demo-small", LoadParams(n_ctx=2048))
     try:
-        third = turn(resumed, cid, msgs[2])
+        # The CLI's sampling for `--temperature 0 --seed 1 --max-tokens 24` (default repeat penalty).
+        cli_params = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=24)
+        third = turn(resumed, cid, msgs[2], params=cli_params)
     finally:
         resumed.close()
     assert third.stats["prompt_tokens_cached"] == 0  # a new process: whole history evaluated

@@ -1,0 +1,36 @@
+"""Stored token ids, not re-tokenized text, rebuild a conversation for the model that made them."""
+
+from engine.backend import LoadParams
+from engine.facade import Assistant
+from engine.session import Message
+
+from .helpers import turn
+
+
+def test_stored_ids_are_used_for_their_model_only(assistant):
+    cid = assistant.new_conversation()
+    done = turn(assistant, cid, "Say something about the moon.")
+    original = assistant.session(cid).render(assistant.session(cid).messages, False)
+    with assistant.db._conn:  # simulate text that would re-tokenize differently
+        assistant.db._conn.execute("UPDATE messages SET content = 'XYZ' WHERE id = ?", (done.message_id,))
+    fresh = Assistant(assistant.db, assistant.model_id, LoadParams(n_ctx=512))
+    try:
+        s = fresh.session(cid)
+        assert s.messages[-1].token_ids == done.token_ids
+        assert s.render(s.messages, False) == original
+        with assistant.db._conn:
+            assistant.db._conn.execute("UPDATE messages SET token_model = 'other:1' WHERE id = ?", (done.message_id,))
+        fresh._sessions.clear()
+        s = fresh.session(cid)
+        assert s.messages[-1].token_ids is None  # ids of another model are never trusted
+        assert s.content_ids(s.messages[-1]) == fresh.backend.tokenize("XYZ", special=False)
+    finally:
+        fresh.close()
+
+
+def test_prompt_starts_with_bos_when_the_model_wants_one(assistant):
+    s = assistant.session(assistant.new_conversation())
+    ids = s.prompt(Message("user", "hi"))
+    b = assistant.backend
+    assert (ids[0] == b.bos_id) == b.add_bos
+    assert ids.count(b.bos_id) <= 1 or not b.add_bos
