@@ -28,9 +28,9 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
         fresh.close()
 
 
-def test_prompt_starts_with_bos_when_the_model_wants_one(assistant):
+def test_bos_once_when_the_model_wants_one(assistant):
     s = assistant.session(assistant.new_conversation())
     ids = s.prompt(Message("user", "hi"))
     b = assistant.backend
-    assert (ids[0] == b.bos_id) == b.add_bos
-    assert ids.count(b.bos_id) <= 1 or not b.add_bos
+    if b.add_bos:  # Gemma: the template writes <bos>; the engine must not add a second one
+        assert ids[0] == b.bos_id and ids.count(b.bos_id) == 1
