@@ -7,6 +7,7 @@ Prints markdown tables; the README quotes them.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -25,6 +26,8 @@ from engine.facade import Assistant, TurnDone  # noqa: E402
 from engine.generate import GenerateParams, TurnResult, generate  # noqa: E402
 from engine.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402
+
+log = logging.getLogger("bench.kv_reuse")
 
 QUESTIONS = [
     "Hi! Can you explain what a black hole is?",
@@ -66,49 +69,75 @@ def kv_reuse_table(model: str, turns: int, answer_tokens: int) -> list[str]:
     return rows
 
 
+def _bare_decode_tps(bare: Llama, prompt: list[int], n_tokens: int, is_eog) -> float:
+    bare.reset()
+    count, t_first, now = 0, None, 0.0
+    for tok in bare.generate(prompt, temp=0.0, repeat_penalty=1.0, top_k=40, top_p=0.95, min_p=0.05):
+        now = time.perf_counter()
+        t_first = t_first or now
+        count += 1
+        if count >= n_tokens or is_eog(tok):
+            break
+    return (count - 1) / (now - t_first)
+
+
+def _logprob_cost_us(engine: Backend, sampling: SamplingParams, calls: int = 300) -> tuple[float, float]:
+    """Per-token cost of sampling alone vs sampling + logprob, on the same logits row."""
+    sampler = engine.make_sampler(sampling)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        sampler.sample(engine._ctx, -1)
+    t1 = time.perf_counter()
+    for _ in range(calls):
+        engine.sample(sampler)
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t1) / calls * 1e6
+
+
 def decode_speed_table(model: str, n_tokens: int, repeats: int) -> list[str]:
     path = resolve_model(model).path
     threads = os.cpu_count() or 1
     engine = Backend(path, LoadParams(n_ctx=2048, n_threads=threads))
     bare = Llama(model_path=str(path), n_ctx=2048, n_batch=512, n_ubatch=512, n_threads=threads,
-                 n_threads_batch=threads, verbose=False)
+                 n_threads_batch=threads, swa_full=False, verbose=False)
     prompt = engine.tokenize("Write a long, detailed story about a dragon who learns to paint.", special=False)
     sampling = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
     ours_tps, bare_tps = [], []
-    for _ in range(repeats):  # interleaved so machine noise hits both alike
-        engine.reset()
-        result = [x for x in generate(engine, prompt, GenerateParams(sampling, max_tokens=n_tokens))
-                  if isinstance(x, TurnResult)][0]
-        ours_tps.append(result.stats.decode_tps)
-        bare.reset()
-        count, t_first = 0, None
-        for tok in bare.generate(prompt, temp=0.0, repeat_penalty=1.0, top_k=40, top_p=0.95, min_p=0.05):
-            now = time.perf_counter()
-            t_first = t_first or now
-            count += 1
-            if count >= n_tokens or engine.is_eog(tok):
-                break
-        bare_tps.append((count - 1) / (now - t_first))
+    for i in range(repeats):  # interleaved, alternating who goes first, so machine noise hits both alike
+        for who in ((0, 1) if i % 2 == 0 else (1, 0)):
+            if who == 0:
+                engine.reset()
+                result = [x for x in generate(engine, prompt, GenerateParams(sampling, max_tokens=n_tokens))
+                          if isinstance(x, TurnResult)][0]
+                ours_tps.append(result.stats.decode_tps)
+            else:
+                bare_tps.append(_bare_decode_tps(bare, prompt, n_tokens, engine.is_eog))
+    sample_us, with_logprob_us = _logprob_cost_us(engine, sampling)
     engine.close()
     bare.close()
     o, b = statistics.median(ours_tps), statistics.median(bare_tps)
-    return [f"| {model} | {result.stats.completion_tokens} | {o:.1f} | {b:.1f} | {o / b:.3f} |"]
+    paired = statistics.median(x / y for x, y in zip(ours_tps, bare_tps))
+    log.info("%s runs: engine %s bare %s", model, ours_tps, [round(x, 1) for x in bare_tps])
+    step_us = 1e6 / b
+    return [f"| {model} | {result.stats.completion_tokens} | {o:.1f} | {b:.1f} | {o / b:.3f} | {paired:.3f} | "
+            f"{with_logprob_us - sample_us:.0f} µs ({(with_logprob_us - sample_us) / step_us:.1%}) |"]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--answer-tokens", type=int, default=96)
-    ap.add_argument("--decode-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--decode-tokens", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--models", nargs="+", default=["demo-small", "demo-int4"])
     args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="# %(message)s", stream=sys.stderr)
     out = []
     for model in args.models:
         out += kv_reuse_table(model, args.turns, args.answer_tokens) + [""]
     out += [f"### Decode speed, median of {args.repeats} interleaved runs ({os.cpu_count()} threads, greedy)", "",
-            "| model | tokens | engine tok/s | bare `Llama.generate` tok/s | ratio engine/bare |",
-            "|---|---:|---:|---:|---:|"]
+            "| model | tokens | engine tok/s | bare `Llama.generate` tok/s | ratio of medians | median of paired ratios | logprob cost per token (share of a step) |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
     for model in args.models:
         out += decode_speed_table(model, args.decode_tokens, args.repeats)
     sys.stdout.write("\n".join(out) + "\n")

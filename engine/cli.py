@@ -91,6 +91,7 @@ class ChatLoop:
             max_tokens=args.max_tokens,
         )
         self.failures = 0
+        self.generating = False
 
     def run(self, lines: Iterator[str], interactive: bool) -> int:
         if interactive:
@@ -107,7 +108,8 @@ class ChatLoop:
         return EXIT_FAILED if self.failures else EXIT_OK
 
     def _on_sigint(self, signum, frame) -> None:
-        if self.cancel.is_set():
+        # Ctrl-C stops the answer being written; at the prompt (or pressed twice) it quits.
+        if not self.generating or self.cancel.is_set():
             raise KeyboardInterrupt
         self.cancel.set()
 
@@ -154,6 +156,7 @@ class ChatLoop:
         if not self.out.json:
             sys.stdout.write(f"\n{self.assistant.model_id}> ")
             sys.stdout.flush()
+        self.generating = True
         try:
             for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel):
                 if isinstance(item, TurnDone):
@@ -167,6 +170,8 @@ class ChatLoop:
         except InputError as exc:
             self.failures += 1
             self.out.error(str(exc))
+        finally:
+            self.generating = False
 
     def _done(self, item: TurnDone) -> None:
         if self.out.json:
@@ -175,9 +180,10 @@ class ChatLoop:
             return
         s = item.stats
         tail = " [stopped]" if s["finish_reason"] == "cancelled" else ""
-        sys.stdout.write(f"{tail}\n")
-        log.info("ttft %.0f ms · %d evaluated / %d cached · %.1f tok/s", s["ttft_ms"],
-                 s["prompt_tokens_evaluated"], s["prompt_tokens_cached"], s["decode_tps"])
+        meta = (f"[{s['ttft_ms']:.0f} ms to first token · {s['prompt_tokens_evaluated']} tokens evaluated, "
+                f"{s['prompt_tokens_cached']} cached · {s['decode_tps']:.1f} tok/s]")
+        dim = sys.stdout.isatty()
+        sys.stdout.write(f"{tail}\n" + (f"\x1b[2m{meta}\x1b[0m\n" if dim else f"{meta}\n"))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@ import threading
 
 import numpy as np
 
+from engine.backend import Backend, LoadParams
+
 from engine.generate import prefill
 from engine.session import Message, Session
 
@@ -126,3 +128,58 @@ def test_diverging_prompt_rolls_back_only_the_difference(assistant):
     cached, mode = prefill(backend, edited)
     assert (cached, mode) == (common, "rollback")
     assert backend.kv_tokens == edited
+
+
+def _long_prompt(backend, n_items=700):
+    ids = backend.tokenize(" ".join(f"item{i}" for i in range(n_items)), special=False)
+    return ([backend.bos_id] if backend.add_bos else []) + ids
+
+
+def test_sliding_window_rollback_is_exact_or_honestly_reevaluated(model_paths):
+    backend = open_backend(model_paths["demo-int4"], n_ctx=4096)
+    try:
+        assert backend.n_swa == 512
+        prompt = _long_prompt(backend)
+        assert len(prompt) > 3 * backend.n_swa
+        prefill(backend, prompt)
+        # Diverging inside the window: the SWA cells are still there, keep the prefix.
+        near = prompt[:-10] + backend.tokenize(" a different ending", special=False)
+        assert prefill(backend, near) == (len(prompt) - 10, "rollback")
+        near_logits = backend.first_logits()
+        # Diverging far back: SWA layers have dropped those cells; re-evaluate and say so.
+        far = prompt[:50] + backend.tokenize(" something else", special=False)
+        assert prefill(backend, far) == (0, "reeval")
+        assert backend.kv_tokens == far
+    finally:
+        backend.close()
+    fresh = open_backend(model_paths["demo-int4"], n_ctx=4096)
+    try:
+        prefill(fresh, near)
+        ref = fresh.first_logits()
+        assert int(np.argmax(ref)) == int(np.argmax(near_logits))
+        assert float(np.abs(ref - near_logits).max()) < LOGIT_TOLERANCE
+    finally:
+        fresh.close()
+
+
+def test_full_swa_cache_can_roll_back_anywhere(model_paths):
+    backend = Backend(model_paths["demo-int4"], LoadParams(n_ctx=4096, swa_full=True))
+    try:
+        prompt = _long_prompt(backend)
+        prefill(backend, prompt)
+        far = prompt[:50] + backend.tokenize(" something else", special=False)
+        assert prefill(backend, far) == (50, "rollback")
+    finally:
+        backend.close()
+
+
+def test_no_window_model_rolls_back_anywhere(model_paths):
+    backend = open_backend(model_paths["demo-small"], n_ctx=4096)
+    try:
+        assert backend.n_swa == 0
+        prompt = _long_prompt(backend)
+        prefill(backend, prompt)
+        far = prompt[:50] + backend.tokenize(" something else", special=False)
+        assert prefill(backend, far) == (50, "rollback")
+    finally:
+        backend.close()
