@@ -189,18 +189,21 @@ class ChatLoop:
 def cmd_chat(args: argparse.Namespace) -> int:
     out = Output(args.json)
     db = Database(db_path())
+    model = args.model
+    if args.conversation is not None:
+        conv = db.conversation(args.conversation)
+        if conv is None:
+            out.error(f"no conversation with id {args.conversation} (see /list)")
+            return EXIT_NOT_FOUND
+        if model is None and conv["model"] and load_catalog().get(conv["model"]):
+            model = conv["model"]  # continue on the model the conversation was held with
     try:
-        assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug)
+        assistant = Assistant(db, model, LoadParams(n_ctx=args.n_ctx), debug=args.debug)
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
         return EXIT_MODEL
     try:
         if args.conversation is not None:
-            try:
-                assistant.session(args.conversation)
-            except ConversationNotFound as exc:
-                out.error(str(exc))
-                return EXIT_NOT_FOUND
             if args.system:
                 log.warning("--system applies to new conversations; conversation %d keeps its own", args.conversation)
             conversation_id = args.conversation
@@ -277,6 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:
         return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - last resort: logged with context, reported, never a bare traceback
+        log.exception("internal error in `assistant %s`", args.command)
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        if getattr(args, "json", False):
+            Output(True).error(message)
+        else:
+            sys.stderr.write(f"error: {message}\n")
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -81,8 +81,8 @@ def prefill(backend: Backend, prompt: list[int]) -> tuple[int, str]:
         common += 1
     # The last prompt token must be (re)evaluated to get the logits we sample from.
     keep = min(common, len(prompt) - 1)
-    if not kv:
-        mode = "fresh"
+    if keep == 0:
+        mode = "fresh"  # nothing reusable (empty cache, or another conversation's)
     elif keep == len(kv):
         mode = "append"
     else:

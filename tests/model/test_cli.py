@@ -136,3 +136,8 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home):
     assert third.stats["prompt_tokens_cached"] == 0  # a new process: whole history evaluated
     assert third.stats["prompt_tokens"] == original[2]["stats"]["prompt_tokens"]
     assert third.text == original[2]["text"]
+
+
+def test_unknown_conversation_is_a_clear_error(assistant_home):
+    proc, events = run_chat(assistant_home, b"hi\n", "--conversation", "999")
+    assert proc.returncode == 4 and "no conversation with id 999" in events[-1]["message"]
