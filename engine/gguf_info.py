@@ -1,7 +1,8 @@
-"""Read a GGUF file's header and metadata without loading weights.
+"""Read a GGUF file's header, metadata and tensor table without loading weights.
 
 Used to give a clear error for files that are not GGUF or are truncated before llama.cpp
-ever sees them, and (later) for KV-cache accounting from architecture facts.
+ever sees them, and for memory accounting (engine/kv_math.py): per-tensor shapes, ggml types
+and byte sizes come from the tensor table, never from the weights themselves.
 """
 
 from __future__ import annotations
@@ -11,15 +12,59 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
 GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-# Arrays longer than this (token lists) are skipped, only their length is kept.
-_MAX_KEPT_ARRAY = 64
+# Arrays longer than this (token lists, scores) are skipped, only their length is kept; per-layer
+# arrays (head counts, SWA patterns) are far shorter and must survive.
+_MAX_KEPT_ARRAY = 1024
+# ggml type id -> (elements per block, bytes per block), from the gguf package's table.
+_BLOCK = {int(t): sizes for t, sizes in GGML_QUANT_SIZES.items()}
 
 
 class GGUFError(ValueError):
     """The file is not a usable GGUF model; the message says why in plain words."""
+
+
+def ggml_type_name(type_id: int) -> str:
+    try:
+        return GGMLQuantizationType(type_id).name
+    except ValueError:
+        return f"type{type_id}"
+
+
+def ggml_nbytes(type_id: int, shape: tuple[int, ...]) -> int | None:
+    """Bytes of a tensor (ggml_nbytes for a contiguous tensor), or None for an unknown type."""
+    block = _BLOCK.get(type_id)
+    if block is None:
+        return None
+    per_block, block_bytes = block
+    rows = 1
+    for d in shape[1:]:
+        rows *= d
+    return (shape[0] // per_block) * block_bytes * rows if shape else 0
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # ggml order: ne0 (row length) first
+    type_id: int  # ggml type
+    offset: int  # from the start of the data section
+    nbytes: int | None  # None when the ggml type is unknown to us
+
+    @property
+    def type_name(self) -> str:
+        return ggml_type_name(self.type_id)
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
 
 @dataclass
@@ -29,7 +74,8 @@ class GGUFInfo:
     n_tensors: int
     metadata: dict[str, Any] = field(default_factory=dict)
     file_size: int = 0
-    data_end: int = 0  # bytes the tensor data needs, from tensor offsets (lower bound)
+    data_end: int = 0  # bytes the tensor data needs, from tensor offsets and sizes
+    tensors: list[TensorInfo] = field(default_factory=list)
 
     @property
     def arch(self) -> str:
@@ -118,15 +164,20 @@ def read_gguf(path: str | Path) -> GGUFInfo:
         for _ in range(n_kv):
             key = r.string()
             info.metadata[key] = r.value(r.scalar(4))
-        max_offset = 0
+        max_end = 0
         for _ in range(n_tensors):
-            r.string()
+            name = r.string()
             n_dims = r.scalar(4)
-            fh.seek(8 * n_dims + 4, 1)  # dims, ggml type
-            max_offset = max(max_offset, r.scalar(10))
+            if n_dims > 8:
+                raise GGUFError(f"corrupt tensor table ({name!r} has {n_dims} dimensions)")
+            shape = struct.unpack(f"<{n_dims}Q", r.read(8 * n_dims))
+            type_id, offset = r.scalar(4), r.scalar(10)
+            nbytes = ggml_nbytes(type_id, shape)
+            info.tensors.append(TensorInfo(name, shape, type_id, offset, nbytes))
+            max_end = max(max_end, offset + (nbytes or 0))
         align = int(info.metadata.get("general.alignment", 32))
         data_start = -(-fh.tell() // align) * align
-        info.data_end = data_start + max_offset
+        info.data_end = data_start + max_end
         if info.data_end > size:
             raise GGUFError(
                 f"{path.name} is truncated: its tensors need at least {info.data_end} bytes, the file has {size}"
