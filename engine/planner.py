@@ -1,0 +1,229 @@
+"""Memory planner: how much of a model, its KV cache and context fit a VRAM budget.
+
+Policy (docs/planner.md): put everything on the GPU if it fits; otherwise shrink, in this order,
+KV cache to q8_0 (flash attention on), context down to a floor, KV cache to q4_0, then fewer GPU
+layers, and finally CPU only. A budget <= 0 means "no GPU": CPU only, f16 KV, the asked context.
+Every number is computed from metadata (engine/kv_math.py); the plan never exceeds the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from engine import kv_math
+from engine.catalog import Catalog, ModelEntry, load_catalog, resolve_model
+from engine.devices import default_vram_budget_mb, snapshot
+from engine.gguf_info import read_gguf
+from engine.kv_math import MIB, ModelFacts
+
+log = logging.getLogger(__name__)
+
+CTX_FLOOR = 2048  # context is not shrunk below this (or below what was asked, if less)
+DEFAULT_N_CTX = 4096
+DEFAULT_N_UBATCH = 512  # engine.backend.LoadParams.n_batch (also used as n_ubatch)
+
+
+class PlanError(ValueError):
+    """Bad planner input (budget, context); the message is meant for the user."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    source: str  # "gguf" (exact tensor sizes) or "catalog" (estimated from the file size)
+    budget_bytes: int  # VRAM budget the plan was made for
+    n_gpu_layers: int  # llama.cpp's value: repeating layers + 1 for the output layer
+    n_layers: int  # repeating layers; n_layers + 1 = everything on the GPU
+    n_ctx: int  # context to load with (llama.cpp pads the cache to a multiple of 256 cells)
+    n_ctx_asked: int
+    n_ubatch: int
+    type_k: str
+    type_v: str
+    flash_attn: bool
+    swa_full: bool
+    kv_bytes_per_token: int  # all layers, at type_k/type_v, before any sliding window
+    kv_bytes_total: int  # as allocated: padded cells, sliding-window layers capped
+    kv_bytes_gpu: int
+    weights_bytes_gpu: int
+    weights_bytes_total: int  # GPU + CPU (a tied output offloaded to the GPU is a second copy)
+    compute_buffer_bytes_estimate: int  # ESTIMATE (see kv_math.compute_buffer_estimate); on GPU if offloading
+    gpu_bytes_total: int  # weights + KV + compute on the GPU: never above budget_bytes
+    fits: bool  # the whole model, its KV cache and compute buffer are on the GPU
+    offload: str  # "full" | "partial" | "cpu"
+    mha_ratio: float  # KV of the same model with n_kv_heads = n_heads, over this one's
+    explanation: str
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+    def load_kwargs(self) -> dict:
+        """Keyword arguments for engine.backend.LoadParams."""
+        return dict(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, n_batch=self.n_ubatch,
+                    type_k=self.type_k, type_v=self.type_v, flash_attn=self.flash_attn, swa_full=self.swa_full)
+
+
+def load_facts(model: str | Path | ModelEntry | ModelFacts, catalog: Catalog | None = None) -> ModelFacts:
+    """Facts for a catalog id, a catalog entry or a GGUF path: from the file when it is present,
+    else from catalog facts (weights estimated).
+
+    Raises:
+        ModelNotFound: unknown id or missing file. GGUFError: not a usable GGUF.
+    """
+    if isinstance(model, ModelFacts):
+        return model
+    if isinstance(model, ModelEntry):
+        return kv_math.facts_from_gguf(read_gguf(model.path()), model.id) if model.present() \
+            else kv_math.facts_from_catalog(model)
+    catalog = catalog or load_catalog()
+    entry = catalog.get(str(model))
+    if entry is not None:
+        return load_facts(entry)
+    resolved = resolve_model(str(model), catalog)  # a path; raises ModelNotFound with the reason
+    return kv_math.facts_from_gguf(read_gguf(resolved.path), resolved.id)
+
+
+@dataclass(frozen=True)
+class _Try:
+    ngl: int
+    n_ctx: int
+    kv: str
+    fa: bool
+
+
+def _gpu_bytes(f: ModelFacts, t: _Try, n_ubatch: int, swa_full: bool) -> tuple[int, int, int]:
+    """(weights, KV, compute) on the GPU for one candidate."""
+    weights, _ = kv_math.weights_split(f, t.ngl)
+    kv = kv_math.kv_bytes(f, t.n_ctx, t.kv, t.kv, t.fa, n_ubatch, swa_full, kv_math.gpu_layer_ids(f, t.ngl))
+    compute = kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa) if t.ngl >= 1 else 0
+    return weights, kv, compute
+
+
+def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX, *,
+         kv_type: str | None = None, n_ubatch: int = DEFAULT_N_UBATCH, swa_full: bool = False,
+         catalog: Catalog | None = None) -> Plan:
+    """Plan a load of `model` into a VRAM budget.
+
+    Args:
+        model: catalog id, GGUF path, ModelEntry or ModelFacts.
+        vram_budget_mb: MiB of VRAM to use; None = free VRAM of the best GPU minus a margin.
+        n_ctx: wanted context in tokens (capped at the model's training context).
+        kv_type: pin the KV cache type ("f16", "q8_0", "q4_0") instead of choosing it.
+        n_ubatch: micro-batch the model will be loaded with (the compute buffer and SWA cache grow with it).
+        swa_full: keep sliding-window layers at full context (as LoadParams.swa_full).
+
+    Raises:
+        PlanError: budget or context not usable numbers. ModelNotFound, GGUFError: see load_facts.
+    """
+    if vram_budget_mb is None:
+        vram_budget_mb = default_vram_budget_mb(snapshot())
+    if not isinstance(vram_budget_mb, (int, float)) or vram_budget_mb != vram_budget_mb:
+        raise PlanError(f"VRAM budget must be a number of MiB, got {vram_budget_mb!r}")
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+        raise PlanError(f"context must be a positive number of tokens, got {n_ctx!r}")
+    if kv_type is not None and kv_type not in kv_math.KV_TYPES:
+        raise PlanError(f"unknown KV cache type {kv_type!r} (use one of {', '.join(kv_math.KV_TYPES)})")
+    f = load_facts(model, catalog)
+    budget = max(0, int(vram_budget_mb * MIB))
+    steps: list[str] = []
+    asked = n_ctx
+    if f.context_length and n_ctx > f.context_length:
+        n_ctx = f.context_length
+        steps.append(f"context capped at the model's {n_ctx} tokens")
+    kvs = [kv_type] if kv_type else list(kv_math.KV_ORDER)
+    fa_for = {k: k != "f16" for k in kvs}  # llama.cpp needs flash attention for a quantised V cache
+
+    def fits(t: _Try) -> bool:
+        return sum(_gpu_bytes(f, t, n_ubatch, swa_full)) <= budget
+
+    if vram_budget_mb <= 0:
+        choice = _Try(0, n_ctx, kvs[0], fa_for[kvs[0]])
+        steps.append("no VRAM budget: CPU only")
+    else:
+        choice = _search(f, n_ctx, kvs, fa_for, fits, steps)
+    return _make_plan(f, choice, asked, budget, n_ubatch, swa_full, steps)
+
+
+def _search(f: ModelFacts, n_ctx: int, kvs: list[str], fa_for: dict, fits, steps: list[str]) -> _Try:
+    full, floor = f.n_layers + 1, min(CTX_FLOOR, n_ctx)
+    first = _Try(full, n_ctx, kvs[0], fa_for[kvs[0]])
+    if fits(first):
+        steps.append(f"everything fits on the GPU with {kvs[0]} KV")
+        return first
+    steps.append(f"all layers with {kvs[0]} KV at {n_ctx} tokens do not fit")
+    # KV to q8_0 (flash attention on) at the asked context
+    if len(kvs) > 1 and fits(t := _Try(full, n_ctx, kvs[1], True)):
+        steps.append(f"KV cache to {kvs[1]} with flash attention: fits")
+        return t
+    # context down towards the floor, at the second type (or the pinned one)
+    mid = kvs[1] if len(kvs) > 1 else kvs[0]
+    fa = fa_for[mid]
+    best = _largest_ctx(lambda c: fits(_Try(full, c, mid, fa)), floor, n_ctx)
+    if best is not None:
+        steps.append(f"context reduced to {best} tokens with {mid} KV: fits")
+        return _Try(full, best, mid, fa)
+    steps.append(f"{mid} KV does not fit even at {floor} tokens")
+    # most quantised KV at the floor, then fewer layers
+    last = kvs[-1]
+    fa = fa_for[last]
+    if len(kvs) > 2:
+        if fits(t := _Try(full, floor, last, fa)):
+            steps.append(f"KV cache to {last} at {floor} tokens: fits")
+            return t
+        steps.append(f"{last} KV at {floor} tokens does not fit")
+    ngl = _largest_ngl(lambda n: fits(_Try(n, floor, last, fa)), full - 1)
+    if ngl >= 1:
+        steps.append(f"partial offload: {ngl} of {full} layers (output first) on the GPU")
+        return _Try(ngl, floor, last, fa)
+    steps.append("not even the output layer fits: CPU only")
+    return _Try(0, floor, last, fa)
+
+
+def _largest_ctx(ok, lo: int, hi: int) -> int | None:
+    """Largest context in [lo, hi] (multiples of 256, or hi itself) that is ok; ok is monotone."""
+    if not ok(lo):
+        return None
+    cands = sorted({lo, hi, *range(kv_math.pad(lo), hi, kv_math.CELL_PAD)})
+    cands = [c for c in cands if lo <= c <= hi]
+    a, b = 0, len(cands) - 1  # cands[a] ok; find the last ok
+    while a < b:
+        m = (a + b + 1) // 2
+        a, b = (m, b) if ok(cands[m]) else (a, m - 1)
+    return cands[a]
+
+
+def _largest_ngl(ok, hi: int) -> int:
+    a, b = 0, hi  # ok(0) holds trivially (nothing on the GPU)
+    while a < b:
+        m = (a + b + 1) // 2
+        a, b = (m, b) if ok(m) else (a, m - 1)
+    return a
+
+
+def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, swa_full: bool,
+               steps: list[str]) -> Plan:
+    w_gpu, kv_gpu, compute = _gpu_bytes(f, t, n_ubatch, swa_full)
+    w_cpu = kv_math.weights_split(f, t.ngl)[1]
+    kv_total = kv_math.kv_bytes(f, t.n_ctx, t.kv, t.kv, t.fa, n_ubatch, swa_full)
+    full = f.n_layers + 1
+    offload = "full" if t.ngl >= full else "partial" if t.ngl >= 1 else "cpu"
+    if t.n_ctx < asked and not any("context" in s for s in steps):
+        steps.append(f"context {t.n_ctx} instead of {asked}")
+    if f.has_swa and not swa_full:
+        full_c, swa_c = kv_math.kv_cells(f, t.n_ctx, n_ubatch, swa_full)
+        steps.append(f"{sum(f.swa_layers)} of {f.n_layers} layers use a {f.n_swa}-token sliding window "
+                     f"({swa_c} cells = window + micro-batch, padded to {kv_math.CELL_PAD})")
+    explanation = "; ".join(steps) + "."
+    return Plan(
+        model=f.name, source=f.source, budget_bytes=budget, n_gpu_layers=t.ngl, n_layers=f.n_layers,
+        n_ctx=t.n_ctx, n_ctx_asked=asked, n_ubatch=min(n_ubatch, t.n_ctx), type_k=t.kv, type_v=t.kv,
+        flash_attn=t.fa, swa_full=swa_full,
+        kv_bytes_per_token=kv_math.kv_bytes_per_token(f, t.kv, t.kv, t.fa), kv_bytes_total=kv_total,
+        kv_bytes_gpu=kv_gpu, weights_bytes_gpu=w_gpu, weights_bytes_total=w_gpu + w_cpu,
+        compute_buffer_bytes_estimate=kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa),
+        gpu_bytes_total=w_gpu + kv_gpu + compute, fits=offload == "full", offload=offload,
+        mha_ratio=kv_math.mha_ratio(f), explanation=explanation, notes=f.notes)
