@@ -11,6 +11,8 @@ import ctypes
 import logging
 import math
 import os
+import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +77,66 @@ def _ggml_softmax_sum():
 _SOFTMAX_SUM = _ggml_softmax_sum()
 
 
+# ---- load-time memory report -----------------------------------------------------------------
+# llama.cpp states what it allocated only in its log ("load_tensors: CPU_Mapped model buffer size =
+# 92.10 MiB", "llama_kv_cache: CPU KV buffer size = 45.00 MiB", "sched_reserve: CPU compute buffer
+# size = 99.38 MiB"). While a model loads, a temporary log callback records those lines and hands
+# every line on to llama-cpp-python's own callback, so what reaches stderr does not change.
+_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
+_KV_LINE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers.*"
+                      r"K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB")
+_MIB = 1024 * 1024
+_LOG_CAPTURE_LOCK = threading.Lock()  # llama_log_set is process-wide: one capture at a time
+
+
+class _LoadLogCapture:
+    def __enter__(self) -> "_LoadLogCapture":
+        _LOG_CAPTURE_LOCK.acquire()
+        self.parts: list[str] = []
+
+        @llama_cpp.llama_log_callback
+        def on_log(level, text, user_data):
+            try:
+                self.parts.append(text.decode("utf-8", errors="replace"))
+            finally:
+                llama_logger.llama_log_callback(level, text, user_data)
+
+        self._callback = on_log  # ctypes must keep it alive while llama.cpp holds the pointer
+        llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        llama_cpp.llama_log_set(llama_logger.llama_log_callback, ctypes.c_void_p(0))
+        _LOG_CAPTURE_LOCK.release()
+
+
+def parse_memory_report(log_text: str) -> dict:
+    """Bytes llama.cpp allocated at load, by kind and buffer type, from its log lines.
+
+    Sizes are logged in MiB with two decimals, so each is exact to about ±5 KiB.
+    """
+    kinds = {"model": "weights", "KV": "kv", "RS": "kv", "compute": "compute", "output": "output"}
+    report: dict = {k: {} for k in ("weights", "kv", "compute", "output")}
+    report["kv_caches"] = []
+    for line in log_text.splitlines():
+        m = _BUFFER_LINE.search(line)
+        if m:
+            buft, kind, size = m.group(1), kinds[m.group(2)], round(float(m.group(3)) * _MIB)
+            by_buft = report[kind]
+            # weights and KV can come in several buffers of one type (split files, SWA + full caches);
+            # a compute or output buffer logged twice was re-reserved: the last size holds.
+            by_buft[buft] = by_buft.get(buft, 0) + size if kind in ("weights", "kv") else size
+        m = _KV_LINE.search(line)
+        if m:
+            report["kv_caches"].append({
+                "bytes": round(float(m.group(1)) * _MIB), "cells": int(m.group(2)), "layers": int(m.group(3)),
+                "type_k": m.group(4), "type_v": m.group(6)})
+    for kind in ("weights", "kv", "compute", "output"):
+        report[f"{kind}_bytes"] = sum(report[kind].values())
+    report["weights_repack_bytes"] = sum(v for k, v in report["weights"].items() if k.endswith("_REPACK"))
+    return report
+
+
 def _quiet_llama_logs(debug: bool) -> None:
     # llama.cpp prints its own log lines to stderr; keep them for debug runs only.
     llama_logger.logger.setLevel(logging.DEBUG if debug else logging.CRITICAL)
@@ -106,13 +168,14 @@ class Backend:
             raise ModelLoadError("a quantised V cache needs flash attention in llama.cpp (set flash_attn)")
         n_threads = params.n_threads or os.cpu_count() or 1
         try:
-            self._llama = Llama(
-                model_path=str(self.path), n_ctx=params.n_ctx, n_batch=params.n_batch,
-                n_ubatch=params.n_batch, n_threads=n_threads, n_threads_batch=n_threads,
-                n_gpu_layers=params.n_gpu_layers, type_k=CACHE_TYPES[params.type_k],
-                type_v=CACHE_TYPES[params.type_v], flash_attn=params.flash_attn,
-                swa_full=params.swa_full, verbose=debug,
-            )
+            with _LoadLogCapture() as captured:
+                self._llama = Llama(
+                    model_path=str(self.path), n_ctx=params.n_ctx, n_batch=params.n_batch,
+                    n_ubatch=params.n_batch, n_threads=n_threads, n_threads_batch=n_threads,
+                    n_gpu_layers=params.n_gpu_layers, type_k=CACHE_TYPES[params.type_k],
+                    type_v=CACHE_TYPES[params.type_v], flash_attn=params.flash_attn,
+                    swa_full=params.swa_full, verbose=debug,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             arch = self.gguf.arch or "unknown"
             raise ModelLoadError(
@@ -121,6 +184,8 @@ class Backend:
             ) from exc
         _quiet_llama_logs(debug)  # Llama() resets the level to ERROR; errors are ours to report
         model = self._llama._model.model
+        self._memory_report = parse_memory_report("".join(captured.parts))
+        self._memory_report["model_size_bytes"] = int(llama_cpp.llama_model_size(model))  # Σ tensor bytes, exact
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = self._llama._ctx
         self.n_vocab = self._llama.n_vocab()
@@ -141,6 +206,13 @@ class Backend:
     @property
     def n_ctx(self) -> int:
         return self._llama.n_ctx()
+
+    @property
+    def memory_report(self) -> dict:
+        """What llama.cpp allocated at load: bytes by kind ("weights", "kv", "compute", "output") and
+        buffer type (e.g. {"CPU_Mapped": ..., "CUDA0": ...}), their totals ("kv_bytes", ...), the
+        KV caches' cells/layers/types, and "model_size_bytes" (Σ tensor bytes, exact)."""
+        return dict(self._memory_report)
 
     @property
     def arch(self) -> str:
