@@ -156,9 +156,11 @@ def _search(f: ModelFacts, n_ctx: int, kvs: list[str], fa_for: dict, fits, steps
         return first
     steps.append(f"all layers with {kvs[0]} KV at {n_ctx} tokens do not fit")
     # KV to q8_0 (flash attention on) at the asked context
-    if len(kvs) > 1 and fits(t := _Try(full, n_ctx, kvs[1], True)):
-        steps.append(f"KV cache to {kvs[1]} with flash attention: fits")
-        return t
+    if len(kvs) > 1:
+        if fits(t := _Try(full, n_ctx, kvs[1], True)):
+            steps.append(f"KV cache to {kvs[1]} with flash attention: fits")
+            return t
+        steps.append(f"{kvs[1]} KV with flash attention at {n_ctx} tokens does not fit either")
     # context down towards the floor, at the second type (or the pinned one)
     mid = kvs[1] if len(kvs) > 1 else kvs[0]
     fa = fa_for[mid]
@@ -217,7 +219,19 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
         full_c, swa_c = kv_math.kv_cells(f, t.n_ctx, n_ubatch, swa_full)
         steps.append(f"{sum(f.swa_layers)} of {f.n_layers} layers use a {f.n_swa}-token sliding window "
                      f"({swa_c} cells = window + micro-batch, padded to {kv_math.CELL_PAD})")
-    explanation = "; ".join(steps) + "."
+    where = {"full": f"all {full} layers ({f.n_layers} repeating + output) on the GPU",
+             "partial": f"{t.ngl} of {full} layers on the GPU, {full - t.ngl} on the CPU",
+             "cpu": "everything on the CPU"}[offload]
+    if offload == "cpu":
+        use = (f"RAM: weights {w_cpu / MIB:.0f} MiB, KV {kv_total / MIB:.0f} MiB, compute "
+               f"~{kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa) / MIB:.0f} MiB estimated")
+    else:
+        use = (f"GPU {(w_gpu + kv_gpu + compute) / MIB:.0f} of {budget / MIB:.0f} MiB: weights {w_gpu / MIB:.0f}, "
+               f"KV {kv_gpu / MIB:.0f}, compute ~{compute / MIB:.0f} estimated")
+    summary = (f"Plan: {where}, {t.n_ctx}-token context, {t.kv} KV cache, flash attention "
+               f"{'on' if t.fa else 'off'}; {use}.")
+    text = "; ".join(steps)
+    explanation = text[:1].upper() + text[1:] + ". " + summary
     return Plan(
         model=f.name, source=f.source, budget_bytes=budget, n_gpu_layers=t.ngl, n_layers=f.n_layers,
         n_ctx=t.n_ctx, n_ctx_asked=asked, n_ubatch=min(n_ubatch, t.n_ctx), type_k=t.kv, type_v=t.kv,

@@ -1,0 +1,134 @@
+"""`assistant devices` and `assistant plan`: what this machine has, and how a model would fit it.
+
+Registered into engine/cli.py's subcommands by `add_plan_parsers`. Neither command loads weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from engine.catalog import ModelNotFound
+from engine.devices import DEFAULT_MARGIN_MB, DeviceSnapshot, default_vram_budget_mb, snapshot
+from engine.gguf_info import GGUFError
+from engine.kv_math import MIB
+from engine.planner import DEFAULT_N_CTX, Plan, PlanError, plan
+
+# Same values as engine/cli.py (which imports this module, so they cannot be imported from there).
+EXIT_OK, EXIT_USAGE, EXIT_MODEL = 0, 2, 3
+GIB = 1024 * MIB
+
+
+def add_plan_parsers(subparsers) -> None:
+    """Register `devices` and `plan` on an argparse subparsers object; each sets `func`."""
+    d = subparsers.add_parser("devices", help="CPU, RAM and GPUs as the memory planner sees them")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=cmd_devices)
+
+    p = subparsers.add_parser("plan", help="how a model fits the VRAM budget (GPU layers, context, KV type)")
+    p.add_argument("--model", required=True, metavar="NAME|PATH",
+                   help="catalog id (downloaded or not) or path to a .gguf file")
+    p.add_argument("--vram-budget-mb", metavar="N", default=None,
+                   help=f"MiB of VRAM to plan for; 0 = CPU only (default: free VRAM minus {DEFAULT_MARGIN_MB})")
+    p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX, help="wanted context in tokens")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_plan)
+
+
+def _error(message: str, code: int) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    return code
+
+
+def parse_budget(text: str | None) -> float | None:
+    """The --vram-budget-mb value: None (use the default), or a finite number of MiB >= 0.
+
+    Raises:
+        PlanError: not a number, not finite, or negative; the message says what to give instead.
+    """
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise PlanError(f"--vram-budget-mb must be a number of MiB (like 6144, or 0 for CPU only), got {text!r}")
+    if not math.isfinite(value) or value < 0:
+        raise PlanError(f"--vram-budget-mb must be 0 or more MiB (0 = CPU only), got {text!r}")
+    return value
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    snap = snapshot()
+    budget = default_vram_budget_mb(snap)
+    if args.json:
+        sys.stdout.write(json.dumps({**snap.as_dict(), "default_vram_budget_mb": budget}, indent=2) + "\n")
+        return EXIT_OK
+    sys.stdout.write(_devices_text(snap, budget))
+    return EXIT_OK
+
+
+def _devices_text(snap: DeviceSnapshot, budget: int) -> str:
+    phys = f" ({snap.cpu_physical} physical)" if snap.cpu_physical else ""
+    lines = [f"platform  {snap.platform}",
+             f"CPU       {snap.cpu_logical} logical cores{phys}",
+             f"RAM       {snap.ram_total_bytes / GIB:.1f} GiB total, {snap.ram_available_bytes / GIB:.1f} GiB "
+             f"available; this process {snap.process_rss_bytes / MIB:.0f} MiB"]
+    for g in snap.gpus:
+        kind = "unified memory, Metal" if g.unified else f"driver {snap.driver_version}, CUDA"
+        lines.append(f"GPU {g.index}     {g.name}: {g.total_bytes / GIB:.1f} GiB total, {g.free_bytes / GIB:.1f} GiB "
+                     f"free, {g.used_bytes / GIB:.1f} GiB used ({kind})")
+    if not snap.gpus:
+        lines.append(f"GPU       none ({snap.note})" if snap.note else "GPU       none")
+    elif snap.note:
+        lines.append(f"note      {snap.note}")
+    lines.append(f"budget    {budget} MiB default VRAM budget (free VRAM of the best GPU minus {DEFAULT_MARGIN_MB} MiB)")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        budget = parse_budget(args.vram_budget_mb)
+    except PlanError as exc:
+        return _error(str(exc), EXIT_USAGE)
+    if args.n_ctx < 1:
+        return _error(f"--n-ctx must be a positive number of tokens, got {args.n_ctx}", EXIT_USAGE)
+    budget_source = "given"
+    if budget is None:
+        budget, budget_source = default_vram_budget_mb(snapshot()), "free VRAM minus margin"
+    try:
+        result = plan(args.model, budget, args.n_ctx)
+    except PlanError as exc:
+        return _error(str(exc), EXIT_USAGE)
+    except (ModelNotFound, GGUFError) as exc:
+        return _error(str(exc), EXIT_MODEL)
+    except ValueError as exc:  # metadata the accounting cannot use (no layer count, odd arrays)
+        return _error(f"cannot plan {args.model}: {exc}", EXIT_MODEL)
+    if args.json:
+        sys.stdout.write(json.dumps({**result.as_dict(), "budget_source": budget_source}, indent=2) + "\n")
+    else:
+        sys.stdout.write(plan_text(result, budget_source))
+    return EXIT_OK
+
+
+def plan_text(p: Plan, budget_source: str = "given") -> str:
+    """The human form of a plan, as `assistant plan` prints it."""
+    full = p.n_layers + 1
+    src = "GGUF metadata and tensor table" if p.source == "gguf" else "catalog facts (weights estimated)"
+    offload = {"full": "full", "partial": "partial", "cpu": "none (CPU only)"}[p.offload]
+    lines = [
+        f"model     {p.model}  [{src}]",
+        f"budget    {p.budget_bytes / MIB:.0f} MiB VRAM ({budget_source})",
+        f"offload   {offload}: n_gpu_layers {p.n_gpu_layers} of {full} ({p.n_layers} repeating + output)",
+        f"context   {p.n_ctx} tokens" + (f" (asked {p.n_ctx_asked})" if p.n_ctx != p.n_ctx_asked else ""),
+        f"KV cache  {p.type_k}/{p.type_v}, flash attention {'on' if p.flash_attn else 'off'}: "
+        f"{p.kv_bytes_per_token / 1024:.1f} KiB/token, {p.kv_bytes_total / MIB:.1f} MiB allocated "
+        f"({p.kv_bytes_gpu / MIB:.1f} on GPU); {p.mha_ratio:.1f}x smaller than with one KV head per query head",
+        f"weights   {p.weights_bytes_gpu / MIB:.0f} MiB on GPU, {p.weights_bytes_total / MIB:.0f} MiB in all",
+        f"compute   ~{p.compute_buffer_bytes_estimate / MIB:.0f} MiB (estimate)",
+        f"GPU total {p.gpu_bytes_total / MIB:.0f} of {p.budget_bytes / MIB:.0f} MiB",
+        f"why       {p.explanation}",
+    ]
+    lines += [f"note      {n}" for n in p.notes]
+    return "\n".join(lines) + "\n"
