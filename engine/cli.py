@@ -17,6 +17,8 @@ from engine.fetch import main as fetch_main
 from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
 from engine.generate import GenerateParams
 from engine.paths import db_path
+from engine.remote import RemoteConfig, RemoteError, validate_base_url
+from engine.settings import Settings
 from engine.storage import Database
 
 log = logging.getLogger("assistant")
@@ -154,11 +156,12 @@ class ChatLoop:
     def _turn(self, text: str) -> None:
         self.cancel.clear()
         if not self.out.json:
-            sys.stdout.write(f"\n{self.assistant.model_id}> ")
+            sys.stdout.write("\nassistant> ")
             sys.stdout.flush()
         self.generating = True
         try:
-            for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel):
+            for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel,
+                                            route=self.args.route):
                 if isinstance(item, TurnDone):
                     self._done(item)
                 elif item.text:
@@ -175,30 +178,55 @@ class ChatLoop:
 
     def _done(self, item: TurnDone) -> None:
         if self.out.json:
-            self.out.event(event="done", conversation_id=item.conversation_id, message_id=item.message_id,
-                           model=item.model, text=item.text, stats=item.stats)
+            self.out.event(event="superseded" if item.superseded else "done",
+                           conversation_id=item.conversation_id, message_id=item.message_id, model=item.model,
+                           level=item.level, route_reason=item.route_reason, fallback=item.fallback,
+                           confidence=item.confidence, text=item.text, stats=item.stats)
             return
         s = item.stats
         tail = " [stopped]" if s["finish_reason"] == "cancelled" else ""
-        meta = (f"[{s['ttft_ms']:.0f} ms to first token · {s['prompt_tokens_evaluated']} tokens evaluated, "
+        est = "~" if s.get("tokens_estimated") else ""
+        meta = (f"[{item.level} {item.model} · {item.route_reason}"
+                + (f" · fallback: {item.fallback}" if item.fallback else "")
+                + f" · {s['ttft_ms']:.0f} ms to first token · {est}{s['prompt_tokens_evaluated']} tokens evaluated, "
                 f"{s['prompt_tokens_cached']} cached · {s['decode_tps']:.1f} tok/s]")
+        if item.superseded:
+            meta += f"\n[low confidence ({item.confidence:.2f}): asking L2 instead…]"
         dim = sys.stdout.isatty()
         sys.stdout.write(f"{tail}\n" + (f"\x1b[2m{meta}\x1b[0m\n" if dim else f"{meta}\n"))
+        if item.superseded:
+            sys.stdout.write(f"\n{self.assistant.tiers['L2']}> ")
+
+
+def _remote_config(args: argparse.Namespace, settings: Settings) -> RemoteConfig | None:
+    url = args.l3_url if args.l3_url is not None else settings.get("l3.base_url")
+    if not url:
+        return None
+    key = args.l3_key if args.l3_key is not None else settings.get("l3.api_key")
+    model = args.l3_model if args.l3_model is not None else settings.get("l3.model")
+    validate_base_url(url)  # a malformed URL is the user's to fix: fail now, clearly
+    return RemoteConfig(url, key, model)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     out = Output(args.json)
     db = Database(db_path())
-    model = args.model
-    if args.conversation is not None:
-        conv = db.conversation(args.conversation)
-        if conv is None:
-            out.error(f"no conversation with id {args.conversation} (see /list)")
-            return EXIT_NOT_FOUND
-        if model is None and conv["model"] and load_catalog().get(conv["model"]):
-            model = conv["model"]  # continue on the model the conversation was held with
+    settings = Settings()
+    if args.conversation is not None and db.conversation(args.conversation) is None:
+        out.error(f"no conversation with id {args.conversation} (see /list)")
+        return EXIT_NOT_FOUND
     try:
-        assistant = Assistant(db, model, LoadParams(n_ctx=args.n_ctx), debug=args.debug)
+        remote = _remote_config(args, settings)
+    except RemoteError as exc:
+        out.error(str(exc))
+        return EXIT_USAGE
+    threshold = None if args.no_cascade or not settings.get("cascade.enabled") else (
+        args.cascade_threshold if args.cascade_threshold is not None else settings.get("cascade.threshold"))
+    tiers = {"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}
+    try:
+        assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug, tiers=tiers,
+                              remote=remote, cascade_threshold=threshold,
+                              max_switch_s=settings.get("router.max_switch_s"))
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
         return EXIT_MODEL
@@ -258,6 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--temperature", type=float, default=0.7)
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--n-ctx", type=int, default=4096)
+    c.add_argument("--route", choices=["auto", "L1", "L2", "L3"], default="auto",
+                   help="force a tier for every message (default: the router decides)")
+    c.add_argument("--l3-url", help="OpenAI-compatible endpoint for L3, e.g. http://192.168.1.20:8000/v1")
+    c.add_argument("--l3-key", help="API key for the L3 endpoint")
+    c.add_argument("--l3-model", help="model name to ask the L3 endpoint for")
+    c.add_argument("--no-cascade", action="store_true", help="never re-ask a low-confidence L1 answer on L2")
+    c.add_argument("--cascade-threshold", type=float, help="confidence below which L1 answers are re-asked")
     c.set_defaults(func=cmd_chat)
 
     m = sub.add_parser("models", help="list the model catalog and which files are present")

@@ -1,7 +1,9 @@
-"""The one API the CLI and the app use: conversations, turns, persistence.
+"""The one API the CLI and the app use: conversations, routed turns, persistence.
 
-A turn: validate → commit the user message → stream the answer, writing it to SQLite at
-least every `flush_s` seconds → finalise with measured stats.
+A turn: validate → route (classifier, cache stickiness, user override) → pick the tier, falling
+back to the nearest available one → commit the user message → stream the answer from that tier,
+writing it to SQLite at least every `flush_s` seconds → finalise with measured stats → maybe
+re-ask a low-confidence L1 answer on L2 (cascade).
 """
 
 from __future__ import annotations
@@ -12,19 +14,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from engine.backend import Backend, ContextFull, LoadParams
-from engine.catalog import Catalog, resolve_model
-from engine.generate import Chunk, GenerateParams, TurnResult, generate
-from engine.session import Message, Session, template_for
+from engine.backend import LoadParams, ModelLoadError
+from engine.catalog import Catalog, ModelNotFound
+from engine.confidence import geometric_mean_prob
+from engine.generate import Chunk, GenerateParams, TurnResult
+from engine.model_manager import ModelManager
+from engine.remote import RemoteClient, RemoteConfig, RemoteError
+from engine.router import RouteDecision, apply_stickiness, classify
+from engine.runtime import Worker
+from engine.session import Message, Session
 from engine.storage import Database
+from engine.targets import InputError, LocalTarget, RemoteTarget
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
+LEVELS = ("L1", "L2", "L3")
+# Nearest available tier when one is missing: prefer stronger, then weaker.
+FALLBACK_ORDER = {"L1": ("L1", "L2", "L3"), "L2": ("L2", "L1", "L3"), "L3": ("L3", "L2", "L1")}
 
-
-class InputError(ValueError):
-    """The user's message cannot be sent as it is (empty, too long, no room left)."""
+__all__ = ["Assistant", "ConversationNotFound", "InputError", "TurnDone", "clean_text"]
 
 
 class ConversationNotFound(LookupError):
@@ -40,6 +49,21 @@ class TurnDone:
     token_ids: list[int]
     logprobs: list[float] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    level: str = ""
+    route_reason: str = ""
+    fallback: str | None = None
+    confidence: float | None = None
+    superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
+
+
+@dataclass
+class Conversation:
+    id: int
+    system_prompt: str
+    messages: list[Message]  # what the models see (superseded answers are not here)
+
+    def history(self) -> list[Message]:
+        return ([Message("system", self.system_prompt)] if self.system_prompt else []) + self.messages
 
 
 def clean_text(text: str) -> str:
@@ -48,113 +72,250 @@ def clean_text(text: str) -> str:
 
 
 class Assistant:
-    """Chat over one loaded model with SQLite persistence.
+    """Routed chat over local tiers (L1/L2) and an optional remote L3, with SQLite persistence.
 
     Args:
         db: the database.
-        model: catalog id or .gguf path (None = the default demo model).
-        load: llama.cpp load parameters.
+        model: one model (catalog id or .gguf path) for every local tier, or None for the
+            two-tier default `tiers`.
+        tiers: level → model for L1/L2 (used when `model` is None).
+        remote: the L3 endpoint, if the user configured one.
+        cascade_threshold: re-ask an auto-routed L1 answer on L2 when its geometric-mean token
+            probability is below this (None = off).
 
     Raises:
-        ModelNotFound, ModelLoadError: with messages meant for the user.
+        ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
     """
 
     def __init__(self, db: Database, model: str | None = None, load: LoadParams = LoadParams(),
-                 debug: bool = False, catalog: Catalog | None = None):
+                 debug: bool = False, catalog: Catalog | None = None, *,
+                 tiers: dict[str, str] | None = None, remote: RemoteConfig | None = None,
+                 cascade_threshold: float | None = None, max_switch_s: float = 1.5,
+                 manager: ModelManager | None = None):
         self.db = db
-        self.model = resolve_model(model, catalog)
-        self.backend = Backend(self.model.path, load, debug=debug)
-        hint = self.model.entry.chat_template if self.model.entry else "gguf"
-        self.template = template_for(self.backend, hint)
-        self._sessions: dict[int, Session] = {}
+        self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog)
+        self.single_model = model is not None
+        if model is not None:
+            self.tiers = {"L1": model, "L2": model}
+        else:
+            self.tiers = dict(tiers or {"L1": "demo-small", "L2": "demo-int4"})
+        self.remote = RemoteClient(remote) if remote and remote.base_url else None
+        self.cascade_threshold = cascade_threshold
+        self.max_switch_s = max_switch_s
+        self._conversations: dict[int, Conversation] = {}
+        self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
+        self._primary = self.manager.get(self.tiers["L1"])  # fail early with a clear message
 
+    # ---- single-model conveniences (CLI default, tests)
     @property
     def model_id(self) -> str:
-        return self.model.id
+        return self._primary.model.id
+
+    @property
+    def backend(self):
+        return self._primary.backend
+
+    @property
+    def template(self):
+        return self._primary.template
+
+    def session(self, conversation_id: int) -> Session:
+        """The conversation rendered for the primary (L1) model."""
+        conv = self.conversation(conversation_id)
+        return Session(self.backend, self.template, conv.history())
 
     def close(self) -> None:
-        self.backend.close()
+        self.manager.close()
+        if self.remote:
+            self.remote.close()
 
     # ---- conversations
     def new_conversation(self, system_prompt: str = "") -> int:
         return self.db.create_conversation(model=self.model_id, system_prompt=clean_text(system_prompt).strip())
 
-    def session(self, conversation_id: int) -> Session:
-        """The conversation's token session, rebuilt from SQLite on first use."""
-        session = self._sessions.get(conversation_id)
-        if session is None:
-            conv = self.db.conversation(conversation_id)
-            if conv is None:
+    def conversation(self, conversation_id: int) -> Conversation:
+        """The conversation as the models see it, rebuilt from SQLite on first use."""
+        conv = self._conversations.get(conversation_id)
+        if conv is None:
+            row = self.db.conversation(conversation_id)
+            if row is None:
                 raise ConversationNotFound(f"no conversation with id {conversation_id}")
-            messages = [Message("system", conv["system_prompt"])] if conv["system_prompt"] else []
-            for row in self.db.messages(conversation_id):
-                # Stored ids are only valid for the model that produced them; otherwise re-tokenize.
-                ids = row["token_ids"] if row["token_model"] == self.backend.identity else None
-                messages.append(Message(row["role"], row["content"], ids, row["id"]))
-            session = self._sessions[conversation_id] = Session(self.backend, self.template, messages)
-        return session
+            messages = []
+            for m in self.db.messages(conversation_id):
+                if m["superseded_by"] is not None:
+                    continue
+                # Stored ids belong to the model that made/read them; other models re-tokenize.
+                ids = {m["token_model"]: m["token_ids"]} if m["token_model"] and m["token_ids"] is not None else {}
+                messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"]))
+            conv = self._conversations[conversation_id] = Conversation(conversation_id, row["system_prompt"], messages)
+        return conv
+
+    # ---- routing
+    def route(self, conversation_id: int, text: str, forced: str = "auto") -> RouteDecision:
+        """Decide the level for a message: user override, else classifier + cache stickiness."""
+        if forced in LEVELS:
+            return RouteDecision(forced, "user override", 0.0)
+        decision = classify(text)
+        warm = self._warm.get(conversation_id)
+        if warm and decision.level in ("L1", "L2") and warm != decision.level:
+            conv = self.conversation(conversation_id)
+            target = self._local(decision.level)
+            if target is not None:
+                user = Message("user", clean_text(text).strip())
+                uncached = target.uncached_tokens(conv.history(), user)
+                tps = target.worker.prompt_tps or 200.0  # unmeasured yet: a laptop-CPU guess
+                decision = apply_stickiness(decision, warm_level=warm, uncached_tokens=uncached,
+                                            prompt_tps=tps, max_switch_s=self.max_switch_s)
+        return decision
+
+    def _local(self, level: str) -> LocalTarget | None:
+        model = self.tiers.get(level)
+        if not model:
+            return None
+        return LocalTarget(level, self.manager.get(model))
+
+    def _targets(self, level: str) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:
+        """Targets to try for `level`, nearest first, each with the fallback note if not `level`."""
+        reasons = []
+        for candidate in FALLBACK_ORDER[level]:
+            note = f"{level} {reasons[-1]} → {candidate}" if candidate != level and reasons else None
+            if candidate == "L3":
+                if self.remote is None:
+                    reasons.append("not configured")
+                    continue
+                yield RemoteTarget(self.remote), note
+                reasons.append("unreachable")
+                continue
+            try:
+                target = self._local(candidate)
+            except (ModelNotFound, ModelLoadError) as exc:
+                log.warning("tier %s unavailable: %s", candidate, exc)
+                reasons.append("unavailable")
+                continue
+            if target is None:
+                reasons.append("not configured")
+                continue
+            yield target, note
 
     # ---- turns
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
-             cancel: threading.Event | None = None, flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
-        """Send a user message and stream the answer: `Chunk`s, then one `TurnDone`.
+             cancel: threading.Event | None = None, route: str = "auto",
+             flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+        """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
+        cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
         Raises:
             InputError: empty or oversized message, or no room left in the context.
             ConversationNotFound: unknown id.
         """
-        session = self.session(conversation_id)
+        conv = self.conversation(conversation_id)
         text = clean_text(text).strip()
         if not text:
             raise InputError("empty message")
-        n_ctx = self.backend.n_ctx
         if len(text) > MAX_MESSAGE_CHARS:
             raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
+        decision = self.route(conversation_id, text, route)
         user = Message("user", text)
-        n_user = len(session.content_ids(user))
-        if n_user > n_ctx // 2:
-            raise InputError(f"message too long for this model: {n_user} tokens, the context holds {n_ctx}")
-        prompt = session.prompt(user)
-        if len(prompt) + 1 >= n_ctx:
-            raise InputError(f"this conversation is full ({len(prompt)} of {n_ctx} tokens); start a new one")
-        user.id = self.db.add_message(conversation_id, "user", text, model=self.model_id,
-                                      token_ids=user.token_ids, token_model=self.backend.identity)
-        session.messages.append(user)
-        answer = Message("assistant", "", [])
-        answer.id = self.db.add_message(conversation_id, "assistant", "", model=self.model_id, token_ids=[],
-                                        token_model=self.backend.identity, status="streaming")
-        session.messages.append(answer)
-        yield from self._stream(conversation_id, session, answer, prompt, params, cancel, flush_s)
+        done = yield from self._answer(conv, user, decision, params, cancel, flush_s, commit_user=True)
+        if done is None:
+            return
+        if self._should_cascade(done, route):
+            done.superseded = True
+            yield done
+            reason = f"cascade: L1 confidence {done.confidence:.2f} < {self.cascade_threshold:.2f}"
+            done = yield from self._answer(conv, user, RouteDecision("L2", reason, 0.0), params, cancel,
+                                           flush_s, commit_user=False, supersedes=done)
+            if done is None:
+                return
+        yield done
 
-    def _stream(self, conversation_id: int, session: Session, answer: Message, prompt: list[int],
-                params: GenerateParams, cancel: threading.Event | None, flush_s: float) -> Iterator[Chunk | TurnDone]:
+    def _should_cascade(self, done: TurnDone, route: str) -> bool:
+        return (done.level == "L1" and route == "auto" and self.cascade_threshold is not None
+                and done.confidence is not None and done.confidence < self.cascade_threshold
+                and done.stats.get("finish_reason") != "cancelled"
+                and bool(self.tiers.get("L2")) and self.tiers["L2"] != self.tiers["L1"])
+
+    def _answer(self, conv: Conversation, user: Message, decision: RouteDecision, params: GenerateParams,
+                cancel: threading.Event | None, flush_s: float, commit_user: bool,
+                supersedes: TurnDone | None = None):
+        history = conv.history()
+        if not commit_user:
+            history = history[: len(history) - 2]  # drop the user message and the superseded answer
+        failures: list[str] = []
+        for target, note in self._targets(decision.level):
+            target.check(history, user)
+            if commit_user and user.id is None:
+                user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
+                                              token_ids=user.ids.get(target.identity), token_model=target.identity)
+                conv.messages.append(user)
+            try:
+                done = yield from self._stream(conv, target, history, user, decision, note, params, cancel,
+                                               flush_s, supersedes)
+                return done
+            except RemoteError as exc:
+                if not exc.unavailable or exc.partial:
+                    raise InputError(str(exc)) from exc
+                log.warning("L3 failed before answering: %s", exc)
+                failures.append(str(exc))
+        raise InputError("no model is available for this message" + (f": {failures[-1]}" if failures else ""))
+
+    def _stream(self, conv: Conversation, target, history: list[Message], user: Message,
+                decision: RouteDecision, note: str | None, params: GenerateParams,
+                cancel: threading.Event | None, flush_s: float, supersedes: TurnDone | None):
+        """Yield the target's chunks while persisting them; return the TurnDone (not yielded)."""
+        answer = Message("assistant", "", {}, None, target.level)
         parts: list[str] = []
         ids: list[int] = []
         finished = False
         last_flush = time.monotonic()
         try:
-            for item in generate(self.backend, prompt, params, cancel):
+            for item in target.stream(history, user, params, cancel):
+                if answer.id is None:  # first output: the tier is answering, make the row
+                    answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id,
+                                                    level=target.level, token_ids=[] if target.identity else None,
+                                                    token_model=target.identity, status="streaming")
+                    if supersedes is not None:
+                        self.db.supersede(supersedes.message_id, answer.id)
+                        conv.messages = [m for m in conv.messages if m.id != supersedes.message_id]
+                    conv.messages.append(answer)
                 if isinstance(item, TurnResult):
-                    answer.content, answer.token_ids = item.text, item.token_ids
-                    stats = item.stats.as_dict()
-                    self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids,
-                                           logprobs=item.logprobs, status="done", stats=stats)
                     finished = True
-                    yield TurnDone(conversation_id, answer.id, self.model_id, item.text, item.token_ids,
-                                   item.logprobs, stats)
-                    return
+                    return self._finish(conv, target, answer, item, decision, note)
                 parts.append(item.text)
                 if item.token >= 0:
                     ids.append(item.token)
-                # The session mirrors what was sampled, so an interrupted turn stays consistent.
-                answer.content, answer.token_ids = "".join(parts), list(ids)
+                # The conversation mirrors what was sampled, so an interrupted turn stays consistent.
+                answer.content = "".join(parts)
+                if target.identity:
+                    answer.ids = {target.identity: list(ids)}
                 if time.monotonic() - last_flush >= flush_s:
-                    self.db.update_message(answer.id, content=answer.content, token_ids=ids)
+                    self.db.update_message(answer.id, content=answer.content,
+                                           token_ids=ids if target.identity else None)
                     last_flush = time.monotonic()
                 yield item
-        except ContextFull as exc:
-            raise InputError(f"this conversation is full: {exc}; start a new one") from exc
+        except RemoteError as exc:
+            exc.partial = answer.id is not None
+            raise
         finally:
-            if not finished:  # consumer stopped early or an error: keep what was shown
-                self.db.update_message(answer.id, content=answer.content, token_ids=answer.token_ids,
+            if answer.id is not None and not finished:
+                # Consumer stopped early or an error: keep what was shown.
+                self.db.update_message(answer.id, content=answer.content,
+                                       token_ids=ids if target.identity else None,
                                        status="done", stats={"finish_reason": "interrupted"})
+        return None
+
+    def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
+                note: str | None) -> TurnDone:
+        answer.content = item.text
+        if target.identity:
+            answer.ids = {target.identity: item.token_ids}
+        if target.identity:
+            self._warm[conv.id] = target.level
+        confidence = geometric_mean_prob(item.logprobs)
+        stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
+                                        "fallback": note, "confidence": confidence}
+        self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids if target.identity else None,
+                               logprobs=item.logprobs, status="done", stats=stats)
+        done = TurnDone(conv.id, answer.id, target.model_id, item.text, item.token_ids, item.logprobs, stats,
+                        target.level, decision.reason, note, confidence)
+        return done

@@ -42,6 +42,7 @@ class TurnStats:
     cache_mode: str  # "append" | "rollback" (kept a prefix) | "reeval" (rollback impossible) | "fresh"
     prompt_ms: float = 0.0
     decode_ms: float = 0.0
+    tokens_estimated: bool = False  # remote models: counts from tiktoken, not the model's tokenizer
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -6,7 +6,7 @@ storage in a new process is the one the KV cache held, token for token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.backend import Backend
 from engine.templates import FALLBACKS, ChatTemplate, fallback_name_for
@@ -16,8 +16,9 @@ from engine.templates import FALLBACKS, ChatTemplate, fallback_name_for
 class Message:
     role: str  # "system" | "user" | "assistant"
     content: str
-    token_ids: list[int] | None = None  # content ids for the session's backend; None = tokenize
+    ids: dict[str, list[int]] = field(default_factory=dict)  # model identity -> content token ids
     id: int | None = None  # database id
+    level: str | None = None  # tier that answered (assistant messages)
 
 
 def template_for(backend: Backend, hint: str = "gguf") -> ChatTemplate:
@@ -40,9 +41,11 @@ class Session:
         self.messages: list[Message] = list(messages or [])
 
     def content_ids(self, message: Message) -> list[int]:
-        if message.token_ids is None:
-            message.token_ids = self.backend.tokenize(message.content, special=False)
-        return message.token_ids
+        """The message's ids for this model: sampled/stored ones if it has them, else tokenized once."""
+        ids = message.ids.get(self.backend.identity)
+        if ids is None:
+            ids = message.ids[self.backend.identity] = self.backend.tokenize(message.content, special=False)
+        return ids
 
     def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """Token ids of `messages` under the template: control text parsed for special tokens,

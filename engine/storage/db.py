@@ -116,6 +116,10 @@ class Database:
         with self._lock, self._conn:
             self._conn.execute(f"UPDATE messages SET {cols} WHERE id = ?", (*sets.values(), message_id))
 
+    def supersede(self, message_id: int, by_id: int) -> None:
+        with self._lock, self._conn:
+            self._conn.execute("UPDATE messages SET superseded_by = ? WHERE id = ?", (by_id, message_id))
+
     def messages(self, conversation_id: int) -> list[dict[str, Any]]:
         rows = self._q("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         for row in rows:

@@ -32,6 +32,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
     """),
+    ("0002_superseded_answers", """
+        -- A low-confidence answer re-asked on a stronger tier stays in the record, out of the context.
+        ALTER TABLE messages ADD COLUMN superseded_by INTEGER REFERENCES messages(id) ON DELETE SET NULL;
+    """),
 ]
 
 

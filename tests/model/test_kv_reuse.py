@@ -21,7 +21,6 @@ MEAN_LOGIT_TOLERANCE = 0.5
 
 def test_multiturn_evaluates_only_new_tokens(assistant):
     cid = assistant.new_conversation("You are a concise assistant.")
-    session = assistant.session(cid)
     for i, text in enumerate(USER_TURNS):
         kv_before = assistant.backend.kv_tokens
         done = turn(assistant, cid, text)
@@ -34,6 +33,7 @@ def test_multiturn_evaluates_only_new_tokens(assistant):
         assert s["prompt_tokens_cached"] == len(kv_before), s
         assert s["prompt_tokens_evaluated"] <= n_user + OVERHEAD, (s, n_user)
     # The KV cache holds exactly the conversation's tokens (bar the last sampled one, not yet evaluated).
+    session = assistant.session(cid)
     full = session.render(session.messages, add_generation_prompt=False)
     kv = assistant.backend.kv_tokens
     assert full[: len(kv)] == kv and len(full) - len(kv) <= OVERHEAD
@@ -49,7 +49,7 @@ def test_incremental_rendering_equals_full_rendering(assistant):
         incremental = prompt_then + done.token_ids
         # ... equals the full rendering of the same history (answer ids as stored in SQLite).
         rebuilt = Session(assistant.backend, assistant.template, [
-            Message(r["role"], r["content"], r["token_ids"]) for r in assistant.db.messages(cid)])
+            Message(r["role"], r["content"], {r["token_model"]: r["token_ids"]}) for r in assistant.db.messages(cid)])
         rebuilt.messages.insert(0, Message("system", "Answer briefly."))
         full_with_next = rebuilt.prompt(Message("user", "next"))
         assert full_with_next[: len(incremental)] == incremental

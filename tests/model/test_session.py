@@ -16,13 +16,13 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
     fresh = Assistant(assistant.db, assistant.model_id, LoadParams(n_ctx=512))
     try:
         s = fresh.session(cid)
-        assert s.messages[-1].token_ids == done.token_ids
+        assert s.messages[-1].ids == {fresh.backend.identity: done.token_ids}
         assert s.render(s.messages, False) == original
         with assistant.db._conn:
             assistant.db._conn.execute("UPDATE messages SET token_model = 'other:1' WHERE id = ?", (done.message_id,))
-        fresh._sessions.clear()
+        fresh._conversations.clear()
         s = fresh.session(cid)
-        assert s.messages[-1].token_ids is None  # ids of another model are never trusted
+        assert fresh.backend.identity not in s.messages[-1].ids  # ids of another model are never trusted
         assert s.content_ids(s.messages[-1]) == fresh.backend.tokenize("XYZ", special=False)
     finally:
         fresh.close()

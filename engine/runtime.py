@@ -1,0 +1,148 @@
+"""Loaded models, one inference thread each, a priority queue per model, LRU eviction.
+
+A job is a function run on the model's own thread with exclusive use of its `Backend`; it
+streams results back through the job's queue. Foreground (chat) jobs jump ahead of queued
+background jobs and ask a running background job to yield (`job.preempt`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from engine.backend import Backend, LoadParams
+from engine.catalog import ResolvedModel
+from engine.session import template_for
+from engine.templates import ChatTemplate
+
+log = logging.getLogger(__name__)
+
+FOREGROUND, BACKGROUND = 0, 10
+_END = object()
+
+
+class ModelUnloaded(RuntimeError):
+    """The model was closed before this job could run."""
+
+
+class Job:
+    """A unit of work for one model's thread; iterate it to receive what it emits."""
+
+    def __init__(self, fn: Callable[["Worker", "Job"], None], priority: int, cancel: threading.Event | None):
+        self.fn = fn
+        self.priority = priority
+        self.cancel = cancel or threading.Event()
+        self.preempt = threading.Event()  # set when a foreground job is waiting behind this one
+        self._out: queue.Queue = queue.Queue()
+
+    def emit(self, item: Any) -> None:
+        self._out.put(item)
+
+    def _finish(self, error: BaseException | None = None) -> None:
+        if error is not None:
+            self._out.put(error)
+        self._out.put(_END)
+
+    def __iter__(self) -> Iterator[Any]:
+        while True:
+            item = self._out.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+@dataclass
+class Worker:
+    """One loaded model: its backend, chat template and inference thread."""
+
+    model: ResolvedModel
+    backend: Backend
+    template: ChatTemplate
+
+    def __post_init__(self):
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self.current: Job | None = None
+        self.pending = 0
+        self.last_used = time.monotonic()
+        self.prompt_tps: float | None = None  # measured, smoothed: prices a cache miss for the router
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def load(cls, model: ResolvedModel, params: LoadParams, debug: bool = False) -> "Worker":
+        backend = Backend(model.path, params, debug=debug)
+        hint = model.entry.chat_template if model.entry else "gguf"
+        return cls(model, backend, template_for(backend, hint))
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None or self.pending > 0
+
+    def submit(self, fn: Callable[["Worker", Job], None], priority: int = FOREGROUND,
+               cancel: threading.Event | None = None) -> Job:
+        job = Job(fn, priority, cancel)
+        with self._lock:
+            if self._closed:
+                raise ModelUnloaded(f"model {self.model.id} is unloaded")
+            running = self.current
+            if priority == FOREGROUND and running is not None and running.priority > FOREGROUND:
+                running.preempt.set()
+            self.pending += 1
+            self._queue.put((priority, next(self._seq), job))
+        self.last_used = time.monotonic()
+        return job
+
+    def note_prompt_speed(self, tokens: int, seconds: float) -> None:
+        if tokens >= 16 and seconds > 0:  # tiny batches say little about prompt throughput
+            tps = tokens / seconds
+            self.prompt_tps = tps if self.prompt_tps is None else 0.7 * self.prompt_tps + 0.3 * tps
+
+    def _run(self) -> None:
+        while True:
+            _, _, job = self._queue.get()
+            if job is None:
+                return
+            with self._lock:
+                self.pending -= 1
+                self.current = job
+            try:
+                job.fn(self, job)
+                job._finish()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, who reports it
+                log.debug("job on %s failed: %s", self.model.id, exc)
+                job._finish(exc)
+            finally:
+                with self._lock:
+                    self.current = None
+                self.last_used = time.monotonic()
+
+    def close(self) -> None:
+        """Stop the thread after the running job; pending jobs fail with ModelUnloaded; free the model."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            drained = []
+            while True:
+                try:
+                    drained.append(self._queue.get_nowait()[2])
+                except queue.Empty:
+                    break
+            self.pending = 0
+            self._queue.put((-1, -1, None))
+        for job in drained:
+            if job is not None:
+                job._finish(ModelUnloaded(f"model {self.model.id} was unloaded"))
+        self._thread.join()
+        self.backend.close()
+        log.info("unloaded %s", self.model.id)

@@ -1,0 +1,92 @@
+"""Where a turn runs: a local model's inference thread (L1/L2) or the remote endpoint (L3).
+
+Both stream the same `Chunk`s and end with a `TurnResult`, so the facade persists and reports
+them alike.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+from engine.backend import ContextFull
+from engine.generate import Chunk, GenerateParams, TurnResult, generate
+from engine.remote import RemoteClient, estimate_tokens
+from engine.runtime import FOREGROUND, Job, Worker
+from engine.session import Message, Session
+
+
+class InputError(ValueError):
+    """The user's message cannot be sent as it is (empty, too long, no room left)."""
+
+
+class LocalTarget:
+    remote = False
+
+    def __init__(self, level: str, worker: Worker):
+        self.level, self.worker = level, worker
+
+    @property
+    def model_id(self) -> str:
+        return self.worker.model.id
+
+    @property
+    def identity(self) -> str:
+        return self.worker.backend.identity
+
+    def session(self, history: list[Message]) -> Session:
+        return Session(self.worker.backend, self.worker.template, history)
+
+    def check(self, history: list[Message], user: Message) -> int:
+        """Raise InputError if the message or the conversation does not fit; return prompt length.
+        Tokenizing reads only the vocabulary, so it is safe beside the model's thread."""
+        n_ctx = self.worker.backend.n_ctx
+        n_user = len(self.session([]).content_ids(user))
+        if n_user > n_ctx // 2:
+            raise InputError(f"message too long for this model: {n_user} tokens, the context holds {n_ctx}")
+        n_prompt = len(self.session(history).prompt(user))
+        if n_prompt + 1 >= n_ctx:
+            raise InputError(f"this conversation is full ({n_prompt} of {n_ctx} tokens); start a new one")
+        return n_prompt
+
+    def uncached_tokens(self, history: list[Message], user: Message) -> int:
+        """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix."""
+        prompt = self.session(history).prompt(user)
+        kv = self.worker.backend.kv_tokens
+        common = next((i for i, (a, b) in enumerate(zip(kv, prompt)) if a != b), min(len(kv), len(prompt)))
+        return len(prompt) - common
+
+    def stream(self, history: list[Message], user: Message, params: GenerateParams,
+               cancel: threading.Event | None) -> Iterator[Chunk | TurnResult]:
+        def run(worker: Worker, job: Job) -> None:
+            prompt = self.session(history).prompt(user)
+            try:
+                for item in generate(worker.backend, prompt, params, job.cancel):
+                    if isinstance(item, TurnResult):
+                        worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000)
+                    job.emit(item)
+            except ContextFull as exc:
+                raise InputError(f"this conversation is full: {exc}; start a new one") from exc
+
+        yield from self.worker.submit(run, FOREGROUND, cancel)
+
+
+class RemoteTarget:
+    remote = True
+    level = "L3"
+    identity = None
+
+    def __init__(self, client: RemoteClient):
+        self.client = client
+
+    @property
+    def model_id(self) -> str:
+        return f"L3:{self.client.model_name}"
+
+    def check(self, history: list[Message], user: Message) -> int:
+        return sum(estimate_tokens(m.content) for m in history) + estimate_tokens(user.content)
+
+    def stream(self, history: list[Message], user: Message, params: GenerateParams,
+               cancel: threading.Event | None) -> Iterator[Chunk | TurnResult]:
+        messages = [{"role": m.role, "content": m.content} for m in history + [user]]
+        yield from self.client.stream_chat(messages, params, cancel)
