@@ -141,3 +141,22 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home):
 def test_unknown_conversation_is_a_clear_error(assistant_home):
     proc, events = run_chat(assistant_home, b"hi\n", "--conversation", "999")
     assert proc.returncode == 4 and "no conversation with id 999" in events[-1]["message"]
+
+
+def test_chat_done_event_carries_route_fields(assistant_home):
+    proc, events = run_chat(assistant_home, "你好\nDesign a fault-tolerant, multi-region system for payments, compare three options and plan the migration.\n".encode(),
+                            "--route", "auto")
+    assert proc.returncode == 0, proc.stderr.decode()
+    first, second = done_events(events)
+    assert (first["level"], first["model"], first["fallback"]) == ("L1", "demo-small", None)
+    assert first["route_reason"]
+    assert (second["level"], second["model"]) == ("L2", "demo-int4")
+    assert second["fallback"] == "L3 not configured → L2"
+
+
+def test_forced_route_and_bad_l3_url(assistant_home):
+    proc, events = run_chat(assistant_home, b"hello\n", "--model", "demo-small", "--route", "L2")
+    [done] = done_events(events)
+    assert done["level"] == "L2" and done["route_reason"] == "user override"
+    proc, events = run_chat(assistant_home, b"hello\n", "--l3-url", "ftp://nowhere")
+    assert proc.returncode == 2 and "not an http(s) URL" in events[-1]["message"]
