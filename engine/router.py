@@ -20,8 +20,10 @@ _L1_MAX_CHARS = 60  # longer texts are never L1
 _HEAD, _TAIL = 1200, 600  # keyword scan window for long pasted texts (instructions sit at the ends)
 _LONG_TEXT_UNITS = 500  # ~700 tokens of prose: pasted material too long for a "short" rewrite
 _LARGE_CODE_LINES = 80  # pasted code this long is a review/restructuring job, not a snippet
+_HUGE_CODE_LINES = 300  # ~3000+ tokens of code: beyond what the local model handles well
 # Prose length in English-word equivalents → L3 evidence; long text alone reaches the threshold.
-_LENGTH_STEPS = ((_LONG_TEXT_UNITS, 4.0, "long text"), (100, 2.5, "long"), (45, 2.0, "long"), (22, 1.0, "long"))
+_LENGTH_STEPS = ((_LONG_TEXT_UNITS, 4.0, "long text"), (100, 2.5, "long"), (45, 2.0, "long"),
+                 (22, 1.0, "long"))
 
 
 @dataclass(frozen=True)
@@ -36,49 +38,54 @@ class RouteDecision:
 # --- L3 evidence: (weight, keywords). English entries are whole words (after lower-casing);
 # entries with a space or a hyphen and all Chinese entries are substrings.
 _FEATURES: dict[str, tuple[float, tuple[str, ...]]] = {
-    # Open-ended construction or formal reasoning: decisive on its own.
+    # Open-ended construction, formal reasoning, plans, long writing: decisive on their own.
     "design": (3.0, ("design", "designing", "architect", "architecture", "how would you build",
-                     "how would you design", "how would you implement", "how would you scale", "设计", "架构",
-                     "搭建一套")),
-    "scale": (2.0, ("scalable", "high availability", "high-availability", "millions of", "高可用", "高并发",
-                    "百万", "千万", "亿级", "海量")),
+                     "how would you design", "how would you implement", "how would you scale",
+                     "设计", "架构", "搭建一套")),
+    "proof": (3.0, ("prove", "proof", "proofs", "derive", "derivation", "证明", "推导", "论证")),
+    "plan": (3.0, ("roadmap", "itinerary", "curriculum", "business plan", "路线图", "计划书", "商业计划",
+                   "规划", "策划", "制定", "拟定", "行程")),
+    "long_form": (3.0, ("novel", "screenplay", "chapters", "short story", "essay", "小说", "剧本", "议论文",
+                        "论文", "长文", "章节")),
     # Named analysis methods imply a multi-dimension study.
     "method": (3.0, ("swot", "pestel", "five forces", "cost-benefit", "root cause", "sensitivity analysis",
                      "五力", "成本收益", "根因", "敏感性分析")),
-    "proof": (3.0, ("prove", "proof", "proofs", "derive", "derivation", "证明", "推导", "论证")),
-    "plan": (3.0, ("roadmap", "itinerary", "curriculum", "business plan", "路线图", "计划书", "商业计划", "规划", "策划",
-                   "制定", "拟定", "行程")),
-    "long_form": (3.0, ("novel", "screenplay", "chapters", "short story", "essay", "小说", "剧本",
-                        "议论文", "论文", "长文", "章节")),
+    # Evidence that needs company: "analyse this sentence" is L2, "analyse X from 3 angles" is not.
     "analysis": (2.0, ("analyze", "analyse", "analysis", "evaluate", "assess", "critique", "critically",
                        "weigh", "investigate", "investigation", "feasibility", "trade-offs", "tradeoffs",
                        "分析", "评估", "评价", "权衡", "剖析", "研判", "可行性", "利弊")),
     "restructure": (2.0, ("refactor", "refactoring", "migrate", "migration", "overhaul", "重构", "迁移",
                           "改造")),
+    # Scale requirements turn a how-to into a design problem.
+    "scale": (2.0, ("scalable", "high availability", "high-availability", "millions of", "高可用",
+                    "高并发", "百万", "千万", "亿级", "海量")),
     "compare": (1.5, ("compare", "comparing", "contrast", "versus", "which should i", "which is better",
                       "which one should", "对比", "比较", "选哪个", "哪个更好", "哪个好")),
+    # A whole program rather than a function.
     "build_app": (1.5, ("app", "application", "website", "game", "compiler", "interpreter", "游戏", "网站",
                         "应用", "小程序", "编译器", "解释器")),
     "depth": (1.5, ("detailed", "comprehensive", "thorough", "thoroughly", "in-depth", "in depth",
-                    "systematic", "systematically", "step by step", "step-by-step", "end-to-end",
-                    "first principles", "complete", "full", "完整", "详细", "全面", "深入", "系统地",
-                    "系统的", "逐步", "分阶段", "一步步", "深层")),
+                    "systematic", "systematically", "walk me through", "step by step", "step-by-step",
+                    "end-to-end", "first principles", "complete", "full", "完整", "详细", "全面", "深入",
+                    "系统地", "系统的", "逐步", "分阶段", "一步步", "深层")),
     "deliverable": (1.5, ("plan", "strategy", "proposal", "report", "framework", "program", "programme",
                           "policy", "pipeline", "milestones", "timeline", "projection", "scenarios",
-                          "recommend", "recommendation", "justify", "model", "propose", "guidelines", "方案", "策略", "报告",
-                          "框架", "体系", "计划", "提出", "预案", "时间线", "路径", "指南", "章程", "测算",
-                          "优先级", "选型", "路线", "大纲")),
-    "scope": (1.0, ("including", "covering", "considering", "in terms of", "perspectives",
+                          "recommend", "recommendation", "justify", "model", "propose", "guidelines",
+                          "方案", "策略", "报告", "框架", "体系", "计划", "提出", "预案", "时间线", "路径",
+                          "指南", "章程", "测算", "优先级", "选型", "路线", "大纲")),
+    "scope": (1.0, ("including", "covering", "considering", "in terms of", "perspectives", "everything",
                     "dimensions", "包括", "包含", "考虑", "角度", "层面", "方面", "维度", "从零")),
-    "multi_step": (1.0, ("and then", "then", "as well as", "并给出", "并提出", "并说明", "并讨论",
-                         "并解释", "并分析", "并判断", "并预测", "并列出", "然后", "同时", "结合")),
+    "multi_step": (1.0, ("and then", "then", "as well as", "并给出", "并提出", "并说明", "并讨论", "并解释",
+                         "并分析", "并判断", "并预测", "并列出", "然后", "同时", "结合")),
     # The user's own organisation: decisions and plans rather than textbook questions.
     "own_org": (1.0, ("our", "我们公司", "我们团队", "我们的", "本公司")),
-    "simple": (-1.5, ("simple", "quick", "quickly", "brief", "briefly", "one sentence",
-                      "one-liner", "a paragraph", "简单", "简短", "一句话", "几句话", "小方法")),
+    "simple": (-1.5, ("simple", "quick", "quickly", "brief", "briefly", "one sentence", "one-liner",
+                      "a paragraph", "简单", "简短", "一句话", "几句话", "小方法")),
 }
 # Nouns that contain a feature keyword but ask for no such work ("设计师" is a designer).
-_NOT_FEATURES = ("design pattern", "设计模式", "设计师", "分析师", "架构师", "推导式", "规划局")
+_NOT_FEATURES = ("design pattern", "设计模式", "设计师", "分析师", "架构师", "推导式", "规划局",
+                 # the user's own text is input to check, not long writing to produce
+                 "my essay", "my story", "my novel", "my report", "我的论文", "我的作文", "我的小说", "我的报告")
 # Punctuation → space, so that str.split() yields words; apostrophes stay ("what's").
 _TOKEN_TABLE = str.maketrans({c: " " for c in '.,;:!?()[]{}"“”/\\<>*+=-—_#@&%$^|~`，。！？：；、（）《》「」…'})
 # Lookups chosen for speed on a slow CPU: a set intersection for English words, a first-word index
@@ -109,14 +116,15 @@ _QUOTED = re.compile(r'"[^"]{12,}"|“[^”]{12,}”|「[^」]{12,}」|‘[^’]
 # The size of the input the user refers to: "400-line module", "三千行的项目".
 _BIG_INPUT = re.compile(r"\d(?:\d{2,5}|,\d{3})\s*-?\s*(?:lines?|行)|[一二两三四五六七八九几数][百千万]行")
 _FENCED = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
-# One line of unfenced code: a keyword start, a bracket/semicolon end, or deep indentation.
+# One line of unfenced code: a keyword start, a bracket/semicolon end, or deep indentation. Every
+# branch is anchored at a line start (one match per line) and uses [ \t], not \s (no run across lines).
 _CODE_LINE = re.compile(
-    r"^\s*(?:def|class|import|from|return|if|elif|else|for|while|try|except|public|private|function|const"
-    r"|let|var|#include)\b|[;{}]\s*$|^\s{4,}\S", re.MULTILINE)
+    r"^(?:[ \t]*(?:def|class|import|from|return|if|elif|else|for|while|try|except|public|private|function"
+    r"|const|let|var|#include)\b|[^\n]*[;{}][ \t]*$|[ \t]{4,}\S)", re.MULTILINE)
 # Code signs, cheapest first (substring tests in C; one-branch regexes only when a marker is present).
 _CODE_CALL = re.compile(r"[\w\])]\([^()\n]*\)")  # f(x), print("hi"), foo.bar()
 _CODE_START = re.compile(
-    r"^\s*(?:def|class|import|from|function|public|private|const|let|var|select|if|for|while)\s[^\n]*[:{(;=]",
+    r"^[ \t]*(?:def|class|import|from|function|public|private|const|let|var|select|if|for|while) [^\n]*[:{(;=]",
     re.MULTILINE)
 
 # --- L1: the whole (short) text must match one of these.
@@ -132,13 +140,13 @@ _GREET_EN = frozenset((
 ).split())
 _L1_ZH = re.compile(
     r"(?:你好|您好|嗨|哈喽|哈啰|早上好|早安|中午好|下午好|晚上好|晚安|早|在吗|在不在|谢谢|多谢|感谢|谢了|帮助|"
-    r"帮忙|辛苦了|再见|拜拜|明天见|回头见|下次见|先这样|好的|好嘞|好吧|好滴|好|行|可以|收到|知道了|明白了?|懂了|"
-    r"对的|对|是的|没问题|没事了?|没关系|不客气|不好意思|抱歉|对不起|打错字|哈+|嘿+|嗯+|哦+|噢|呵呵|厉害|太好笑|"
+    r"帮忙|辛苦了|再见|拜拜|明天见|回头见|下次见|先这样|好的|好嘞|好吧|好滴|好|行|可以|收到|知道了|明白了|明白|懂了|"
+    r"对的|对|是的|没问题|没事了|没事|没关系|不客气|不好意思|抱歉|对不起|打错字|哈|嘿|嗯|哦|噢|呵呵|厉害|太好笑|"
     r"你是谁|你能做什么|你会做什么|你可以做什么|你会什么|讲个笑话|说个笑话|来个笑话|今天|过得|还好|你是机器人|"
     r"你是人工智能|你叫什么名字|你叫什么|你会说中文|你会说英文|你能听到|最近怎么样|怎么样|我好无聊|好无聊|无聊|"
     r"兄弟|非常|真的|太|了|呀|啊|吗|呢|吧|啦|嘛|哟|的|你|我|再说一遍|重复一下|说简短一点|简短一点|短一点|"
     r"说简单点|简单点|继续|"
-    r"[\s，。！？!?,.~～、…:：;；)(（）\-_^]|[\U0001F300-\U0001FAFF\u2600-\u27BF])+")
+    r"[\s，。！？!?,.~～、…:：;；)(（）\-_^]|[\U0001F300-\U0001FAFF\u2600-\u27BF])++")  # possessive: linear time
 _TIME_Q = re.compile(
     r"(?:今天|明天|昨天|现在|今年|这周|本周)(?:是)?(?:几号|几月份?|星期几|周几|礼拜几|几点了?|周末吗|"
     r"什么日子|哪一年|几几年|多少号)[吗呢啊呀?？。!！\s]*"
@@ -156,6 +164,7 @@ _TRANSLATE = re.compile(
     r"(?:翻译|翻译一下|译)\s*[:：]\s*[\"“']?[a-z'’-]{1,20}[\"”']?[。.]?"
     rf"|(?:把|请把)?[“\"「‘']?[^\s“”\"「」‘’']{{1,8}}[”\"」’']?(?:用|的|翻译成|翻成|译成)\s*{_LANG_ZH}"
     r"(?:怎么说|怎么讲|是什么|是啥|叫什么)?[吗呢?？。]*"
+    rf"|用{_LANG_ZH}(?:怎么说|怎么讲)\s*[:：]?\s*[“\"「‘']?[^\s“”\"「」‘’']{{1,8}}[”\"」’']?[?？。]*"
     r"|(?:translate|how do (?:you|i) say|what(?:'s| is)(?: the word)?)\s+[\"“'‘]?[a-z'’ -]{1,20}?[\"”'’]?"
     r"\s+(?:into|in|to)\s+[a-z]+[?.!]*")
 
@@ -193,7 +202,8 @@ def _words(low: str) -> list[str]:
     return low.translate(_TOKEN_TABLE).split() if low.isascii() else _ASCII_WORD.findall(low)
 
 
-def _l3_evidence(low: str, tokens: list[str], has_cjk: bool, units: float, code_lines: int) -> tuple[float, list[str]]:
+def _l3_evidence(low: str, tokens: list[str], has_cjk: bool, units: float,
+                 code_lines: int) -> tuple[float, list[str]]:
     """Sum the weights of the L3 features present; also return them as "name+weight" strings."""
     scan = low
     if '"' in low or "“" in low or "「" in low or "‘" in low:
@@ -224,7 +234,9 @@ def _l3_evidence(low: str, tokens: list[str], has_cjk: bool, units: float, code_
     questions = low.count("?") + low.count("？")
     if questions >= 3:
         parts.append((1.5, f"{questions} questions+1.5"))
-    if code_lines >= _LARGE_CODE_LINES:
+    if code_lines >= _HUGE_CODE_LINES:
+        parts.append((4.0, f"{code_lines} code lines+4"))
+    elif code_lines >= _LARGE_CODE_LINES:
         parts.append((2.0, f"{code_lines} code lines+2"))
     for min_units, weight, label in _LENGTH_STEPS:
         if units >= min_units:
@@ -261,7 +273,7 @@ def classify(text: str) -> RouteDecision:
     if lines >= 4:
         code = bool(code_lines) or _looks_like_code(low)
         if code:
-            code_lines += len(_CODE_LINE.findall(low))
+            code_lines += int(len(_CODE_LINE.findall(low)) * scale)
     has_cjk = not low.isascii() and _CJK.search(low) is not None
     tokens = _words(low)
     if not code_lines and not has_cjk and (not tokens or (len(low) <= 12 and not any(map(str.isalnum, low)))):
