@@ -138,17 +138,28 @@ _GREET_EN = frozenset((
     "there please again shorter simpler continue go on robot ai bot human real the for help today "
     "you're welcome of course"
 ).split())
-_L1_ZH = re.compile(
-    r"(?:你好|您好|嗨|哈喽|哈啰|早上好|早安|中午好|下午好|晚上好|晚安|早|在吗|在不在|谢谢|多谢|感谢|谢了|帮助|"
+_L1_ZH_PIECES = (
+    r"你好|您好|嗨|哈喽|哈啰|早上好|早安|中午好|下午好|晚上好|晚安|早|在吗|在不在|谢谢|多谢|感谢|谢了|帮助|"
     r"帮忙|辛苦了|再见|拜拜|明天见|回头见|下次见|先这样|好的|好嘞|好吧|好滴|好|行|可以|收到|知道了|明白了|明白|懂了|"
     r"对的|对|是的|没问题|没事了|没事|没关系|不客气|不好意思|抱歉|对不起|打错字|哈|嘿|嗯|哦|噢|呵呵|厉害|太好笑|"
     r"你是谁|你能做什么|你会做什么|你可以做什么|你会什么|讲个笑话|说个笑话|来个笑话|今天|过得|还好|你是机器人|"
     r"你是人工智能|你叫什么名字|你叫什么|你会说中文|你会说英文|你能听到|最近怎么样|怎么样|我好无聊|好无聊|无聊|"
     r"兄弟|非常|真的|太|了|呀|啊|吗|呢|吧|啦|嘛|哟|的|你|我|再说一遍|重复一下|说简短一点|简短一点|短一点|"
     r"说简单点|简单点|继续|"
-    r"[\s，。！？!?,.~～、…:：;；)(（）\-_^]|[\U0001F300-\U0001FAFF\u2600-\u27BF])++")  # possessive: linear time
+    r"[\s，。！？!?,.~～、…:：;；)(（）\-_^]|[\U0001F300-\U0001FAFF\u2600-\u27BF]")
+_L1_ZH = re.compile(f"(?:{_L1_ZH_PIECES})++")  # possessive: linear time, no backtracking blow-up
+_L1_ZH_PIECE = re.compile(_L1_ZH_PIECES)
+# Near-misses: a short text with a clear small-talk anchor and at most a couple of other words is
+# still small talk ("thanks a ton", "谢谢，你太棒了") unless what is left asks for something.
+_ANCHORS_EN = frozenset("thanks thank thx ty hi hello hey bye goodbye ok okay lol haha cool nice great awesome "
+                        "sorry morning night cheers".split())
+_REQUEST_EN = frozenset("explain write fix make give show list translate summarize summarise create generate "
+                        "find check compare describe rewrite improve add change remove update calculate".split())
+_ANCHORS_ZH = ("谢谢", "感谢", "多谢", "你好", "您好", "嗨", "哈喽", "再见", "拜拜", "晚安", "早安", "好的", "收到",
+               "哈哈", "嗯嗯")
+_REQUEST_ZH = ("写", "帮", "怎", "如何", "为什么", "什么", "解释", "翻译", "算", "讲", "给")
 _TIME_Q = re.compile(
-    r"(?:今天|明天|昨天|现在|今年|这周|本周)(?:是)?(?:几号|几月份?|星期几|周几|礼拜几|几点了?|周末吗|"
+    r"(?:今天|明天|昨天|后天|现在|今年|这周|本周|(?:下|上|这)?(?:周|星期|礼拜)[一二三四五六日天末])(?:是)?(?:几号|几月份?|星期几|周几|礼拜几|几点了?|周末吗|"
     r"什么日子|哪一年|几几年|多少号)[吗呢啊呀?？。!！\s]*"
     r"|(?:what(?:'s| is) (?:the )?(?:time|date|day)(?: is it)?(?: now| today)?"
     r"|what(?:'s| is) today'?s? date|what time is it(?: now)?|what day is (?:it|today)(?: today)?"
@@ -183,12 +194,26 @@ def _has_alnum(token: str) -> bool:
     return any(c.isalnum() for c in token)
 
 
+def _near_small_talk(low: str, tokens: list[str], has_cjk: bool) -> bool:
+    if has_cjk:
+        if len(low) > 12 or not any(a in low for a in _ANCHORS_ZH):
+            return False
+        rest = _L1_ZH_PIECE.sub("", low)
+        return len(rest) <= 3 and not any(r in rest for r in _REQUEST_ZH)
+    if len(tokens) > 6 or _ANCHORS_EN.isdisjoint(tokens):
+        return False
+    unknown = [t for t in tokens if t.strip("'’") not in _GREET_EN and _has_alnum(t)]
+    return len(unknown) <= 1 and _REQUEST_EN.isdisjoint(unknown)
+
+
 def _is_l1(low: str, tokens: list[str], has_cjk: bool) -> str | None:
     if has_cjk:
         if _L1_ZH.fullmatch(low):
             return "greeting/thanks/small talk"
     elif len(tokens) <= 10 and all(t.strip("'’") in _GREET_EN or not _has_alnum(t) for t in tokens):
         return "greeting/thanks/small talk"
+    if _near_small_talk(low, tokens, has_cjk):
+        return "small talk (near match)"
     if _TIME_Q.fullmatch(low):
         return "time/date question"
     if _ARITH.fullmatch(low):

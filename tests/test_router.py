@@ -58,6 +58,14 @@ def test_l3_design_proof_plans_long_writing_comparisons(text):
     assert classify(text).level == "L3"
 
 
+@pytest.mark.parametrize("text, level", [
+    ("thanks a bunch", "L1"), ("ok, rewrite it", "L2"), ("hello, explain DNS", "L2"),
+    ("好的，辛苦你啦", "L1"), ("谢谢，帮我再写一个", "L2"), ("你好，为什么天是蓝的", "L2"),
+])
+def test_near_small_talk_needs_an_anchor_and_no_request(text, level):
+    assert classify(text).level == level
+
+
 def test_decision_has_reason_and_time():
     d = classify("Design a URL shortener.")
     assert d.level == "L3" and "design" in d.reason and d.score >= 3
