@@ -4,6 +4,7 @@ import argparse
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,21 @@ def test_quoted_material_keywords_do_not_count():
     # "report" and "strategy" inside the quoted sentence are the object of a grammar question.
     text = 'What tense is used in "She had written the report and the strategy before noon"?'
     assert classify(text).level == "L2"
+
+
+@pytest.mark.parametrize("text", [
+    "好的" * 29 + "x",  # once exponential backtracking in the small-talk regex
+    "哈" * 59 + "?",
+    "```\n" * 2000,
+    "fix this\n```\n" + "x = 1;\n" * 5000,
+    "word, " * 20000,
+    "这是一段很长的文字，" * 50000,
+])
+def test_adversarial_inputs_stay_linear(text):
+    # A generous stall probe, not a benchmark: each of these takes well under 50 ms.
+    t0 = time.perf_counter()
+    classify(text)
+    assert time.perf_counter() - t0 < 1.0
 
 
 # --- stickiness
