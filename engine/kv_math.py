@@ -142,8 +142,9 @@ def facts_from_catalog(entry: ModelEntry) -> ModelFacts:
 
     The catalog has no vocabulary or embedding width: n_embd is taken as n_heads*head_dim_k and the
     vocabulary from VOCAB_BY_ARCH; the embedding is removed from the file size and the rest split
-    evenly over the layers. The output matrix is assumed untied at Q6_K (or the file's type if
-    larger), so the GPU side errs high.
+    evenly over the layers (as if the output were tied). Offloading the output layer is then costed
+    as an untied output matrix at Q6_K (or the file's type if larger), so the GPU side errs high
+    while a CPU-only load still adds up to the file size.
     """
     n = entry.n_layers
     n_embd = entry.n_heads * entry.head_dim_k
@@ -161,8 +162,8 @@ def facts_from_catalog(entry: ModelEntry) -> ModelFacts:
         name=entry.id, arch=entry.arch, source="catalog", n_layers=n, n_heads=(entry.n_heads,) * n,
         n_kv_heads=(entry.n_kv_heads,) * n, head_dim_k=entry.head_dim_k, head_dim_v=entry.head_dim_v,
         n_embd=n_embd, n_vocab=vocab, context_length=entry.context_length, n_swa=entry.sliding_window,
-        swa_layers=swa, layer_bytes=(per_layer,) * n, input_bytes=embd, output_bytes=output,
-        output_copy_bytes=0, file_weights_bytes=entry.size_bytes, notes=tuple(notes))
+        swa_layers=swa, layer_bytes=(per_layer,) * n, input_bytes=embd, output_bytes=0,
+        output_copy_bytes=output, file_weights_bytes=entry.size_bytes, notes=tuple(notes))
 
 
 # ---- KV cache
