@@ -9,6 +9,7 @@ Every number is computed from metadata (engine/kv_math.py); the plan never excee
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -121,8 +122,8 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
     """
     if vram_budget_mb is None:
         vram_budget_mb = default_vram_budget_mb(snapshot())
-    if not isinstance(vram_budget_mb, (int, float)) or vram_budget_mb != vram_budget_mb:
-        raise PlanError(f"VRAM budget must be a number of MiB, got {vram_budget_mb!r}")
+    if not isinstance(vram_budget_mb, (int, float)) or not math.isfinite(vram_budget_mb):
+        raise PlanError(f"VRAM budget must be a finite number of MiB, got {vram_budget_mb!r}")
     if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
         raise PlanError(f"context must be a positive number of tokens, got {n_ctx!r}")
     if kv_type is not None and kv_type not in kv_math.KV_TYPES:
@@ -145,7 +146,9 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
         steps.append("no VRAM budget: CPU only")
     else:
         choice = _search(f, n_ctx, kvs, fa_for, fits, steps)
-    return _make_plan(f, choice, asked, budget, n_ubatch, swa_full, steps)
+    result = _make_plan(f, choice, asked, budget, n_ubatch, swa_full, steps)
+    log.debug("plan for %s: %s", f.name, result.explanation)
+    return result
 
 
 def _search(f: ModelFacts, n_ctx: int, kvs: list[str], fa_for: dict, fits, steps: list[str]) -> _Try:

@@ -140,7 +140,7 @@ def test_shrink_order_kv_q8_then_context_then_q4_then_layers():
 
 
 def test_bad_budget_and_context_are_refused():
-    for bad in ("6144", float("nan"), [1]):  # the CLI parses text with parse_budget first
+    for bad in ("6144", float("nan"), float("inf"), [1]):  # the CLI parses text with parse_budget first
         with pytest.raises(PlanError):
             plan(SMOL, bad)
     with pytest.raises(PlanError):
