@@ -1,6 +1,8 @@
 """KV / weights accounting and the planner's policy. Fast: metadata only, no model loads."""
 
 import argparse
+import json
+import subprocess
 
 import gguf
 import numpy as np
@@ -16,6 +18,7 @@ from engine.kv_math import MIB, facts_from_catalog, facts_from_gguf, kv_bytes, k
 from engine.planner import Plan, PlanError, plan
 
 from tests.conftest import MODELS
+from tests.util import cli, cli_env
 
 CATALOG = load_catalog()
 SMOL = facts_from_gguf(read_gguf(MODELS["demo-small"]), "demo-small")
@@ -167,6 +170,19 @@ def test_cli_plan_works_for_a_catalog_model_that_is_not_downloaded(capsys):
     assert cmd_plan(args) == 0
     out = capsys.readouterr().out
     assert "n_gpu_layers 29 of 29" in out and "catalog facts" in out
+
+
+def test_cli_end_to_end_json_and_errors(tmp_path):
+    ok = subprocess.run(cli("plan", "--model", "qwen2.5-7b-instruct-q4_k_m", "--vram-budget-mb", "3072", "--json"),
+                        capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    p = json.loads(ok.stdout)
+    assert p["offload"] == "partial" and p["gpu_bytes_total"] <= 3072 * MIB and p["budget_source"] == "given"
+    bad = subprocess.run(cli("plan", "--model", "demo-small", "--vram-budget-mb", "-3"),
+                         capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
+    assert bad.returncode == 2 and "0 or more" in bad.stderr and "Traceback" not in bad.stderr
+    dev = subprocess.run(cli("devices", "--json"), capture_output=True, text=True, env=cli_env(tmp_path), timeout=60)
+    assert dev.returncode == 0 and "default_vram_budget_mb" in json.loads(dev.stdout)
 
 
 # ---- properties
