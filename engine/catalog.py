@@ -31,6 +31,7 @@ class ModelEntry:
     context_length: int = 0
     sliding_window: int = 0
     chat_template: str = "gguf"  # "gguf" = from metadata, else a fallback registry name
+    confidence_threshold: float = 0.0  # calibrated cascade threshold for this model; 0 = the default
     source_repo: str = ""
     url: str = ""
     sha256: str = ""

@@ -148,8 +148,18 @@ class ChatLoop:
                 for r in rows:
                     mark = "*" if r["id"] == self.conversation_id else " "
                     self.out.info(f"{mark}{r['id']:>5}  {r['updated'][:19]}  {r['title']}")
+        elif cmd == "/route":
+            try:
+                self.assistant.set_conversation_route(self.conversation_id, arg.strip() or "auto")
+            except InputError as exc:
+                self.out.error(str(exc))
+                self.failures += 1
+                return None
+            self.out.notice("route", f"[conversation {self.conversation_id}: route {arg.strip() or 'auto'}]",
+                            conversation_id=self.conversation_id, route=arg.strip() or "auto")
         elif cmd == "/help":
-            self.out.info("/new  start a conversation · /switch ID · /list · /quit · //text sends '/text'")
+            self.out.info("/new  start a conversation · /switch ID · /list · /route auto|L1|L2|L3 · /quit"
+                          " · //text sends '/text'")
         else:
             self.out.error(f"unknown command {cmd} (try /help; start a message with // to send a slash)")
             self.failures += 1
@@ -222,13 +232,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except RemoteError as exc:
         out.error(str(exc))
         return EXIT_USAGE
-    threshold = None if args.no_cascade or not settings.get("cascade.enabled") else (
-        args.cascade_threshold if args.cascade_threshold is not None else settings.get("cascade.threshold"))
+    threshold = args.cascade_threshold if args.cascade_threshold is not None else (
+        settings.get("cascade.threshold") or None)
     tiers = {"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}
+    vram = args.vram_budget_mb if args.vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
     try:
         assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug, tiers=tiers,
-                              remote=remote, cascade_threshold=threshold,
-                              max_switch_s=settings.get("router.max_switch_s"))
+                              remote=remote, cascade=settings.get("cascade.enabled") and not args.no_cascade,
+                              cascade_threshold=threshold, max_switch_s=settings.get("router.max_switch_s"),
+                              vram_budget_mb=None if vram < 0 else vram)
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
         return EXIT_MODEL
@@ -295,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--l3-model", help="model name to ask the L3 endpoint for")
     c.add_argument("--no-cascade", action="store_true", help="never re-ask a low-confidence L1 answer on L2")
     c.add_argument("--cascade-threshold", type=float, help="confidence below which L1 answers are re-asked")
+    c.add_argument("--vram-budget-mb", type=float, help="VRAM for the GPU tier (default: free VRAM minus a margin)")
     c.set_defaults(func=cmd_chat)
 
     m = sub.add_parser("models", help="list the model catalog and which files are present")

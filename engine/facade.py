@@ -29,6 +29,9 @@ from engine.targets import InputError, LocalTarget, RemoteTarget
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
+# Geometric-mean token probability below which an L1 answer is re-asked on L2, for models the
+# catalog has no calibration for. Small models are less sure of everything: calibrate per model.
+DEFAULT_CASCADE_THRESHOLD = 0.35
 LEVELS = ("L1", "L2", "L3")
 # Nearest available tier when one is missing: prefer stronger, then weaker.
 FALLBACK_ORDER = {"L1": ("L1", "L2", "L3"), "L2": ("L2", "L1", "L3"), "L3": ("L3", "L2", "L1")}
@@ -80,8 +83,10 @@ class Assistant:
             two-tier default `tiers`.
         tiers: level → model for L1/L2 (used when `model` is None).
         remote: the L3 endpoint, if the user configured one.
-        cascade_threshold: re-ask an auto-routed L1 answer on L2 when its geometric-mean token
-            probability is below this (None = off).
+        cascade: re-ask an auto-routed L1 answer on L2 when its geometric-mean token probability
+            is below `cascade_threshold` (None: the L1 model's catalog calibration, else
+            DEFAULT_CASCADE_THRESHOLD).
+        vram_budget_mb: VRAM for the GPU tier (None: free VRAM minus a margin).
 
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
@@ -90,21 +95,26 @@ class Assistant:
     def __init__(self, db: Database, model: str | None = None, load: LoadParams = LoadParams(),
                  debug: bool = False, catalog: Catalog | None = None, *,
                  tiers: dict[str, str] | None = None, remote: RemoteConfig | None = None,
-                 cascade_threshold: float | None = None, max_switch_s: float = 1.5,
-                 manager: ModelManager | None = None):
+                 cascade: bool = False, cascade_threshold: float | None = None, max_switch_s: float = 1.5,
+                 vram_budget_mb: float | None = None, manager: ModelManager | None = None):
         self.db = db
-        self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog)
+        self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
+                                               vram_budget_mb=vram_budget_mb)
         self.single_model = model is not None
         if model is not None:
             self.tiers = {"L1": model, "L2": model}
         else:
             self.tiers = dict(tiers or {"L1": "demo-small", "L2": "demo-int4"})
         self.remote = RemoteClient(remote) if remote and remote.base_url else None
-        self.cascade_threshold = cascade_threshold
         self.max_switch_s = max_switch_s
         self._conversations: dict[int, Conversation] = {}
         self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
-        self._primary = self.manager.get(self.tiers["L1"])  # fail early with a clear message
+        self._primary = self._local("L1").worker  # fail early with a clear message
+        if cascade and cascade_threshold is None:
+            entry = self._primary.model.entry
+            calibrated = entry.confidence_threshold if entry else 0.0
+            cascade_threshold = calibrated or DEFAULT_CASCADE_THRESHOLD
+        self.cascade_threshold = cascade_threshold if cascade else None
 
     # ---- single-model conveniences (CLI default, tests)
     @property
@@ -151,10 +161,21 @@ class Assistant:
         return conv
 
     # ---- routing
+    def set_conversation_route(self, conversation_id: int, route: str) -> None:
+        """Force a level for every message of a conversation ("auto" lets the router decide)."""
+        if route not in ("auto", *LEVELS):
+            raise InputError(f"route must be auto, L1, L2 or L3, not {route!r}")
+        self.conversation(conversation_id)
+        self.db.update_conversation(conversation_id, route=route)
+
     def route(self, conversation_id: int, text: str, forced: str = "auto") -> RouteDecision:
-        """Decide the level for a message: user override, else classifier + cache stickiness."""
+        """Decide the level for a message: the message's override, the conversation's, else the
+        classifier + cache stickiness."""
         if forced in LEVELS:
             return RouteDecision(forced, "user override", 0.0)
+        row = self.db.conversation(conversation_id)
+        if row and row["route"] in LEVELS:
+            return RouteDecision(row["route"], "conversation override", 0.0)
         decision = classify(text)
         warm = self._warm.get(conversation_id)
         if warm and decision.level in ("L1", "L2") and warm != decision.level:
@@ -172,7 +193,8 @@ class Assistant:
         model = self.tiers.get(level)
         if not model:
             return None
-        return LocalTarget(level, self.manager.get(model))
+        # L2 is the GPU tier; L1 stays on the CPU so the GPU's memory goes to L2.
+        return LocalTarget(level, self.manager.get(model, gpu=level != "L1" or self.single_model))
 
     def _targets(self, level: str) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:
         """Targets to try for `level`, nearest first, each with the fallback note if not `level`."""
@@ -230,7 +252,8 @@ class Assistant:
         yield done
 
     def _should_cascade(self, done: TurnDone, route: str) -> bool:
-        return (done.level == "L1" and route == "auto" and self.cascade_threshold is not None
+        return (done.level == "L1" and route == "auto" and not done.route_reason.endswith("override")
+                and self.cascade_threshold is not None
                 and done.confidence is not None and done.confidence < self.cascade_threshold
                 and done.stats.get("finish_reason") != "cancelled"
                 and bool(self.tiers.get("L2")) and self.tiers["L2"] != self.tiers["L1"])

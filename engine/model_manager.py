@@ -8,41 +8,41 @@ import threading
 
 import psutil
 
+from dataclasses import replace
+
 from engine.backend import LoadParams, ModelLoadError
 from engine.catalog import Catalog, ResolvedModel, resolve_model
-from engine.gguf_info import GGUFError, read_gguf
+from engine.gguf_info import GGUFError
+from engine.planner import Plan, PlanError, plan
 from engine.runtime import Worker
 
 log = logging.getLogger(__name__)
 
 
-def estimate_bytes(model: ResolvedModel, params: LoadParams) -> int:
-    """Memory a loaded model needs: weights (file size) + f16 KV for n_ctx + ~10 % compute buffers."""
-    info = read_gguf(model.path)
-    n_layers = int(info.arch_value("block_count", 0) or 0)
-    n_kv = info.arch_value("attention.head_count_kv", 0) or 0
-    n_kv = max(n_kv) if isinstance(n_kv, list) else int(n_kv)
-    n_embd = int(info.arch_value("embedding_length", 0) or 0)
-    n_head = info.arch_value("attention.head_count", 1) or 1
-    n_head = max(n_head) if isinstance(n_head, list) else int(n_head)
-    k_len = int(info.arch_value("attention.key_length", n_embd // max(n_head, 1)) or 0)
-    v_len = int(info.arch_value("attention.value_length", k_len) or 0)
-    kv = n_layers * n_kv * (k_len + v_len) * 2 * params.n_ctx
-    return int(model.path.stat().st_size * 1.1) + kv
+def ram_bytes(p: Plan) -> int:
+    """Host memory a planned load takes: weights and KV left on the CPU, plus CPU compute buffers."""
+    cpu_compute = p.compute_buffer_bytes_estimate if p.offload == "cpu" else 0
+    return (p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu) + cpu_compute
 
 
 class ModelManager:
     """Owns every loaded `Worker`; one per model file, never two copies.
 
+    Each load is planned (engine.planner): a GPU model gets the VRAM budget and the planner's
+    layers / context / KV type; a CPU model gets budget 0. The RAM the plans leave on the host
+    is what the budget limits.
+
     Args:
-        budget_bytes: memory the loaded models may use together (default: 80 % of available RAM).
-        params: load parameters for every model.
+        budget_bytes: host memory the loaded models may use together (default: 80 % of available RAM).
+        params: base load parameters (n_ctx wanted, threads); the plan fills in the rest.
+        vram_budget_mb: VRAM for GPU models (None: free VRAM of the best GPU minus a margin).
     """
 
     def __init__(self, budget_bytes: int | None = None, params: LoadParams = LoadParams(),
-                 debug: bool = False, catalog: Catalog | None = None):
+                 debug: bool = False, catalog: Catalog | None = None, vram_budget_mb: float | None = None):
         self.budget_bytes = budget_bytes if budget_bytes is not None else int(psutil.virtual_memory().available * 0.8)
         self.params = params
+        self.vram_budget_mb = vram_budget_mb
         self.debug = debug
         self.catalog = catalog
         self._workers: dict[str, tuple[Worker, int]] = {}  # resolved path -> (worker, bytes)
@@ -52,8 +52,18 @@ class ModelManager:
     def resolve(self, name_or_path: str | None) -> ResolvedModel:
         return resolve_model(name_or_path, self.catalog)
 
-    def get(self, name_or_path: str | None) -> Worker:
+    def plan_for(self, model: ResolvedModel, gpu: bool) -> Plan:
+        try:
+            return plan(model.path, self.vram_budget_mb if gpu else 0, self.params.n_ctx,
+                        swa_full=self.params.swa_full, catalog=self.catalog)
+        except (GGUFError, PlanError) as exc:
+            raise ModelLoadError(str(exc)) from exc
+
+    def get(self, name_or_path: str | None, gpu: bool = True) -> Worker:
         """The loaded worker for a model, loading it (and evicting LRU idle ones) if needed.
+
+        Args:
+            gpu: plan the load into the VRAM budget (the L2 tier); False keeps it on the CPU (L1).
 
         Raises:
             ModelNotFound, ModelLoadError: the model cannot be loaded.
@@ -63,14 +73,15 @@ class ModelManager:
         with self._lock:
             if key in self._workers:
                 return self._workers[key][0]
-            try:
-                need = estimate_bytes(model, self.params)
-            except GGUFError as exc:
-                raise ModelLoadError(str(exc)) from exc
+            p = self.plan_for(model, gpu)
+            need = ram_bytes(p)
             self._make_room(need)
-            worker = Worker.load(model, self.params, self.debug)
+            params = replace(self.params, **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"})
+            worker = Worker.load(model, params, self.debug)
+            worker.plan = p
             self._workers[key] = (worker, need)
-            log.info("loaded %s (~%d MB); %d model(s) resident", model.id, need >> 20, len(self._workers))
+            log.info("loaded %s (%s, ~%d MiB host memory); %d model(s) resident", model.id, p.offload,
+                     need >> 20, len(self._workers))
             return worker
 
     def _make_room(self, need: int) -> None:

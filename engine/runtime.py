@@ -75,6 +75,7 @@ class Worker:
         self.last_used = time.monotonic()
         self.prompt_tps: float | None = None  # measured, smoothed: prices a cache miss for the router
         self._closed = False
+        self.plan = None  # the planner's Plan this model was loaded with, when planned
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         self._thread.start()
 

@@ -26,7 +26,8 @@ DEFAULTS: dict[str, Any] = {
     "router.mode": "auto",           # auto | L1 | L2 | L3
     "router.max_switch_s": 1.5,      # cache-aware stickiness: longest re-evaluation worth a switch
     "cascade.enabled": True,         # low-confidence L1 answer → re-answer on L2
-    "cascade.threshold": 0.35,       # geometric-mean token probability below which L1 is re-asked
+    "cascade.threshold": 0.0,        # geometric-mean token probability below which L1 is re-asked;
+                                     # 0 = the L1 model's catalog calibration (else 0.35)
     "runtime.n_ctx": 4096,
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM
     "runtime.vram_budget_mb": -1,    # -1 = free VRAM minus a safety margin

@@ -36,6 +36,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- A low-confidence answer re-asked on a stronger tier stays in the record, out of the context.
         ALTER TABLE messages ADD COLUMN superseded_by INTEGER REFERENCES messages(id) ON DELETE SET NULL;
     """),
+    ("0003_conversation_route", """
+        -- The user's per-conversation tier override: auto | L1 | L2 | L3.
+        ALTER TABLE conversations ADD COLUMN route TEXT NOT NULL DEFAULT 'auto';
+    """),
 ]
 
 

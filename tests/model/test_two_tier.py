@@ -5,8 +5,8 @@ import threading
 import pytest
 
 from engine.backend import LoadParams
-from engine.facade import Assistant, TurnDone
-from engine.model_manager import ModelManager, estimate_bytes
+from engine.facade import Assistant, InputError, TurnDone
+from engine.model_manager import ModelManager, ram_bytes
 from engine.paths import db_path
 from engine.remote import RemoteConfig
 from engine.runtime import BACKGROUND, FOREGROUND
@@ -47,14 +47,31 @@ def test_auto_routing_sends_greeting_to_l1_and_design_to_l2(two_tier):
     assert rows[-1]["level"] == "L2" and rows[-1]["stats"]["fallback"] == "L3 not configured → L2"
 
 
-def test_user_override_per_message(two_tier):
+def test_user_override_per_message_and_per_conversation(two_tier):
     cid = two_tier.new_conversation()
     [d] = ask(two_tier, cid, "你好", route="L2")
     assert d.level == "L2" and d.route_reason == "user override"
+    two_tier.set_conversation_route(cid, "L2")
+    [d] = ask(two_tier, cid, "谢谢")
+    assert d.level == "L2" and d.route_reason == "conversation override"
+    [d] = ask(two_tier, cid, "谢谢", route="L1")  # the message's own override wins
+    assert d.level == "L1"
+    two_tier.set_conversation_route(cid, "auto")
+    with pytest.raises(InputError):
+        two_tier.set_conversation_route(cid, "L9")
+
+
+def test_cascade_uses_the_models_calibration(model_paths):
+    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=1024), cascade=True)
+    try:
+        assert a.cascade_threshold == a._primary.model.entry.confidence_threshold == 0.09
+    finally:
+        a.close()
 
 
 def test_cascade_reasks_weak_l1_answer_on_l2(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048), cascade_threshold=0.999)
+    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048), cascade=True,
+                  cascade_threshold=0.999)
     try:
         cid = a.new_conversation()
         first, second = ask(a, cid, "hi there!")
@@ -101,9 +118,9 @@ def test_l3_end_to_end_then_falls_back_when_server_stops(model_paths):
 
 def test_manager_evicts_lru_and_never_loads_twice(model_paths):
     params = LoadParams(n_ctx=1024)
-    small = ModelManager(params=params).resolve("demo-small")
-    budget = estimate_bytes(small, params) + 1  # room for one model at a time
-    manager = ModelManager(budget_bytes=budget, params=params)
+    probe = ModelManager(params=params)
+    sizes = [ram_bytes(probe.plan_for(probe.resolve(m), gpu=False)) for m in ("demo-small", "demo-int4")]
+    manager = ModelManager(budget_bytes=max(sizes) + 1, params=params)  # room for one model at a time
     try:
         w1 = manager.get("demo-small")
         assert manager.get("demo-small") is w1  # never two copies
