@@ -102,25 +102,35 @@ def decode_speed_table(model: str, n_tokens: int, repeats: int) -> list[str]:
                  n_threads_batch=threads, swa_full=False, verbose=False)
     prompt = engine.tokenize("Write a long, detailed story about a dragon who learns to paint.", special=False)
     sampling = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
-    ours_tps, bare_tps = [], []
-    for i in range(repeats):  # interleaved, alternating who goes first, so machine noise hits both alike
-        for who in ((0, 1) if i % 2 == 0 else (1, 0)):
+    facade = Assistant(Database(Path(tempfile.mkdtemp(prefix="bench-")) / "bench.db"), model,
+                       LoadParams(n_ctx=2048, n_threads=threads))
+    ours_tps, bare_tps, facade_tps = [], [], []
+    text = "Write a long, detailed story about a dragon who learns to paint."
+    for i in range(repeats):  # interleaved, rotating who goes first, so machine noise hits all alike
+        for who in [(0, 1, 2), (1, 2, 0), (2, 0, 1)][i % 3]:
             if who == 0:
                 engine.reset()
                 result = [x for x in generate(engine, prompt, GenerateParams(sampling, max_tokens=n_tokens))
                           if isinstance(x, TurnResult)][0]
                 ours_tps.append(result.stats.decode_tps)
-            else:
+            elif who == 1:
                 bare_tps.append(_bare_decode_tps(bare, prompt, n_tokens, engine.is_eog))
+            else:  # the whole path a user gets: model thread, queue, SQLite writes
+                cid = facade.new_conversation()
+                done = [x for x in facade.send(cid, text, GenerateParams(sampling, max_tokens=n_tokens))
+                        if isinstance(x, TurnDone)][-1]
+                facade_tps.append(done.stats["decode_tps"])
+    facade.close()
     sample_us, with_logprob_us = _logprob_cost_us(engine, sampling)
     engine.close()
     bare.close()
-    o, b = statistics.median(ours_tps), statistics.median(bare_tps)
+    o, b, f = statistics.median(ours_tps), statistics.median(bare_tps), statistics.median(facade_tps)
     paired = statistics.median(x / y for x, y in zip(ours_tps, bare_tps))
-    log.info("%s runs: engine %s bare %s", model, ours_tps, [round(x, 1) for x in bare_tps])
+    paired_f = statistics.median(x / y for x, y in zip(facade_tps, bare_tps))
+    log.info("%s runs: engine %s bare %s facade %s", model, ours_tps, [round(x, 1) for x in bare_tps], facade_tps)
     step_us = 1e6 / b
-    return [f"| {model} | {result.stats.completion_tokens} | {o:.1f} | {b:.1f} | {o / b:.3f} | {paired:.3f} | "
-            f"{with_logprob_us - sample_us:.0f} µs ({(with_logprob_us - sample_us) / step_us:.1%}) |"]
+    return [f"| {model} | {result.stats.completion_tokens} | {b:.1f} | {o:.1f} | {paired:.3f} | {f:.1f} | "
+            f"{paired_f:.3f} | {with_logprob_us - sample_us:.0f} µs ({(with_logprob_us - sample_us) / step_us:.1%}) |"]
 
 
 def main() -> int:
@@ -133,11 +143,11 @@ def main() -> int:
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="# %(message)s", stream=sys.stderr)
     out = []
-    for model in args.models:
+    for model in args.models if args.turns > 0 else []:
         out += kv_reuse_table(model, args.turns, args.answer_tokens) + [""]
     out += [f"### Decode speed, median of {args.repeats} interleaved runs ({os.cpu_count()} threads, greedy)", "",
-            "| model | tokens | engine tok/s | bare `Llama.generate` tok/s | ratio of medians | median of paired ratios | logprob cost per token (share of a step) |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+            "| model | tokens | bare `Llama.generate` tok/s | engine `generate()` tok/s | engine/bare (median of paired ratios) | full facade tok/s | facade/bare | logprob cost per token (share of a step) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for model in args.models:
         out += decode_speed_table(model, args.decode_tokens, args.repeats)
     sys.stdout.write("\n".join(out) + "\n")

@@ -304,14 +304,12 @@ class Assistant:
                 if isinstance(item, TurnResult):
                     finished = True
                     return self._finish(conv, target, answer, item, decision, note)
+                # Per token only appends: on a laptop every cycle spent here is taken from the decode.
                 parts.append(item.text)
                 if item.token >= 0:
                     ids.append(item.token)
-                # The conversation mirrors what was sampled, so an interrupted turn stays consistent.
-                answer.content = "".join(parts)
-                if target.identity:
-                    answer.ids = {target.identity: list(ids)}
                 if time.monotonic() - last_flush >= flush_s:
+                    self._mirror(answer, target, parts, ids)
                     self.db.update_message(answer.id, content=answer.content,
                                            token_ids=ids if target.identity else None)
                     last_flush = time.monotonic()
@@ -321,11 +319,19 @@ class Assistant:
             raise
         finally:
             if answer.id is not None and not finished:
-                # Consumer stopped early or an error: keep what was shown.
+                # Consumer stopped early or an error: keep what was shown, and let the conversation
+                # mirror what was sampled so the next turn's tokens extend the KV cache exactly.
+                self._mirror(answer, target, parts, ids)
                 self.db.update_message(answer.id, content=answer.content,
                                        token_ids=ids if target.identity else None,
                                        status="done", stats={"finish_reason": "interrupted"})
         return None
+
+    @staticmethod
+    def _mirror(answer: Message, target, parts: list[str], ids: list[int]) -> None:
+        answer.content = "".join(parts)
+        if target.identity:
+            answer.ids = {target.identity: list(ids)}
 
     def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
                 note: str | None) -> TurnDone:
