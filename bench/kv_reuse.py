@@ -47,7 +47,7 @@ N_CTX = 4096
 def kv_reuse_table(model: str, turns: int, answer_tokens: int) -> list[str]:
     home = tempfile.mkdtemp(prefix="bench-")
     assistant = Assistant(Database(Path(home) / "bench.db"), model, LoadParams(n_ctx=N_CTX))
-    naive = Backend(assistant.model.path, LoadParams(n_ctx=N_CTX))
+    naive = Backend(assistant.backend.path, LoadParams(n_ctx=N_CTX))
     params = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=answer_tokens)
     cid = assistant.new_conversation("You are a knowledgeable, concise assistant.")
     rows = [f"### {model}: {turns}-turn conversation, answers ≤ {answer_tokens} tokens, n_ctx {N_CTX}", "",

@@ -25,6 +25,19 @@ def ram_bytes(p: Plan) -> int:
     return (p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu) + cpu_compute
 
 
+def plan_error(p: Plan, report: dict) -> dict:
+    """Relative error of the plan against what llama.cpp allocated (its logged buffer sizes)."""
+    def rel(planned: int, actual: int) -> float | None:
+        return round((planned - actual) / actual, 5) if actual else None
+
+    weights_actual = report.get("weights_bytes", 0) - report.get("weights_repack_bytes", 0)
+    error = {"kv": rel(p.kv_bytes_total, report.get("kv_bytes", 0)),
+             "weights": rel(p.weights_bytes_total, weights_actual),
+             "compute_estimate": rel(p.compute_buffer_bytes_estimate, report.get("compute_bytes", 0))}
+    log.info("plan vs allocation for %s: %s", p.model, error)
+    return error
+
+
 class ModelManager:
     """Owns every loaded `Worker`; one per model file, never two copies.
 
@@ -79,6 +92,7 @@ class ModelManager:
             params = replace(self.params, **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"})
             worker = Worker.load(model, params, self.debug)
             worker.plan = p
+            worker.plan_error = plan_error(p, worker.backend.memory_report)
             self._workers[key] = (worker, need)
             log.info("loaded %s (%s, ~%d MiB host memory); %d model(s) resident", model.id, p.offload,
                      need >> 20, len(self._workers))

@@ -76,6 +76,7 @@ class Worker:
         self.prompt_tps: float | None = None  # measured, smoothed: prices a cache miss for the router
         self._closed = False
         self.plan = None  # the planner's Plan this model was loaded with, when planned
+        self.plan_error: dict = {}  # plan vs llama.cpp's allocation, relative, by kind
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         self._thread.start()
 

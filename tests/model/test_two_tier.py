@@ -124,6 +124,8 @@ def test_manager_evicts_lru_and_never_loads_twice(model_paths):
     try:
         w1 = manager.get("demo-small")
         assert manager.get("demo-small") is w1  # never two copies
+        # Each load records how far its plan was from llama.cpp's real allocation.
+        assert abs(w1.plan_error["kv"]) < 0.05 and abs(w1.plan_error["weights"]) < 0.05
         w2 = manager.get("demo-int4")
         assert manager.evictions == 1 and [w.model.id for w in manager.loaded()] == ["demo-int4"]
         assert w1._closed and not w2._closed
