@@ -32,6 +32,8 @@ MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
 # Geometric-mean token probability below which an L1 answer is re-asked on L2, for models the
 # catalog has no calibration for. Small models are less sure of everything: calibrate per model.
 DEFAULT_CASCADE_THRESHOLD = 0.35
+# Prompt speed assumed for a model not measured yet (tokens/s; a laptop CPU on a ~1.5B model).
+DEFAULT_PROMPT_TPS = 200.0
 LEVELS = ("L1", "L2", "L3")
 # Nearest available tier when one is missing: prefer stronger, then weaker.
 FALLBACK_ORDER = {"L1": ("L1", "L2", "L3"), "L2": ("L2", "L1", "L3"), "L3": ("L3", "L2", "L1")}
@@ -109,7 +111,7 @@ class Assistant:
         self.max_switch_s = max_switch_s
         self._conversations: dict[int, Conversation] = {}
         self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
-        self._primary = self._local("L1").worker  # fail early with a clear message
+        self._local("L1")  # load now: fail early with a clear message
         if cascade and cascade_threshold is None:
             entry = self._primary.model.entry
             calibrated = entry.confidence_threshold if entry else 0.0
@@ -117,6 +119,10 @@ class Assistant:
         self.cascade_threshold = cascade_threshold if cascade else None
 
     # ---- single-model conveniences (CLI default, tests)
+    @property
+    def _primary(self) -> Worker:
+        return self._local("L1").worker  # looked up each time: the manager may have reloaded it
+
     @property
     def model_id(self) -> str:
         return self._primary.model.id
@@ -178,15 +184,19 @@ class Assistant:
             return RouteDecision(row["route"], "conversation override", 0.0)
         decision = classify(text)
         warm = self._warm.get(conversation_id)
-        if warm and decision.level in ("L1", "L2") and warm != decision.level:
-            conv = self.conversation(conversation_id)
-            target = self._local(decision.level)
+        warm_worker = self.manager.find_loaded(self.tiers.get(warm, "")) if warm else None
+        if warm_worker and decision.level in ("L1", "L2") and warm != decision.level:
+            history = self.conversation(conversation_id).history()
+            user = Message("user", clean_text(text).strip())
+            # Price the switch without loading anything: an unloaded target evaluates everything.
+            target = self.manager.find_loaded(self.tiers.get(decision.level, ""))
             if target is not None:
-                user = Message("user", clean_text(text).strip())
-                uncached = target.uncached_tokens(conv.history(), user)
-                tps = target.worker.prompt_tps or 200.0  # unmeasured yet: a laptop-CPU guess
-                decision = apply_stickiness(decision, warm_level=warm, uncached_tokens=uncached,
-                                            prompt_tps=tps, max_switch_s=self.max_switch_s)
+                uncached = LocalTarget(decision.level, target).uncached_tokens(history, user)
+            else:
+                uncached = len(LocalTarget(warm, warm_worker).session(history).prompt(user))
+            tps = (target.prompt_tps if target else None) or DEFAULT_PROMPT_TPS
+            decision = apply_stickiness(decision, warm_level=warm, uncached_tokens=uncached,
+                                        prompt_tps=tps, max_switch_s=self.max_switch_s)
         return decision
 
     def _local(self, level: str) -> LocalTarget | None:

@@ -11,7 +11,7 @@ import psutil
 from dataclasses import replace
 
 from engine.backend import LoadParams, ModelLoadError
-from engine.catalog import Catalog, ResolvedModel, resolve_model
+from engine.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
 from engine.gguf_info import GGUFError
 from engine.planner import Plan, PlanError, plan
 from engine.runtime import Worker
@@ -117,11 +117,16 @@ class ModelManager:
             return [w for w, _ in self._workers.values()]
 
     def find_loaded(self, name_or_path: str) -> Worker | None:
+        """The worker if that model is loaded now; never loads anything."""
+        if not name_or_path:
+            return None
+        try:
+            key = str(self.resolve(name_or_path).path)
+        except ModelNotFound:
+            return None
         with self._lock:
-            for worker, _ in self._workers.values():
-                if worker.model.id == name_or_path or str(worker.model.path) == name_or_path:
-                    return worker
-        return None
+            entry = self._workers.get(key)
+        return entry[0] if entry else None
 
     def close(self) -> None:
         with self._lock:
