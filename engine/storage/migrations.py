@@ -40,6 +40,22 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- The user's per-conversation tier override: auto | L1 | L2 | L3.
         ALTER TABLE conversations ADD COLUMN route TEXT NOT NULL DEFAULT 'auto';
     """),
+    ("0004_summaries", """
+        -- The summary chain: each summary covers messages [first_message_id, last_message_id] and
+        -- folds in the previous one, so the newest row stands for everything up to last_message_id.
+        CREATE TABLE summaries (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            first_message_id INTEGER NOT NULL,
+            last_message_id INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            model TEXT,
+            created TEXT NOT NULL,
+            edited INTEGER NOT NULL DEFAULT 0,   -- 1 when the user rewrote it
+            previous_id INTEGER REFERENCES summaries(id) ON DELETE SET NULL
+        );
+        CREATE INDEX summaries_by_conversation ON summaries (conversation_id, id);
+    """),
 ]
 
 
