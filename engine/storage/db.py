@@ -1,8 +1,14 @@
-"""The one SQLite database: conversations and messages. Every write goes through this class."""
+"""The one SQLite database: conversations and messages. Every write goes through this class.
+
+The connection comes from `sqlean` (SQLite built with extension loading, the `memory` extra) when it
+is installed, so sqlite-vec can be loaded; otherwise from the standard library's `sqlite3`, whose
+builds often cannot load extensions. `Database.driver` and `Database.vec_version` say which is active.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from datetime import datetime, timezone
@@ -14,7 +20,21 @@ import sqlite_utils
 
 from engine.storage.migrations import apply_migrations
 
+try:  # optional (the `memory` extra): SQLite with extension loading
+    import sqlean
+except ImportError:
+    sqlean = None
+try:
+    import sqlite_vec
+except ImportError:
+    sqlite_vec = None
+
+log = logging.getLogger(__name__)
+
 TITLE_CHARS = 60
+DRIVERS = ("sqlean", "sqlite3")
+# Errors from either driver: sqlean's exception classes do not derive from sqlite3's.
+SQLITE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((sqlean.Error,) if sqlean else ())
 
 
 def _now() -> str:
@@ -29,18 +49,53 @@ def decode_ids(blob: bytes | None) -> list[int] | None:
     return None if blob is None else np.frombuffer(blob, dtype="<i4").tolist()
 
 
+def _connect(path: Path, driver: str):
+    """A connection from `driver`'s module (sqlean's is a drop-in sqlite3.Connection look-alike)."""
+    module = sqlean if driver == "sqlean" else sqlite3
+    return module.connect(str(path), check_same_thread=False, isolation_level=None)
+
+
+def _load_sqlite_vec(conn) -> str | None:
+    """Load sqlite-vec into `conn`; its version, or None when this connection cannot load it."""
+    if sqlite_vec is None or not hasattr(conn, "enable_load_extension"):
+        return None
+    try:
+        conn.enable_load_extension(True)
+        try:
+            sqlite_vec.load(conn)
+        finally:
+            # Only our own extension: SQL text must never be able to call load_extension().
+            conn.enable_load_extension(False)
+        return conn.execute("SELECT vec_version()").fetchone()[0]
+    except SQLITE_ERRORS as exc:
+        log.warning("sqlite-vec could not be loaded (%s); vector search falls back to numpy", exc)
+        return None
+
+
 class Database:
     """Owns the connection. Thread-safe: one lock around every statement.
 
     Args:
         path: the SQLite file (created with parents if missing).
+        driver: "sqlean" or "sqlite3"; None picks sqlean when it is installed.
+
+    Attributes:
+        driver: the module the connection came from ("sqlean" | "sqlite3").
+        vec_version: sqlite-vec's version when it is loaded into the connection, else None.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, driver: str | None = None):
+        if driver is None:
+            driver = "sqlean" if sqlean is not None else "sqlite3"
+        available = [d for d in DRIVERS if d != "sqlean" or sqlean is not None]
+        if driver not in available:
+            raise ValueError(f"SQLite driver {driver!r} is not available (installed: {', '.join(available)})")
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self.driver = driver
+        conn = _connect(self.path, driver)
+        self.vec_version = _load_sqlite_vec(conn)
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA busy_timeout = 5000")
         self.db = sqlite_utils.Database(conn)
