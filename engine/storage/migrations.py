@@ -56,6 +56,37 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         CREATE INDEX summaries_by_conversation ON summaries (conversation_id, id);
     """),
+    ("0005_memory", """
+        -- Vector memory (engine/memory, docs/memory.md). Explicit memories ('pinned' ones go into
+        -- every prompt, 'note' ones are only retrieved) and chunks of finished messages.
+        -- No foreign keys to conversations/messages: a cascade would bypass the FTS index, so the
+        -- memory store drops chunks of deleted or superseded messages itself.
+        CREATE TABLE memories (
+            id INTEGER PRIMARY KEY,
+            kind TEXT NOT NULL CHECK (kind IN ('pinned', 'note', 'message')),
+            text TEXT NOT NULL,
+            conversation_id INTEGER,
+            message_id INTEGER,
+            role TEXT,
+            chunk INTEGER NOT NULL DEFAULT 0,   -- position of this chunk within its message
+            created TEXT NOT NULL               -- the message's time, or when the memory was added
+        );
+        CREATE INDEX memories_by_message ON memories (message_id, chunk);
+        CREATE INDEX memories_by_kind ON memories (kind, id);
+        -- Keyword index over memories.text. Trigrams: substring search that needs no word breaks
+        -- (Chinese, Japanese), but a query term shorter than 3 characters cannot use it.
+        CREATE VIRTUAL TABLE memories_fts USING fts5(text, content='memories', content_rowid='id',
+                                                     tokenize='trigram');
+        -- One embedding per memory: float32 little-endian, L2-normalised, from `model`. The source of
+        -- truth for both vector paths (sqlite-vec's vec0 index is rebuilt from it).
+        CREATE TABLE memory_vectors (
+            memory_id INTEGER PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
+            model TEXT NOT NULL,
+            embedding BLOB NOT NULL
+        );
+        CREATE INDEX memory_vectors_by_model ON memory_vectors (model, memory_id);
+        CREATE TABLE memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
+    """),
 ]
 
 
