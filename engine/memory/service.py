@@ -1,0 +1,398 @@
+"""The memory the chat uses: explicit memories, every finished message, fused retrieval.
+
+Writes land in SQLite at once (keyword search sees them immediately); embeddings are computed by
+one background thread once the embedder has loaded, so neither a chat turn nor the app's start
+waits for torch. Retrieval is skipped, and says so, until the embedder is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.memory.chunking import chunk_text
+from engine.memory.embedder import Embedder
+from engine.memory.store import MemoryRow, MemoryStore, is_mostly_cjk
+from engine.storage import Database
+
+log = logging.getLogger(__name__)
+
+MAX_MEMORY_CHARS = 2_000      # an explicit memory is a fact, and pinned ones go into every prompt
+MAX_MESSAGE_CHARS = 200_000   # the facade's own limit for a message
+MAX_QUERY_EMBED_CHARS = 2_000  # the embedder reads ~256 word pieces; the rest would be cut anyway
+RRF_K = 60           # reciprocal-rank fusion constant (Cormack et al. 2009)
+MIN_POOL = 20        # candidates taken from each of the vector and keyword lists
+EMBED_BATCH = 8      # small: a search waits for at most one batch on the shared model
+ROLES = ("user", "assistant")
+_STOP, _WAKE = object(), object()
+
+
+class MemoryInputError(ValueError):
+    """Text the memory refuses (empty, too long, NUL characters); the message says why."""
+
+
+class MemoryNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved memory.
+
+    Attributes:
+        score: cosine similarity of query and memory embeddings (what `min_score` applies to).
+        source: {"conversation_id", "message_id", "date"} for a message chunk, "pinned" or
+            "memory" for an explicit memory.
+        rrf: the fused rank score hits are ordered by.
+        vector_rank, keyword_rank: 1-based ranks in each list (None: not in that list).
+    """
+
+    id: int
+    text: str
+    score: float
+    source: dict | str
+    kind: str
+    rrf: float
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class Hits(list):
+    """A list of `Hit`s plus `status`: "ok", or "skipped: <why>" when retrieval did not run."""
+
+    def __init__(self, hits=(), status: str = "ok"):
+        super().__init__(hits)
+        self.status = status
+
+
+@dataclass
+class _IndexJob:
+    conversation_id: int
+    message_id: int
+    role: str
+    text: str
+    created: str | None
+    attempts: int = field(default=0)
+
+
+def clean(text: str) -> str:
+    """Lone surrogates replaced, so SQLite and the tokenizer accept the text."""
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.casefold().split())
+
+
+def parse_source(row: MemoryRow) -> dict | str:
+    if row.kind == "message":
+        return {"conversation_id": row.conversation_id, "message_id": row.message_id, "date": row.created}
+    return "pinned" if row.kind == "pinned" else "memory"
+
+
+class MemoryService:
+    """Explicit memories and indexed messages, searched by meaning and by keyword.
+
+    Args:
+        db: the app's database (all writes go through its connection and lock).
+        embedder: the sentence embedder; `start()` starts loading it.
+        vector_backend: "sqlite-vec" | "numpy" | None (sqlite-vec when the connection has it).
+
+    The similarity thresholds come from the embedder's model (`EmbedderModel`), per script.
+    """
+
+    def __init__(self, db: Database, embedder: Embedder, *, vector_backend: str | None = None):
+        self.db, self.embedder = db, embedder
+        self.store = MemoryStore(db, embedder.model_id, embedder.dim, vector_backend)
+        self._jobs: queue.Queue = queue.Queue()
+        self._cond = threading.Condition()
+        self._outstanding = 0      # jobs queued and not yet done
+        self._dirty = True         # there may be memories without a vector (also from earlier runs)
+        self._searching = 0        # searches waiting for the model: the indexer lets them go first
+        self._retry_at = 0.0
+        self._worker: threading.Thread | None = None
+
+    @property
+    def vector_backend(self) -> str:
+        return self.store.vector_backend
+
+    # ---- lifecycle
+    def start(self) -> MemoryService:
+        """Start loading the embedder and the indexing thread; returns at once."""
+        self.embedder.start()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, name="memory-indexer", daemon=True)
+            self._worker.start()
+        return self
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the indexing thread after the job in hand (queued messages stay unindexed rows
+        or are dropped; pending vectors are computed on the next start)."""
+        if self._worker is not None:
+            self._jobs.put(_STOP)
+            self._worker.join(timeout)
+            self._worker = None
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until queued messages are stored and every memory has a vector; False on timeout
+        or when vectors cannot be made (embedder failed or not started)."""
+        def settled() -> bool:
+            return self._outstanding == 0 and (not self._dirty or not self._can_embed())
+        with self._cond:
+            if self._worker is None and self._outstanding:
+                return False
+            self._cond.wait_for(settled, timeout)
+            return self._outstanding == 0 and not self._dirty
+
+    def _can_embed(self) -> bool:
+        return self._worker is not None and self.embedder.error is None and self.embedder.state != "not started"
+
+    def retrieval_status(self) -> str:
+        """"ready", or "skipped: <why>" (the status a search would return now)."""
+        state = self.embedder.state
+        if state == "ready":
+            return "ready"
+        if state == "loading":
+            return "skipped: embedder loading"
+        if state == "not started":
+            return "skipped: embedder not started"
+        return f"skipped: embedder {state}"
+
+    def status(self) -> dict:
+        return {"retrieval": self.retrieval_status(), "embedder": self.embedder.state,
+                "model": self.embedder.model_id, "vector_backend": self.vector_backend,
+                "sqlite": self.db.driver, "memories": self.store.counts(),
+                "pending_vectors": self.store.pending_count()}
+
+    # ---- writes
+    def add(self, text: str, pin: bool = False, source: dict | None = None) -> int:
+        """Store an explicit memory (a fact about the user, a preference); its id.
+
+        Args:
+            text: the fact, at most MAX_MEMORY_CHARS characters.
+            pin: a critical memory that goes into every prompt (`pinned()`), not only retrieved.
+            source: {"conversation_id", "message_id"} of the message that asked for it, if any.
+
+        Raises:
+            MemoryInputError: empty, too long, or contains NUL characters.
+        """
+        if not isinstance(text, str):
+            raise MemoryInputError("memory text must be a string")
+        if "\x00" in text:
+            raise MemoryInputError("memory text contains NUL characters; remove them and try again")
+        text = clean(text).strip()
+        if not text:
+            raise MemoryInputError("memory text is empty")
+        if len(text) > MAX_MEMORY_CHARS:
+            raise MemoryInputError(f"memory text is too long ({len(text)} characters; at most {MAX_MEMORY_CHARS})"
+                                   " — keep a memory to one fact")
+        source = source or {}
+        (memory_id,) = self.store.insert("pinned" if pin else "note", [text],
+                                         conversation_id=source.get("conversation_id"),
+                                         message_id=source.get("message_id"))
+        self._enqueue(_WAKE)
+        return memory_id
+
+    def index_message(self, conversation_id: int, message_id: int, role: str, text: str,
+                      created: str | None = None) -> None:
+        """Queue a finished message for retrieval across conversations; returns at once.
+
+        The indexing thread splits it into ~500-character overlapping chunks, stores them (again:
+        re-indexing a message replaces its chunks) and embeds them once the embedder is ready.
+        System messages and empty texts are ignored.
+
+        Raises:
+            MemoryInputError: text longer than MAX_MESSAGE_CHARS, or a role that is not a
+                conversation role.
+        """
+        if role == "system" or not text or not text.strip():
+            return
+        if role not in ROLES:
+            raise MemoryInputError(f"role must be one of {ROLES}, not {role!r}")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise MemoryInputError(f"message too long to index ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
+        self._enqueue(_IndexJob(conversation_id, message_id, role, text, created))
+
+    def forget(self, memory_id: int) -> None:
+        """Delete a memory (row, keyword entry, vector) now; it is out of every later search.
+
+        Raises:
+            MemoryNotFound: no memory has this id.
+        """
+        if not self.store.delete([memory_id]):
+            raise MemoryNotFound(f"no memory with id {memory_id}")
+
+    def forget_message(self, message_id: int) -> int:
+        """Delete a message's chunks (e.g. the message was superseded); how many there were."""
+        return len(self.store.delete(self.store.message_chunk_ids(message_id)))
+
+    # ---- reads
+    def pinned(self) -> list[MemoryRow]:
+        """The pinned (critical) memories, oldest first: the facade puts these in every prompt."""
+        return self.store.list(("pinned",))
+
+    def list(self, kinds: tuple[str, ...] = ("pinned", "note"), limit: int | None = None) -> list[MemoryRow]:
+        """Memories of `kinds` ("pinned", "note", "message"), oldest first."""
+        return self.store.list(kinds, limit)
+
+    def search(self, query: str, k: int = 3, min_score: float | None = None, exclude_texts=(),
+               exclude_message_ids=(), include_pinned: bool = True) -> Hits:
+        """The memories most relevant to `query`, fused from vector and keyword ranks (RRF).
+
+        Args:
+            query: usually the user's new message.
+            k: at most this many hits.
+            min_score: cosine similarity a hit needs (default: the model's, per script); a hit
+                that also matched by keyword needs only the model's `keyword_min_score` (or
+                `min_score`, when that is lower).
+            exclude_texts: texts already in the prompt window: a hit contained in one is dropped.
+            exclude_message_ids: messages in the window: their chunks are dropped.
+            include_pinned: False when the pinned memories are already in the prompt.
+
+        Returns:
+            `Hits` (a list, best first) with `.status` "ok", or "skipped: …" (embedder loading or
+            failed, empty query) and no hits.
+        """
+        query = clean(query or "").replace("\x00", "").strip()
+        if not query:
+            return Hits(status="skipped: empty query")
+        status = self.retrieval_status()
+        if status != "ready":
+            return Hits(status=status)
+        if k <= 0:
+            return Hits()
+        with self._cond:
+            self._searching += 1
+        try:
+            qvec = self.embedder.embed([query[:MAX_QUERY_EMBED_CHARS]])[0]
+        finally:
+            with self._cond:
+                self._searching -= 1
+        pool = max(MIN_POOL, 4 * k)
+        vec_ranked = self.store.vector_search(qvec, pool)
+        kw_ranked = self.store.keyword_search(query, pool)
+        vec_min, kw_min = self.thresholds(query)
+        if min_score is not None:
+            vec_min, kw_min = min_score, min(min_score, kw_min)
+        return Hits(self._fuse(qvec, vec_ranked, kw_ranked, k, vec_min, kw_min,
+                               exclude_texts, exclude_message_ids, include_pinned))
+
+    def thresholds(self, query: str) -> tuple[float, float]:
+        """(cosine a hit needs, cosine a keyword-matched hit needs) for this query's script."""
+        m = self.embedder.model
+        return ((m.min_score_cjk, m.keyword_min_score_cjk) if is_mostly_cjk(query)
+                else (m.min_score, m.keyword_min_score))
+
+    def _fuse(self, qvec, vec_ranked, kw_ranked, k, min_score, keyword_min_score, exclude_texts,
+              exclude_message_ids, include_pinned) -> list[Hit]:
+        cosine = dict(vec_ranked)
+        vec_rank = {i: r for r, (i, _) in enumerate(vec_ranked, start=1)}
+        kw_rank = {i: r for r, i in enumerate(kw_ranked, start=1)}
+        missing = [i for i in kw_rank if i not in cosine]
+        if missing:
+            ids, vecs = self.store.vectors(missing)
+            cosine.update(zip(ids, (vecs @ qvec).tolist()))
+        rows = {r.id: r for r in self.store.rows(list(cosine), live_only=True)}
+        excluded = [_norm(t) for t in exclude_texts if t and t.strip()]
+        skip_messages = set(exclude_message_ids)
+        fused: list[tuple[float, float, int]] = []
+        for memory_id, score in cosine.items():
+            row = rows.get(memory_id)
+            if row is None or (row.kind == "pinned" and not include_pinned) or row.message_id in skip_messages:
+                continue
+            in_kw = memory_id in kw_rank
+            if score < (keyword_min_score if in_kw else min_score):
+                continue
+            rrf = sum(1.0 / (RRF_K + ranks[memory_id]) for ranks in (vec_rank, kw_rank) if memory_id in ranks)
+            fused.append((rrf, score, memory_id))
+        fused.sort(key=lambda t: (-t[0], -t[1], t[2]))
+        hits: list[Hit] = []
+        seen: set[str] = set()
+        for rrf, score, memory_id in fused:
+            row = rows[memory_id]
+            norm = _norm(row.text)
+            if norm in seen or any(norm in ex for ex in excluded):
+                continue
+            seen.add(norm)
+            hits.append(Hit(memory_id, row.text, round(float(score), 4), parse_source(row), row.kind,
+                            round(rrf, 6), vec_rank.get(memory_id), kw_rank.get(memory_id)))
+            if len(hits) == k:
+                break
+        return hits
+
+    # ---- the indexing thread
+    def _enqueue(self, job) -> None:
+        with self._cond:
+            self._outstanding += 1
+            self._dirty = True
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        self._startup()
+        while True:
+            try:
+                job = self._jobs.get(timeout=0.25)
+            except queue.Empty:
+                job = None
+            if job is _STOP:
+                break
+            if job is not None:
+                with self._cond:
+                    self._dirty = True  # set again: the last pending() may have run before this write
+            if isinstance(job, _IndexJob):
+                self._store_message(job)
+            if self._dirty and self.embedder.ready and time.monotonic() >= self._retry_at:
+                self._embed_pending()
+            with self._cond:
+                if job is not None:
+                    self._outstanding -= 1
+                self._cond.notify_all()
+
+    def _startup(self) -> None:
+        """Housekeeping off the start path: drop chunks of deleted or superseded messages, bring
+        the vector index up to date (sqlite-vec) or into RAM (numpy)."""
+        try:
+            orphans = self.store.orphan_ids()
+            if orphans:
+                log.info("dropping %d memory chunks of deleted or superseded messages", len(orphans))
+                self.store.delete(orphans)
+            if hasattr(self.store.index, "sync"):
+                self.store.index.sync()
+            else:
+                self.store.index.load()
+        except Exception:  # noqa: BLE001 - logged; searches still work, the next start retries
+            log.exception("memory start-up housekeeping failed")
+
+    def _store_message(self, job: _IndexJob) -> None:
+        try:
+            chunks = chunk_text(clean(job.text).replace("\x00", ""))
+            self.store.insert("message", chunks, conversation_id=job.conversation_id,
+                              message_id=job.message_id, role=job.role, created=job.created,
+                              replace_message=True)
+        except Exception:  # noqa: BLE001 - one bad message must not stop the indexer
+            log.exception("indexing message %s of conversation %s failed", job.message_id, job.conversation_id)
+
+    def _embed_pending(self) -> None:
+        while self._jobs.empty():  # new messages are stored first; they are quick
+            while self._searching:
+                time.sleep(0.005)
+            batch = self.store.pending(EMBED_BATCH)
+            if not batch:
+                with self._cond:
+                    self._dirty = False
+                return
+            try:
+                vecs = self.embedder.embed([text for _, text in batch])
+                self.store.set_vectors([i for i, _ in batch], vecs)
+            except Exception:  # noqa: BLE001 - retried later; memories stay keyword-searchable
+                log.exception("embedding %d memories failed; retrying in 30 s", len(batch))
+                self._retry_at = time.monotonic() + 30
+                return
