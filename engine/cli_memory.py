@@ -1,0 +1,214 @@
+"""`assistant memory`: add, search, forget and list memories (engine/memory, docs/memory.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService
+from engine.paths import db_path
+from engine.storage import Database
+
+log = logging.getLogger("assistant.memory")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
+MAX_QUERY_CHARS = 10_000
+EMBEDDER_TIMEOUT_S = 300.0
+
+
+def add_memory_parser(subparsers) -> None:
+    """Register `memory add|search|forget|list` on an argparse subparsers object; each func
+    returns an exit code."""
+    m = subparsers.add_parser("memory", help="what the assistant remembers across conversations",
+                              description="Explicit memories (facts, preferences; --pin: in every prompt) and "
+                                          "finished messages, searched by meaning and keyword.")
+    sub = m.add_subparsers(dest="memory_command", required=True)
+
+    a = sub.add_parser("add", help="remember a fact")
+    a.add_argument("text", metavar="TEXT", help="the fact (- reads it from stdin)")
+    a.add_argument("--pin", action="store_true", help="a critical memory: put it in every prompt")
+    a.add_argument("--json", action="store_true", help="print JSON")
+    a.set_defaults(func=cmd_add)
+
+    s = sub.add_parser("search", help="memories relevant to a query, with scores and sources")
+    s.add_argument("query", metavar="QUERY", help="what to look for (- reads it from stdin)")
+    s.add_argument("--k", type=int, default=3, metavar="N", help="at most N hits (default 3)")
+    s.add_argument("--min-score", type=float, help="cosine similarity a hit needs (default: the model's)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(func=cmd_search)
+
+    f = sub.add_parser("forget", help="delete a memory (or an indexed message chunk) by id")
+    f.add_argument("id", metavar="ID", help="the memory id (see `memory list`)")
+    f.add_argument("--json", action="store_true", help="print JSON")
+    f.set_defaults(func=cmd_forget)
+
+    ls = sub.add_parser("list", help="explicit memories, oldest first")
+    ls.add_argument("--all", action="store_true", help="indexed message chunks too")
+    ls.add_argument("--limit", type=int, metavar="N", help="only the newest N")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=cmd_list)
+
+
+def _error(message: str, code: int, as_json: bool = False) -> int:
+    if as_json:
+        _print_json({"event": "error", "message": message})
+    else:
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
+    return code
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _read_arg(value: str) -> str:
+    """The argument, or stdin for "-" (invalid UTF-8 replaced with U+FFFD, with a warning)."""
+    if value != "-":
+        return value
+    raw = sys.stdin.buffer.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("stdin is not valid UTF-8; invalid bytes were replaced with U+FFFD")
+        return raw.decode("utf-8", errors="replace")
+
+
+def _open(start: bool) -> MemoryService:
+    service = MemoryService(Database(db_path()), Embedder())
+    return service.start() if start else service
+
+
+def _wait_for_embedder(service: MemoryService) -> bool:
+    """Wait for the model, saying so on stderr when it takes a moment; True when it is ready."""
+    embedder = service.embedder
+    if embedder.wait(0.5):
+        return True
+    sys.stderr.write(f"loading the embedding model {embedder.model_id} (first use in a session takes ~10-20 s)…\n")
+    sys.stderr.flush()
+    t0 = time.monotonic()
+    ready = embedder.wait(EMBEDDER_TIMEOUT_S)
+    if ready:
+        sys.stderr.write(f"embedding model ready in {time.monotonic() - t0 + 0.5:.1f} s\n")
+        sys.stderr.flush()
+    return ready
+
+
+def _close(service: MemoryService) -> None:
+    service.close()
+    service.db.close()
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """Store TEXT; waits for its embedding so a search right after finds it by meaning."""
+    text = _read_arg(args.text)
+    service = _open(start=False)
+    try:
+        try:
+            memory_id = service.add(text, pin=args.pin)
+        except MemoryInputError as exc:
+            return _error(str(exc), EXIT_USAGE, args.json)
+        service.start()
+        embedded = _wait_for_embedder(service) and service.flush(EMBEDDER_TIMEOUT_S)
+        if not embedded:
+            log.warning("memory %d is saved but has no embedding yet (%s): keyword search finds it now, "
+                        "search by meaning once the model loads", memory_id, service.retrieval_status())
+        if args.json:
+            _print_json({"id": memory_id, "kind": "pinned" if args.pin else "note", "embedded": embedded})
+        else:
+            sys.stdout.write(f"remembered #{memory_id}{' (pinned)' if args.pin else ''}\n")
+        return EXIT_OK
+    finally:
+        _close(service)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    query = _read_arg(args.query)
+    if "\x00" in query:
+        return _error("the query contains NUL characters", EXIT_USAGE, args.json)
+    if not query.strip():
+        return _error("the query is empty", EXIT_USAGE, args.json)
+    if len(query) > MAX_QUERY_CHARS:
+        return _error(f"the query is too long ({len(query)} characters; at most {MAX_QUERY_CHARS})",
+                      EXIT_USAGE, args.json)
+    if args.k < 1:
+        return _error("--k must be at least 1", EXIT_USAGE, args.json)
+    service = _open(start=True)
+    try:
+        if not _wait_for_embedder(service):
+            return _error(f"cannot search by meaning: {service.retrieval_status()}", EXIT_MODEL, args.json)
+        hits = service.search(query, k=args.k, min_score=args.min_score)
+        if args.json:
+            _print_json({"status": hits.status, "vector_backend": service.vector_backend,
+                         "hits": [{"id": h.id, "text": h.text, "score": h.score, "source": h.source,
+                                   "kind": h.kind} for h in hits]})
+        elif not hits:
+            sys.stdout.write("no memory matches\n")
+        else:
+            for h in hits:
+                src = h.source if isinstance(h.source, str) else (
+                    f"conversation {h.source['conversation_id']}, message {h.source['message_id']},"
+                    f" {h.source['date'][:10]}")
+                sys.stdout.write(f"#{h.id}  {h.score:.2f}  [{src}]  {h.text}\n")
+        return EXIT_OK
+    finally:
+        _close(service)
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    try:
+        memory_id = int(args.id)
+    except ValueError:
+        return _error(f"ID must be a whole number, not {args.id!r}", EXIT_USAGE, args.json)
+    service = _open(start=False)
+    try:
+        service.forget(memory_id)
+    except MemoryNotFound as exc:
+        return _error(f"{exc} (see `memory list`)", EXIT_NOT_FOUND, args.json)
+    finally:
+        _close(service)
+    if args.json:
+        _print_json({"forgotten": memory_id})
+    else:
+        sys.stdout.write(f"forgot #{memory_id}\n")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        return _error("--limit must be at least 1", EXIT_USAGE, args.json)
+    service = _open(start=False)
+    try:
+        rows = service.list(("pinned", "note", "message") if args.all else ("pinned", "note"), args.limit)
+    finally:
+        _close(service)
+    if args.json:
+        _print_json([r.to_dict() for r in rows])
+    else:
+        for r in rows:
+            where = f" (conversation {r.conversation_id}, message {r.message_id})" if r.kind == "message" else ""
+            sys.stdout.write(f"#{r.id:<6} {r.kind:<7} {r.created[:10]}  {r.text}{where}\n")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m engine.cli_memory add|search|forget|list …`: the same as `assistant memory …`."""
+    parser = argparse.ArgumentParser(prog="python -m engine.cli_memory")
+    add_memory_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["memory", *(sys.argv[1:] if argv is None else argv)])
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - last resort: logged with context, reported, never a bare traceback
+        log.exception("internal error in `memory %s`", args.memory_command)
+        return _error(f"internal error: {type(exc).__name__}: {exc}", EXIT_FAILED, getattr(args, "json", False))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
