@@ -283,6 +283,43 @@ class Backend:
         del self._kv[n:]
         return True
 
+    def shift_out(self, n_keep: int, n_discard: int) -> bool:
+        """Remove KV positions [n_keep, n_keep + n_discard) and slide the rest down (RoPE shift),
+        so a window that dropped its oldest turns keeps the rest without re-evaluation.
+        Returns False (cache untouched) where llama.cpp cannot shift this cache (e.g. SWA)."""
+        if n_discard <= 0 or n_keep + n_discard > len(self._kv):
+            return False
+        mem = llama_cpp.llama_get_memory(self._ctx.ctx)
+        if self.n_swa > 0 or not llama_cpp.llama_memory_can_shift(mem):
+            return False  # sliding-window layers have no cells to shift back into the window
+        if not llama_cpp.llama_memory_seq_rm(mem, 0, n_keep, n_keep + n_discard):
+            return False
+        llama_cpp.llama_memory_seq_add(mem, 0, n_keep + n_discard, -1, -n_discard)
+        del self._kv[n_keep:n_keep + n_discard]
+        self._llama.n_tokens = len(self._kv)
+        return True
+
+    def save_sequence(self) -> tuple[bytes, list[int]]:
+        """A copy of sequence 0's KV state and its token ids (for a background job to borrow the context)."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, 0)
+        buf = (ctypes.c_uint8 * size)()
+        n = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buf, size, 0)
+        return bytes(buf[:n]), list(self._kv)
+
+    def restore_sequence(self, saved: tuple[bytes, list[int]]) -> bool:
+        """Put back what `save_sequence` took; False (and a cleared cache) if llama.cpp refuses it."""
+        data, tokens = saved
+        self.reset()
+        if not tokens:
+            return True
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(data), 0) != len(data):
+            self.reset()
+            return False
+        self._kv[:] = tokens
+        self._llama.n_tokens = len(tokens)
+        return True
+
     def eval(self, tokens: list[int]) -> None:
         """Evaluate tokens after the current KV contents (batched by n_batch)."""
         if len(self._kv) + len(tokens) > self.n_ctx:

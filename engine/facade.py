@@ -17,6 +17,7 @@ from typing import Iterator
 from engine.backend import LoadParams, ModelLoadError
 from engine.catalog import Catalog, ModelNotFound
 from engine.confidence import geometric_mean_prob
+from engine.context import Window
 from engine.generate import Chunk, GenerateParams, TurnResult
 from engine.model_manager import ModelManager
 from engine.remote import RemoteClient, RemoteConfig, RemoteError
@@ -24,6 +25,7 @@ from engine.router import RouteDecision, apply_stickiness, classify
 from engine.runtime import Worker
 from engine.session import Message, Session
 from engine.storage import Database
+from engine.summaries import SummaryHandle, pending_task, submit_summary
 from engine.targets import InputError, LocalTarget, RemoteTarget
 
 log = logging.getLogger(__name__)
@@ -65,10 +67,22 @@ class TurnDone:
 class Conversation:
     id: int
     system_prompt: str
-    messages: list[Message]  # what the models see (superseded answers are not here)
+    messages: list[Message]  # every turn the models may see (superseded answers are not here)
+    # Per model identity: index into `messages` where its window starts (older turns overflowed).
+    first_kept: dict[str, int] = field(default_factory=dict)
+
+    # Per model identity: the summary shown in the window's system block, frozen between shift
+    # points so the cached prefix stays valid (changing it means re-evaluating the window).
+    summary_block: dict[str, str | None] = field(default_factory=dict)
+
+    def system(self, summary: str | None = None) -> list[Message]:
+        text = self.system_prompt
+        if summary:
+            text = (text + "\n\n" if text else "") + f"Summary of the earlier conversation: {summary}"
+        return [Message("system", text)] if text else []
 
     def history(self) -> list[Message]:
-        return ([Message("system", self.system_prompt)] if self.system_prompt else []) + self.messages
+        return self.system() + self.messages
 
 
 def clean_text(text: str) -> str:
@@ -89,6 +103,7 @@ class Assistant:
             is below `cascade_threshold` (None: the L1 model's catalog calibration, else
             DEFAULT_CASCADE_THRESHOLD).
         vram_budget_mb: VRAM for the GPU tier (None: free VRAM minus a margin).
+        summary_every: write a background summary of older turns every this many turns (0 = off).
 
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
@@ -98,7 +113,8 @@ class Assistant:
                  debug: bool = False, catalog: Catalog | None = None, *,
                  tiers: dict[str, str] | None = None, remote: RemoteConfig | None = None,
                  cascade: bool = False, cascade_threshold: float | None = None, max_switch_s: float = 1.5,
-                 vram_budget_mb: float | None = None, manager: ModelManager | None = None):
+                 vram_budget_mb: float | None = None, manager: ModelManager | None = None,
+                 summary_every: int = 0):
         self.db = db
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
                                                vram_budget_mb=vram_budget_mb)
@@ -109,6 +125,8 @@ class Assistant:
             self.tiers = dict(tiers or {"L1": "demo-small", "L2": "demo-int4"})
         self.remote = RemoteClient(remote) if remote and remote.base_url else None
         self.max_switch_s = max_switch_s
+        self.summary_every = summary_every  # turns between background summaries; 0 = off
+        self._summary_jobs: dict[int, SummaryHandle] = {}
         self._conversations: dict[int, Conversation] = {}
         self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
         self._local("L1")  # load now: fail early with a clear message
@@ -260,6 +278,33 @@ class Assistant:
             if done is None:
                 return
         yield done
+        self._maybe_summarize(conv)
+
+    # ---- summary chain
+    def _maybe_summarize(self, conv: Conversation) -> None:
+        """Queue a background summary on the L1 model when enough turns are uncovered."""
+        if not self.summary_every:
+            return
+        running = self._summary_jobs.get(conv.id)
+        if running is not None and not running.done.is_set():
+            return
+        task = pending_task(self.db, conv.id, conv.messages, self.summary_every)
+        if task is not None:
+            self._summary_jobs[conv.id] = submit_summary(self._local("L1").worker, self.db, task)
+
+    def wait_for_summaries(self, timeout: float | None = None) -> None:
+        for job in list(self._summary_jobs.values()):
+            job.done.wait(timeout)
+
+    def summaries(self, conversation_id: int) -> list[dict]:
+        self.conversation(conversation_id)
+        return self.db.summaries(conversation_id)
+
+    def edit_summary(self, summary_id: int, text: str) -> None:
+        text = clean_text(text).strip()
+        if not text:
+            raise InputError("empty summary")
+        self.db.edit_summary(summary_id, text)
 
     def _should_cascade(self, done: TurnDone, route: str) -> bool:
         return (done.level == "L1" and route == "auto" and not done.route_reason.endswith("override")
@@ -271,19 +316,20 @@ class Assistant:
     def _answer(self, conv: Conversation, user: Message, decision: RouteDecision, params: GenerateParams,
                 cancel: threading.Event | None, flush_s: float, commit_user: bool,
                 supersedes: TurnDone | None = None):
-        history = conv.history()
-        if not commit_user:
-            history = history[: len(history) - 2]  # drop the user message and the superseded answer
+        turns = conv.messages if commit_user else conv.messages[:-2]  # cascade: without user + weak answer
         failures: list[str] = []
         for target, note in self._targets(decision.level):
-            target.check(history, user)
+            window, moved = self._window(conv, target, turns, user, params)
+            history = window.messages if window else conv.history()
             if commit_user and user.id is None:
                 user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
                                               token_ids=user.ids.get(target.identity), token_model=target.identity)
                 conv.messages.append(user)
             try:
                 done = yield from self._stream(conv, target, history, user, decision, note, params, cancel,
-                                               flush_s, supersedes)
+                                               flush_s, supersedes, window, moved)
+                if done is not None and window is not None:
+                    conv.first_kept[target.identity] = window.first_kept
                 return done
             except RemoteError as exc:
                 if not exc.unavailable or exc.partial:
@@ -292,9 +338,27 @@ class Assistant:
                 failures.append(str(exc))
         raise InputError("no model is available for this message" + (f": {failures[-1]}" if failures else ""))
 
+    def _window(self, conv: Conversation, target, turns: list[Message], user: Message,
+                params: GenerateParams) -> tuple[Window | None, bool]:
+        """This turn's window for a local target, and whether it moved (older turns overflowed).
+        When it moves, the summary block is brought up to date (a new prefix is re-evaluated anyway)."""
+        key = target.identity
+        start = conv.first_kept.get(key, 0)
+        block = conv.summary_block.get(key)
+        window = target.fit(conv.system(block), turns, user, params, start)
+        if window is None or window.first_kept == start:
+            return window, False
+        chain = self.db.summaries(conv.id)
+        latest = chain[-1]["text"] if chain else None
+        if latest != block:
+            conv.summary_block[key] = latest
+            window = target.fit(conv.system(latest), turns, user, params, start)
+        return window, True
+
     def _stream(self, conv: Conversation, target, history: list[Message], user: Message,
                 decision: RouteDecision, note: str | None, params: GenerateParams,
-                cancel: threading.Event | None, flush_s: float, supersedes: TurnDone | None):
+                cancel: threading.Event | None, flush_s: float, supersedes: TurnDone | None,
+                window: Window | None = None, moved: bool = False):
         """Yield the target's chunks while persisting them; return the TurnDone (not yielded)."""
         answer = Message("assistant", "", {}, None, target.level)
         parts: list[str] = []
@@ -302,7 +366,7 @@ class Assistant:
         finished = False
         last_flush = time.monotonic()
         try:
-            for item in target.stream(history, user, params, cancel):
+            for item in target.stream(history, user, params, cancel, moved):
                 if answer.id is None:  # first output: the tier is answering, make the row
                     answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id,
                                                     level=target.level, token_ids=[] if target.identity else None,
@@ -313,7 +377,7 @@ class Assistant:
                     conv.messages.append(answer)
                 if isinstance(item, TurnResult):
                     finished = True
-                    return self._finish(conv, target, answer, item, decision, note)
+                    return self._finish(conv, target, answer, item, decision, note, window)
                 # Per token only appends: on a laptop every cycle spent here is taken from the decode.
                 parts.append(item.text)
                 if item.token >= 0:
@@ -344,15 +408,18 @@ class Assistant:
             answer.ids = {target.identity: list(ids)}
 
     def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
-                note: str | None) -> TurnDone:
+                note: str | None, window: Window | None) -> TurnDone:
         answer.content = item.text
         if target.identity:
             answer.ids = {target.identity: item.token_ids}
         if target.identity:
             self._warm[conv.id] = target.level
         confidence = geometric_mean_prob(item.logprobs)
+        context = window.as_dict() | {"context_shift": item.stats.context_shift} if window else None
+        summary_used = bool(window and conv.summary_block.get(target.identity))
         stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
-                                        "fallback": note, "confidence": confidence}
+                                        "fallback": note, "confidence": confidence, "context": context,
+                                        "summary_used": summary_used}
         self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids if target.identity else None,
                                logprobs=item.logprobs, status="done", stats=stats)
         done = TurnDone(conv.id, answer.id, target.model_id, item.text, item.token_ids, item.logprobs, stats,

@@ -43,6 +43,7 @@ class TurnStats:
     prompt_ms: float = 0.0
     decode_ms: float = 0.0
     tokens_estimated: bool = False  # remote models: counts from tiktoken, not the model's tokenizer
+    context_shift: str | None = None  # window moved this turn: "kv" (cache shifted) | "reeval"
 
     def as_dict(self) -> dict:
         return asdict(self)

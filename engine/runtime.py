@@ -38,6 +38,7 @@ class Job:
         self.priority = priority
         self.cancel = cancel or threading.Event()
         self.preempt = threading.Event()  # set when a foreground job is waiting behind this one
+        self.done = threading.Event()  # set when the job has finished (or failed)
         self._out: queue.Queue = queue.Queue()
 
     def emit(self, item: Any) -> None:
@@ -47,6 +48,7 @@ class Job:
         if error is not None:
             self._out.put(error)
         self._out.put(_END)
+        self.done.set()
 
     def __iter__(self) -> Iterator[Any]:
         while True:

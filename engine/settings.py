@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "cascade.enabled": True,         # low-confidence L1 answer → re-answer on L2
     "cascade.threshold": 0.0,        # geometric-mean token probability below which L1 is re-asked;
                                      # 0 = the L1 model's catalog calibration (else 0.35)
+    "summary.every_turns": 5,        # background summary of older turns every N turns; 0 = off
     "runtime.n_ctx": 4096,
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM
     "runtime.vram_budget_mb": -1,    # -1 = free VRAM minus a safety margin

@@ -10,8 +10,9 @@ import threading
 from typing import Iterator
 
 from engine.backend import ContextFull
+from engine.context import Window, apply_shift, fit_window
 from engine.generate import Chunk, GenerateParams, TurnResult, generate
-from engine.remote import RemoteClient, estimate_tokens
+from engine.remote import RemoteClient
 from engine.runtime import FOREGROUND, Job, Worker
 from engine.session import Message, Session
 
@@ -37,17 +38,19 @@ class LocalTarget:
     def session(self, history: list[Message]) -> Session:
         return Session(self.worker.backend, self.worker.template, history)
 
-    def check(self, history: list[Message], user: Message) -> int:
-        """Raise InputError if the message or the conversation does not fit; return prompt length.
+    def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
+            first_kept: int = 0) -> Window:
+        """The window for this turn; InputError if the message alone cannot fit.
         Tokenizing reads only the vocabulary, so it is safe beside the model's thread."""
         n_ctx = self.worker.backend.n_ctx
         n_user = len(self.session([]).content_ids(user))
         if n_user > n_ctx // 2:
             raise InputError(f"message too long for this model: {n_user} tokens, the context holds {n_ctx}")
-        n_prompt = len(self.session(history).prompt(user))
-        if n_prompt + 1 >= n_ctx:
-            raise InputError(f"this conversation is full ({n_prompt} of {n_ctx} tokens); start a new one")
-        return n_prompt
+        reserve = min(params.max_tokens, n_ctx // 4)  # room for the answer
+        try:
+            return fit_window(self.session([]), system, turns, user, reserve, first_kept)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
 
     def uncached_tokens(self, history: list[Message], user: Message) -> int:
         """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix."""
@@ -57,12 +60,16 @@ class LocalTarget:
         return len(prompt) - common
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
-               cancel: threading.Event | None) -> Iterator[Chunk | TurnResult]:
+               cancel: threading.Event | None, window_moved: bool = False) -> Iterator[Chunk | TurnResult]:
         def run(worker: Worker, job: Job) -> None:
             prompt = self.session(history).prompt(user)
+            shift = None
+            if window_moved:  # the oldest turns left the window: shift the cache, else re-evaluate
+                shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
             try:
                 for item in generate(worker.backend, prompt, params, job.cancel):
                     if isinstance(item, TurnResult):
+                        item.stats.context_shift = shift
                         worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000)
                     job.emit(item)
             except ContextFull as exc:
@@ -83,10 +90,11 @@ class RemoteTarget:
     def model_id(self) -> str:
         return f"L3:{self.client.model_name}"
 
-    def check(self, history: list[Message], user: Message) -> int:
-        return sum(estimate_tokens(m.content) for m in history) + estimate_tokens(user.content)
+    def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
+            first_kept: int = 0) -> None:
+        return None  # the endpoint owns its context; counts are estimates (estimate_tokens)
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
-               cancel: threading.Event | None) -> Iterator[Chunk | TurnResult]:
+               cancel: threading.Event | None, window_moved: bool = False) -> Iterator[Chunk | TurnResult]:
         messages = [{"role": m.role, "content": m.content} for m in history + [user]]
         yield from self.client.stream_chat(messages, params, cancel)

@@ -182,6 +182,23 @@ class Database:
             row["stats"] = json.loads(row["stats"]) if row["stats"] else None
         return rows
 
+    # ---- summaries
+    def add_summary(self, conversation_id: int, first_message_id: int, last_message_id: int, text: str,
+                    model: str | None = None, previous_id: int | None = None) -> int:
+        with self._lock, self._conn:
+            return self._conn.execute(
+                "INSERT INTO summaries (conversation_id, first_message_id, last_message_id, text, model, created,"
+                " previous_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, first_message_id, last_message_id, text, model, _now(), previous_id)).lastrowid
+
+    def summaries(self, conversation_id: int) -> list[dict[str, Any]]:
+        """The chain, oldest first; the last row stands for everything up to its last_message_id."""
+        return self._q("SELECT * FROM summaries WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+
+    def edit_summary(self, summary_id: int, text: str) -> None:
+        with self._lock, self._conn:
+            self._conn.execute("UPDATE summaries SET text = ?, edited = 1 WHERE id = ?", (text, summary_id))
+
     def integrity_check(self) -> str:
         return self._q("PRAGMA integrity_check")[0]["integrity_check"]
 

@@ -1,0 +1,99 @@
+"""The summary chain: older turns folded into a short running summary by a local model.
+
+Summaries are background jobs on a loaded model's thread. A foreground chat request pre-empts
+one (it stops and is queued again behind the chat), and the job borrows the context by saving
+and restoring the foreground conversation's KV sequence, so the next chat turn still evaluates
+only its new tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from engine.backend import SamplingParams
+from engine.generate import GenerateParams, TurnResult, generate
+from engine.runtime import BACKGROUND, Job, Worker
+from engine.session import Message, Session
+from engine.storage import Database
+
+log = logging.getLogger(__name__)
+
+SUMMARY_EVERY_TURNS = 5
+SUMMARY_CHARS = 200
+KEEP_RECENT_TURNS = 2  # the newest turns are still in the window: not summarised yet
+_PARAMS = GenerateParams(SamplingParams(temperature=0.0, repeat_penalty=1.1, seed=0), max_tokens=96)
+
+
+@dataclass
+class SummaryTask:
+    conversation_id: int
+    previous: dict | None  # the chain's newest row, folded into the new summary
+    messages: list[Message]  # turns not covered yet, oldest first (all with database ids)
+
+
+def pending_task(db: Database, conversation_id: int, messages: list[Message],
+                 every: int = SUMMARY_EVERY_TURNS) -> SummaryTask | None:
+    """The next summary to write, if at least `every` turns are uncovered beyond the recent ones."""
+    chain = db.summaries(conversation_id)
+    previous = chain[-1] if chain else None
+    covered = previous["last_message_id"] if previous else 0
+    todo = [m for m in messages if m.id is not None and m.id > covered and m.role in ("user", "assistant")]
+    users = [i for i, m in enumerate(todo) if m.role == "user"]
+    if len(users) < every + KEEP_RECENT_TURNS:
+        return None
+    cut = users[len(users) - KEEP_RECENT_TURNS]  # leave the newest turns out
+    return SummaryTask(conversation_id, previous, todo[:cut])
+
+
+def summary_messages(task: SummaryTask, max_chars: int = SUMMARY_CHARS) -> list[Message]:
+    lines = [f"{'User' if m.role == 'user' else 'Assistant'}: {m.content.strip()[:600]}" for m in task.messages]
+    prior = f"Summary so far: {task.previous['text']}\n\n" if task.previous else ""
+    ask = (f"{prior}Conversation to add:\n" + "\n".join(lines)
+           + f"\n\nWrite one updated summary of the whole conversation in at most {max_chars} characters.")
+    return [Message("system", "You summarise conversations briefly and factually."), Message("user", ask)]
+
+
+class SummaryHandle:
+    """Tracks one summary across pre-emptions: `done` is set once it is written or has failed."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.summary_id: int | None = None
+        self.preemptions = 0
+
+
+def submit_summary(worker: Worker, db: Database, task: SummaryTask, max_chars: int = SUMMARY_CHARS) -> SummaryHandle:
+    """Queue a background summary on `worker`; it re-queues itself if a chat request pre-empts it."""
+    handle = SummaryHandle()
+
+    def run(w: Worker, job: Job) -> None:
+        requeued = False
+        try:
+            saved = w.backend.save_sequence()  # the foreground conversation's KV: borrowed, then returned
+            try:
+                prompt = Session(w.backend, w.template, summary_messages(task, max_chars)).prompt()
+                result = None
+                for item in generate(w.backend, prompt, _PARAMS, cancel=job.preempt):
+                    if isinstance(item, TurnResult):
+                        result = item
+            finally:
+                if not w.backend.restore_sequence(saved):
+                    log.warning("could not restore the KV sequence after a summary; the next turn re-evaluates")
+            if result is None or result.stats.finish_reason == "cancelled":
+                handle.preemptions += 1
+                log.info("summary of conversation %d pre-empted; queued again", task.conversation_id)
+                w.submit(run, BACKGROUND)
+                requeued = True
+                return
+            text = result.text.strip()[: max_chars * 2] or "(empty summary)"
+            handle.summary_id = db.add_summary(task.conversation_id, task.messages[0].id, task.messages[-1].id,
+                                               text, model=w.model.id,
+                                               previous_id=task.previous["id"] if task.previous else None)
+        finally:
+            if not requeued:
+                handle.done.set()
+
+    worker.submit(run, BACKGROUND)
+    return handle
