@@ -32,6 +32,7 @@ class ModelEntry:
     sliding_window: int = 0
     chat_template: str = "gguf"  # "gguf" = from metadata, else a fallback registry name
     confidence_threshold: float = 0.0  # calibrated cascade threshold for this model; 0 = the default
+    warn_threshold: float = 0.0  # geo-mean token prob below which an answer is flagged low-confidence; 0 = never
     source_repo: str = ""
     url: str = ""
     sha256: str = ""

@@ -136,3 +136,27 @@ def test_report_is_json_serialisable():
 
     r = confidence_report(["Hi", "!", " 你好", "。"], [-0.1, -0.2, -0.3, -0.4], 0.9)
     assert json.loads(json.dumps(r, ensure_ascii=False)) == r
+
+
+def test_demo_models_carry_a_calibrated_warn_threshold():
+    from engine.catalog import load_catalog
+
+    cat = load_catalog()
+    for model_id in ("demo-small", "demo-int4"):
+        assert 0.0 < cat.get(model_id).warn_threshold < 1.0
+    assert cat.get("qwen2.5-7b-instruct-q4_k_m").warn_threshold == 0.0  # not measured: never warns
+
+
+def test_calibration_set_is_balanced_and_bilingual():
+    import csv
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "confidence_calibration.tsv"
+    with path.open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    zh = lambda s: any("\u4e00" <= ch <= "\u9fff" for ch in s)  # noqa: E731
+    for kind in ("known", "nonsense"):
+        prompts = [r["prompt"] for r in rows if r["kind"] == kind]
+        assert len(prompts) == 30 and len(set(prompts)) == 30
+        assert 14 <= sum(map(zh, prompts)) <= 16  # about half Chinese
+    assert {r["kind"] for r in rows} == {"known", "nonsense"}
