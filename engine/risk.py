@@ -7,7 +7,8 @@ where its words mean something harmless ("stock photo", "a legal move in chess",
 
 Speed: the text is lower-cased once and the rules are case-sensitive lower-case patterns; the
 Chinese terms are plain literal alternations, which `re` scans with a first-character set.
-Together about 0.5 µs a character for all three categories.
+All three categories: ~40 µs for a one-line message, ~0.7 µs a character for long text (measured
+on a busy 2-core machine).
 """
 
 from __future__ import annotations
