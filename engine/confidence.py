@@ -19,11 +19,12 @@ from bisect import bisect_right
 MAX_WEAK_SPANS = 3
 
 # A run of terminators (plus closing quotes/brackets) ends a sentence. CJK terminators always do;
-# ASCII . ! ? only before whitespace or the end, so "3.14", "v1.2" and "a.b()" stay whole.
+# ASCII . ! ? only before whitespace, a CJK character or the end, so "3.14", "v1.2" and "a.b()"
+# stay whole while "你好!世界" splits.
 _CLOSERS = "\"'”’)]}）】」』》"
 _BOUNDARY = re.compile(
     rf"[.!?。！？]*[。！？][.!?。！？]*[{re.escape(_CLOSERS)}]*"
-    rf"|[.!?]+[{re.escape(_CLOSERS)}]*(?=\s|$)"
+    rf"|[.!?]+[{re.escape(_CLOSERS)}]*(?=\s|$|[\u3400-\u9fff\uf900-\ufaff])"
 )
 # A period after these (or after a list number at the start of a line, "2. ") ends no sentence.
 _NOT_AN_END = re.compile(r"(?:\b(?:e\.g|i\.e|vs|Mr|Mrs|Ms|Dr|Prof|Jr|Sr|St|approx|cf)|(?:^|\n)[ \t]*\d{1,3})\.$",

@@ -49,7 +49,8 @@ def test_english_split_keeps_decimals_abbreviations_and_list_numbers():
 def test_chinese_split_on_full_width_terminators_without_spaces():
     assert _sentences("北京是中国的首都。它很大！你去过吗？去过") == ["北京是中国的首都。", "它很大！", "你去过吗？", "去过"]
     assert _sentences("他说：“你好。”然后走了。") == ["他说：“你好。”", "然后走了。"]
-    assert _sentences("混合 mixed.中文？English! 完") == ["混合 mixed.中文？", "English!", " 完"]
+    assert _sentences("混合 mixed.中文？English! 完") == ["混合 mixed.", "中文？", "English!", " 完"]
+    assert _sentences("你好!世界?好的") == ["你好!", "世界?", "好的"]  # ASCII marks in Chinese text
 
 
 def test_regions_tile_the_text_and_whitespace_joins_the_following_sentence():
