@@ -48,7 +48,8 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     """
     cuts = set()
     for m in _BOUNDARY.finditer(text):
-        if m.group().startswith(".") and _NOT_AN_END.search(text[: m.start() + 1]):
+        # A bounded look back (not a slice of everything before): linear in the text's length.
+        if m.group().startswith(".") and _NOT_AN_END.search(text, max(0, m.start() - 16), m.start() + 1):
             continue
         cuts.add(m.end())
     cuts.update(m.start() for m in re.finditer(r"\n", text))
