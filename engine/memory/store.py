@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 KINDS = ("pinned", "note", "message")
 MAX_KEYWORD_TERMS = 24
+KEYWORD_RANKED = 400      # newest keyword matches that BM25 ranks
+SHORT_TERM_SCAN = 20_000  # newest chunks a 1-2 character keyword is looked for in (a LIKE scan)
 _TRIGRAM = 3
 MAX_QUERY_SCAN_CHARS = 4000  # keywords come from the query's start (a pasted document is not a query)
 # English words too common to be keywords (trigram substrings of them match almost everything).
@@ -349,18 +351,33 @@ class MemoryStore:
 
     # ---- keywords
     def keyword_search(self, query: str, n: int) -> list[int]:
-        """Memory ids matching the query's keywords, best first (BM25 over trigrams).
+        """Memory ids matching any of the query's keywords, best first.
 
-        Terms shorter than 3 characters cannot use the trigram index: only when the query has no
-        longer term are they looked up with LIKE (a scan; newest matches first).
+        BM25 ranks the matches when there are at most KEYWORD_RANKED of them. With more (a common
+        word), BM25's document-frequency pass alone takes 10-25 ms at 100 000 chunks, so the newest
+        KEYWORD_RANKED matches are ranked by how many query terms they contain instead. Terms
+        shorter than 3 characters cannot use the trigram index: only when the query has no longer
+        term are they looked up with LIKE, in the explicit memories and the newest SHORT_TERM_SCAN
+        chunks.
         """
         long_terms, short_terms = keyword_terms(query)
         if long_terms:
             expr = " OR ".join(_fts_phrase(t) for t in long_terms)
-            return [r[0] for r in self.read(
-                "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?", (expr, n))]
+            newest = [r[0] for r in self.read("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
+                                              " ORDER BY rowid DESC LIMIT ?", (expr, KEYWORD_RANKED + 1))]
+            if len(newest) <= KEYWORD_RANKED:
+                return [r[0] for r in self.read("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
+                                                " ORDER BY rank LIMIT ?", (expr, n))]
+            marks = ",".join("?" * KEYWORD_RANKED)
+            rows = self.read(f"SELECT id, text FROM memories WHERE id IN ({marks})", tuple(newest[:KEYWORD_RANKED]))
+            scored = sorted(((-sum(t in text.casefold() for t in long_terms), -memory_id) for memory_id, text in rows))
+            return [-neg_id for _, neg_id in scored[:n]]
         if short_terms:
-            cond = " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(short_terms))
-            return [r[0] for r in self.read(f"SELECT id FROM memories WHERE {cond} ORDER BY id DESC LIMIT ?",
-                                            (*map(_like_pattern, short_terms), n))]
+            like = " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(short_terms))
+            patterns = tuple(map(_like_pattern, short_terms))
+            newest = self.read("SELECT max(id) FROM memories")[0][0] or 0
+            return [r[0] for r in self.read(
+                f"SELECT id FROM memories WHERE id > ? AND ({like})"
+                f" UNION SELECT id FROM memories WHERE kind IN ('pinned', 'note') AND ({like})"
+                " ORDER BY id DESC LIMIT ?", (newest - SHORT_TERM_SCAN, *patterns, *patterns, n))]
         return []
