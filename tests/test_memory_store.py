@@ -7,8 +7,11 @@ tests/model/test_memory_embedder.py.
 
 import io
 import json
+import subprocess
+import sys
 import threading
 import zlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +22,7 @@ from engine import cli_memory
 from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService, MemoryStore, parse_remember
 from engine.memory.chunking import chunk_text
 from engine.memory.service import MAX_MEMORY_CHARS, RRF_K
-from engine.memory.store import keyword_terms
+from engine.memory.store import KEYWORD_RANKED, keyword_terms
 from engine.memory.vector_index import COARSE_CANDIDATES, NumpyIndex
 from engine.storage import Database
 
@@ -69,7 +72,7 @@ class FakeModel:
 def fake_model(monkeypatch):
     model = FakeModel()
 
-    def load(path, device):
+    def load(path, device, threads):
         assert model.gate.wait(20), "test never released the loader"
         return model
 
@@ -176,7 +179,7 @@ def test_search_skipped_until_embedder_ready_and_indexing_never_waits(tmp_path, 
 
 
 def test_failed_embedder_is_reported(tmp_path, monkeypatch):
-    def broken(path, device):
+    def broken(path, device, threads):
         raise OSError("model files missing")
 
     monkeypatch.setattr(embedder_mod, "_load_sentence_transformer", broken)
@@ -334,6 +337,16 @@ def test_trigram_keyword_search_cjk_and_short_terms(service):
     assert keyword_terms("What is my favourite colour? 我最喜欢")[0] == ["favourite", "colour", "我最喜", "最喜欢"]
 
 
+def test_common_keywords_rank_the_newest_matches_by_terms_matched(tmp_path):
+    store = MemoryStore(Database(tmp_path / "a.db"), "m", DIM)
+    rows = [("note", f"a common phrase number {i}", None, None, None, 0, "2024") for i in range(KEYWORD_RANKED + 50)]
+    both = store.insert_many(rows[:-10] + [("note", "common and zanzibar", None, None, None, 0, "2024")]
+                             + rows[-10:])[-11]
+    assert store.keyword_search("common zanzibar", 3)[0] == both  # BM25 skipped: > KEYWORD_RANKED matches
+    assert store.keyword_search("common", 2) == [len(rows) + 1, len(rows)]  # ties: newest first
+    assert store.keyword_search("zanzibar", 3) == [both]  # few matches: BM25
+
+
 @pytest.mark.parametrize("text", ["🎉 party on Friday 🎉🎉", "我对花生过敏。", "שלום עולם, זה זיכרון",
                                   "مرحبا بالعالم", "mixed 中文 and English ✓", "lone \ud800 surrogate"])
 def test_unusual_text_round_trips(service, text):
@@ -448,3 +461,10 @@ def test_cli_add_search_list_forget(capsys, monkeypatch, fake_model):
 def test_cli_bad_input_exit_codes(capsys, monkeypatch, fake_model, argv, stdin, code, message):
     got, _, err = run_cli(capsys, *argv, stdin=stdin, monkeypatch=monkeypatch)
     assert got == code and message in err and "Traceback" not in err
+
+
+def test_importing_the_memory_package_loads_no_torch():
+    code = "import sys, engine.memory, engine.cli_memory; print(sorted({'torch', 'sentence_transformers'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent).stdout
+    assert out.strip() == "[]"
