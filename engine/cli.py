@@ -13,6 +13,7 @@ from typing import Iterator
 from engine import __version__
 from engine.backend import LoadParams, ModelLoadError, SamplingParams
 from engine.catalog import ModelNotFound, load_catalog
+from engine.cli_memory import add_memory_parser
 from engine.cli_plan import add_plan_parsers
 from engine.cli_route import add_route_parser
 from engine.fetch import main as fetch_main
@@ -193,8 +194,9 @@ class ChatLoop:
             self.out.event(event="superseded" if item.superseded else "done",
                            conversation_id=item.conversation_id, message_id=item.message_id, model=item.model,
                            level=item.level, route_reason=item.route_reason, fallback=item.fallback,
-                           confidence=item.confidence, context=item.stats.get("context"),
-                           summary_used=item.stats.get("summary_used", False), text=item.text, stats=item.stats)
+                           confidence=item.stats.get("confidence"), risk=item.stats.get("risk"),
+                           context=item.stats.get("context"), summary_used=item.stats.get("summary_used", False),
+                           text=item.text, stats=item.stats)
             return
         s = item.stats
         tail = " [stopped]" if s["finish_reason"] == "cancelled" else ""
@@ -203,6 +205,11 @@ class ChatLoop:
                 + (f" · fallback: {item.fallback}" if item.fallback else "")
                 + f" · {s['ttft_ms']:.0f} ms to first token · {est}{s['prompt_tokens_evaluated']} tokens evaluated, "
                 f"{s['prompt_tokens_cached']} cached · {s['decode_tps']:.1f} tok/s]")
+        report = s.get("confidence") or {}
+        if report.get("low") and not item.superseded:
+            meta += "\n[可能不准确 / may be inaccurate: confidence %.2f]" % report["geo_mean_prob"]
+        if (s.get("risk") or {}).get("caution"):
+            meta += f"\n[{s['risk']['caution']}]"
         if item.superseded:
             meta += f"\n[low confidence ({item.confidence:.2f}): asking L2 instead…]"
         dim = sys.stdout.isatty()
@@ -347,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_route_parser(sub)
     add_plan_parsers(sub)
+    add_memory_parser(sub)
     return p
 
 

@@ -9,6 +9,7 @@ re-ask a low-confidence L1 answer on L2 (cascade).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,11 +17,12 @@ from typing import Iterator
 
 from engine.backend import LoadParams, ModelLoadError
 from engine.catalog import Catalog, ModelNotFound
-from engine.confidence import geometric_mean_prob
+from engine.confidence import confidence_report, geometric_mean_prob
 from engine.context import Window
 from engine.generate import Chunk, GenerateParams, TurnResult
 from engine.model_manager import ModelManager
 from engine.remote import RemoteClient, RemoteConfig, RemoteError
+from engine.risk import caution_text, risk_flags
 from engine.router import RouteDecision, apply_stickiness, classify
 from engine.runtime import Worker
 from engine.session import Message, Session
@@ -29,6 +31,7 @@ from engine.summaries import SummaryHandle, pending_task, submit_summary
 from engine.targets import InputError, LocalTarget, RemoteTarget
 
 log = logging.getLogger(__name__)
+_CJK = re.compile(r"[\u3400-\u9fff]")
 
 MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
 # Geometric-mean token probability below which an L1 answer is re-asked on L2, for models the
@@ -377,7 +380,7 @@ class Assistant:
                     conv.messages.append(answer)
                 if isinstance(item, TurnResult):
                     finished = True
-                    return self._finish(conv, target, answer, item, decision, note, window)
+                    return self._finish(conv, target, answer, item, decision, note, window, user.content)
                 # Per token only appends: on a laptop every cycle spent here is taken from the decode.
                 parts.append(item.text)
                 if item.token >= 0:
@@ -408,18 +411,26 @@ class Assistant:
             answer.ids = {target.identity: list(ids)}
 
     def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
-                note: str | None, window: Window | None) -> TurnDone:
+                note: str | None, window: Window | None, user_text: str) -> TurnDone:
         answer.content = item.text
         if target.identity:
             answer.ids = {target.identity: item.token_ids}
         if target.identity:
             self._warm[conv.id] = target.level
         confidence = geometric_mean_prob(item.logprobs)
+        report = None
+        if target.identity:  # local models give per-token logprobs; the remote tier does not
+            entry = target.worker.model.entry
+            warn = entry.warn_threshold if entry else 0.0  # 0: uncalibrated, flags nothing
+            pieces = [target.worker.backend.token_bytes(t) for t in item.token_ids]
+            report = confidence_report(pieces, item.logprobs, warn)
+        flags = risk_flags(user_text, item.text)
+        risk = {"flags": flags, "caution": caution_text(flags, "zh" if _CJK.search(user_text) else "en")}
         context = window.as_dict() | {"context_shift": item.stats.context_shift} if window else None
         summary_used = bool(window and conv.summary_block.get(target.identity))
         stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
-                                        "fallback": note, "confidence": confidence, "context": context,
-                                        "summary_used": summary_used}
+                                        "fallback": note, "confidence": report, "context": context,
+                                        "summary_used": summary_used, "risk": risk}
         self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids if target.identity else None,
                                logprobs=item.logprobs, status="done", stats=stats)
         done = TurnDone(conv.id, answer.id, target.model_id, item.text, item.token_ids, item.logprobs, stats,
