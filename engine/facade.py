@@ -380,7 +380,8 @@ class Assistant:
                     conv.messages.append(answer)
                 if isinstance(item, TurnResult):
                     finished = True
-                    return self._finish(conv, target, answer, item, decision, note, window, user.content)
+                    return self._finish(conv, target, answer, item, decision, note, window, user.content,
+                                        params.sampling.temperature)
                 # Per token only appends: on a laptop every cycle spent here is taken from the decode.
                 parts.append(item.text)
                 if item.token >= 0:
@@ -411,7 +412,7 @@ class Assistant:
             answer.ids = {target.identity: list(ids)}
 
     def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
-                note: str | None, window: Window | None, user_text: str) -> TurnDone:
+                note: str | None, window: Window | None, user_text: str, temperature: float) -> TurnDone:
         answer.content = item.text
         if target.identity:
             answer.ids = {target.identity: item.token_ids}
@@ -421,7 +422,9 @@ class Assistant:
         report = None
         if target.identity:  # local models give per-token logprobs; the remote tier does not
             entry = target.worker.model.entry
-            warn = entry.warn_threshold if entry else 0.0  # 0: uncalibrated, flags nothing
+            # The catalog's thresholds were calibrated on greedy answers; sampled answers pick less
+            # likely tokens and score lower, so they are not flagged until calibrated per mode.
+            warn = entry.warn_threshold if entry and temperature == 0.0 else 0.0  # 0 flags nothing
             pieces = [target.worker.backend.token_bytes(t) for t in item.token_ids]
             report = confidence_report(pieces, item.logprobs, warn)
         flags = risk_flags(user_text, item.text)

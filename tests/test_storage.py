@@ -48,3 +48,18 @@ def test_deleting_conversation_cascades(tmp_path):
     with db._conn:
         db._conn.execute("DELETE FROM conversations WHERE id = ?", (cid,))
     assert db.messages(cid) == []
+
+
+def test_transaction_is_all_or_nothing(tmp_path):
+    db = Database(tmp_path / "a.db")
+    cid = db.create_conversation()
+    try:
+        with db.transaction() as conn:
+            conn.execute("INSERT INTO messages (conversation_id, role, content, created) VALUES (?, 'user', 'a', 'now')",
+                         (cid,))
+            raise RuntimeError("fails half-way")
+    except RuntimeError:
+        pass
+    assert db.messages(cid) == []
+    db.add_message(cid, "user", "kept")
+    assert [m["content"] for m in db.messages(cid)] == ["kept"]

@@ -8,6 +8,7 @@ builds often cannot load extensions. `Database.driver` and `Database.vec_version
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 import logging
 import sqlite3
 import threading
@@ -105,6 +106,19 @@ class Database:
         apply_migrations(conn)
         self._conn = conn
 
+    @contextmanager
+    def transaction(self):
+        """All statements inside commit together or not at all. The connection is in autocommit
+        mode (isolation_level=None), where `with conn:` alone would not open a transaction."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -141,7 +155,7 @@ class Database:
                     status: str = "done") -> int:
         """Insert and commit a message (and touch the conversation); return its id."""
         now = _now()
-        with self._lock, self._conn:
+        with self.transaction():
             cur = self._conn.execute(
                 "INSERT INTO messages (conversation_id, role, content, created, model, level, token_count,"
                 " status, token_ids, token_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -168,11 +182,11 @@ class Database:
         if stats is not None:
             sets["stats"] = json.dumps(stats)
         cols = ", ".join(f"{k} = ?" for k in sets)
-        with self._lock, self._conn:
+        with self.transaction():
             self._conn.execute(f"UPDATE messages SET {cols} WHERE id = ?", (*sets.values(), message_id))
 
     def supersede(self, message_id: int, by_id: int) -> None:
-        with self._lock, self._conn:
+        with self.transaction():
             self._conn.execute("UPDATE messages SET superseded_by = ? WHERE id = ?", (by_id, message_id))
 
     def messages(self, conversation_id: int) -> list[dict[str, Any]]:
@@ -185,7 +199,7 @@ class Database:
     # ---- summaries
     def add_summary(self, conversation_id: int, first_message_id: int, last_message_id: int, text: str,
                     model: str | None = None, previous_id: int | None = None) -> int:
-        with self._lock, self._conn:
+        with self.transaction():
             return self._conn.execute(
                 "INSERT INTO summaries (conversation_id, first_message_id, last_message_id, text, model, created,"
                 " previous_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -196,7 +210,7 @@ class Database:
         return self._q("SELECT * FROM summaries WHERE conversation_id = ? ORDER BY id", (conversation_id,))
 
     def edit_summary(self, summary_id: int, text: str) -> None:
-        with self._lock, self._conn:
+        with self.transaction():
             self._conn.execute("UPDATE summaries SET text = ?, edited = 1 WHERE id = ?", (text, summary_id))
 
     def integrity_check(self) -> str:

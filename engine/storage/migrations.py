@@ -98,10 +98,16 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
     for name, sql in MIGRATIONS:
         if name in done:
             continue
-        with conn:  # one transaction per migration: all of it or none
+        # One transaction per migration, all of it or none (the connection is in autocommit mode).
+        conn.execute("BEGIN IMMEDIATE")
+        try:
             for statement in filter(str.strip, sql.split(";")):
                 conn.execute(statement)
             conn.execute("INSERT INTO migrations (name, applied) VALUES (?, ?)",
                          (name, datetime.now(timezone.utc).isoformat()))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
         applied.append(name)
     return applied
