@@ -14,7 +14,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from engine.memory.chunking import chunk_text
 from engine.memory.embedder import Embedder
