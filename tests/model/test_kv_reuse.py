@@ -162,8 +162,8 @@ def test_sliding_window_rollback_is_exact_or_honestly_reevaluated(model_paths):
         fresh.close()
 
 
-def test_full_swa_cache_can_roll_back_anywhere(model_paths):
-    backend = Backend(model_paths["demo-int4"], LoadParams(n_ctx=4096, swa_full=True))
+def _assert_rolls_back_far(backend):
+    """Diverging 50 tokens into a long prompt keeps exactly those 50 cached tokens."""
     try:
         prompt = _long_prompt(backend)
         prefill(backend, prompt)
@@ -171,15 +171,13 @@ def test_full_swa_cache_can_roll_back_anywhere(model_paths):
         assert prefill(backend, far) == (50, "rollback")
     finally:
         backend.close()
+
+
+def test_full_swa_cache_can_roll_back_anywhere(model_paths):
+    _assert_rolls_back_far(Backend(model_paths["demo-int4"], LoadParams(n_ctx=4096, swa_full=True)))
 
 
 def test_no_window_model_rolls_back_anywhere(model_paths):
     backend = open_backend(model_paths["demo-small"], n_ctx=4096)
-    try:
-        assert backend.n_swa == 0
-        prompt = _long_prompt(backend)
-        prefill(backend, prompt)
-        far = prompt[:50] + backend.tokenize(" something else", special=False)
-        assert prefill(backend, far) == (50, "rollback")
-    finally:
-        backend.close()
+    assert backend.n_swa == 0
+    _assert_rolls_back_far(backend)
