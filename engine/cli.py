@@ -196,6 +196,7 @@ class ChatLoop:
                            level=item.level, route_reason=item.route_reason, fallback=item.fallback,
                            confidence=item.stats.get("confidence"), risk=item.stats.get("risk"),
                            context=item.stats.get("context"), summary_used=item.stats.get("summary_used", False),
+                           memories_used=item.stats.get("memories_used", []), memory=item.stats.get("memory"),
                            text=item.text, stats=item.stats)
             return
         s = item.stats
@@ -208,6 +209,14 @@ class ChatLoop:
         report = s.get("confidence") or {}
         if report.get("low") and not item.superseded:
             meta += "\n[可能不准确 / may be inaccurate: confidence %.2f]" % report["geo_mean_prob"]
+        for hit in s.get("memories_used") or []:
+            src = hit["source"]
+            where = f"conversation {src['conversation_id']}, {src['date'][:10]}" if isinstance(src, dict) else src
+            meta += f"\n[memory #{hit['id']} ({where}): {hit['text'][:80]}]"
+        remembered = (s.get("memory") or {}).get("remembered")
+        if remembered:
+            meta += (f"\n[remembered #{remembered['id']}: {remembered['text'][:80]}]" if "id" in remembered
+                     else f"\n[not remembered: {remembered['error']}]")
         if (s.get("risk") or {}).get("caution"):
             meta += f"\n[{s['risk']['caution']}]"
         if item.superseded:
@@ -225,7 +234,7 @@ def _remote_config(args: argparse.Namespace, settings: Settings) -> RemoteConfig
     key = args.l3_key if args.l3_key is not None else settings.get("l3.api_key")
     model = args.l3_model if args.l3_model is not None else settings.get("l3.model")
     validate_base_url(url)  # a malformed URL is the user's to fix: fail now, clearly
-    return RemoteConfig(url, key, model)
+    return RemoteConfig(url, key, model, n_ctx=settings.get("l3.n_ctx"))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -244,14 +253,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
         settings.get("cascade.threshold") or None)
     tiers = {"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}
     vram = args.vram_budget_mb if args.vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
+    memory = _start_memory(db, settings) if settings.get("memory.enabled") and not args.no_memory else None
     try:
         assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug, tiers=tiers,
                               remote=remote, cascade=settings.get("cascade.enabled") and not args.no_cascade,
                               cascade_threshold=threshold, max_switch_s=settings.get("router.max_switch_s"),
                               vram_budget_mb=None if vram < 0 else vram,
-                              summary_every=settings.get("summary.every_turns"))
+                              summary_every=settings.get("summary.every_turns"),
+                              memory=memory, memory_k=settings.get("memory.k"))
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
+        if memory is not None:
+            memory.close()
+        db.close()
         return EXIT_MODEL
     try:
         if args.conversation is not None:
@@ -270,7 +284,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return EXIT_OK
     finally:
         assistant.close()
+        if memory is not None:
+            memory.close()  # stores the messages still queued; their vectors follow on the next start
         db.close()
+
+
+def _start_memory(db: Database, settings: Settings):
+    """The memory service with its embedder loading in the background (never on the start path):
+    turns skip retrieval, and say so, until it is ready."""
+    from engine.memory import Embedder, MemoryService
+
+    return MemoryService(db, Embedder()).start()
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -337,6 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--l3-model", help="model name to ask the L3 endpoint for")
     c.add_argument("--no-cascade", action="store_true", help="never re-ask a low-confidence L1 answer on L2")
     c.add_argument("--cascade-threshold", type=float, help="confidence below which L1 answers are re-asked")
+    c.add_argument("--no-memory", action="store_true",
+                   help="neither retrieve memories into turns nor index this chat's messages")
     c.add_argument("--vram-budget-mb", type=float, help="VRAM for the GPU tier (default: free VRAM minus a margin)")
     c.set_defaults(func=cmd_chat)
 

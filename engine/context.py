@@ -10,6 +10,7 @@ re-evaluated where llama.cpp allows it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from engine.backend import Backend
 from engine.session import Message, Session
@@ -25,6 +26,7 @@ class Window:
     prompt_tokens: int  # with the new user message and the assistant header
     budget: int  # n_ctx - reserve
     n_ctx: int
+    estimated: bool = False  # counts from tiktoken (a remote model), not the model's tokenizer
 
     @property
     def water_level(self) -> float:
@@ -33,7 +35,7 @@ class Window:
     def as_dict(self) -> dict:
         return {"n_ctx": self.n_ctx, "used": self.prompt_tokens, "budget": self.budget,
                 "water_level": round(self.water_level, 3), "warn": self.water_level >= WARN_LEVEL,
-                "first_kept": self.first_kept}
+                "first_kept": self.first_kept, "estimated": self.estimated}
 
 
 def turn_starts(messages: list[Message]) -> list[int]:
@@ -42,25 +44,33 @@ def turn_starts(messages: list[Message]) -> list[int]:
     return starts or [0]
 
 
-def fit_window(session: Session, system: list[Message], turns: list[Message], user: Message,
-               reserve: int, first_kept: int = 0) -> Window:
+def session_counter(session: Session) -> Callable[[list[Message]], int]:
+    """Exact prompt length under a local model's tokenizer and chat template."""
+    return lambda messages: len(session.render(messages, add_generation_prompt=True))
+
+
+def fit_window(count: Callable[[list[Message]], int], n_ctx: int, system: list[Message], turns: list[Message],
+               user: Message, reserve: int, first_kept: int = 0, estimated: bool = False) -> Window:
     """The window for the next answer: system block + the most recent whole turns that fit.
 
-    `first_kept` is where the previous window started: the window never moves back (that would
-    undo a shift), and when it must move forward it moves far enough to leave room (REFILL).
+    `count(messages)` is the prompt length of `messages` plus the answer header. `first_kept` is
+    where the previous window started: the window never moves back (that would undo a shift), and
+    when it must move forward it moves far enough to leave room (REFILL).
+
+    Raises:
+        ValueError: the system block and the new message alone exceed n_ctx - reserve.
     """
-    n_ctx = session.backend.n_ctx
     budget = n_ctx - reserve
 
     def size(start: int) -> int:
-        return len(session.render(system + turns[start:] + [user], add_generation_prompt=True))
+        return count(system + turns[start:] + [user])
 
     starts = [s for s in turn_starts(turns) if s >= first_kept] or [len(turns)]
     if starts[0] > first_kept:
         starts.insert(0, first_kept)
     current = size(starts[0])
     if current <= budget:
-        return Window(system + turns[starts[0]:], starts[0], current, budget, n_ctx)
+        return Window(system + turns[starts[0]:], starts[0], current, budget, n_ctx, estimated)
     target = int(budget * REFILL)
     chosen, used = len(turns), size(len(turns))
     for start in starts[1:]:  # oldest first: keep as much as fits the refill target
@@ -70,7 +80,7 @@ def fit_window(session: Session, system: list[Message], turns: list[Message], us
             break
     if used > budget:
         raise ValueError(f"the message alone needs {used} tokens; the context holds {budget} for the prompt")
-    return Window(system + turns[chosen:], chosen, used, budget, n_ctx)
+    return Window(system + turns[chosen:], chosen, used, budget, n_ctx, estimated)
 
 
 def find_shift(kv: list[int], prompt: list[int]) -> tuple[int, int] | None:

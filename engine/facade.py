@@ -1,9 +1,12 @@
 """The one API the CLI and the app use: conversations, routed turns, persistence.
 
-A turn: validate → route (classifier, cache stickiness, user override) → pick the tier, falling
-back to the nearest available one → commit the user message → stream the answer from that tier,
-writing it to SQLite at least every `flush_s` seconds → finalise with measured stats → maybe
-re-ask a low-confidence L1 answer on L2 (cascade).
+A turn: validate → route (classifier, cache stickiness, user override) → retrieve memories for
+the message (they go inside the new user turn, after the cached prefix) → pick the tier, falling
+back to the nearest available one → fit the window (system + stable block of pinned memories and
+summary, recent whole turns, the new turn) → commit the user message (a "remember that …" becomes
+a pinned memory) → stream the answer, writing it to SQLite at least every `flush_s` seconds →
+finalise with measured stats → maybe re-ask a low-confidence L1 answer on L2 (cascade) → queue the
+turn's messages for the memory index and maybe a background summary.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from engine.catalog import Catalog, ModelNotFound
 from engine.confidence import confidence_report, geometric_mean_prob
 from engine.context import Window
 from engine.generate import Chunk, GenerateParams, TurnResult
+from engine.memory.prompt import pinned_facts, pinned_text, recalled_turn
+from engine.memory.remember import parse_remember
+from engine.memory.service import Hits, MemoryInputError, MemoryService
 from engine.model_manager import ModelManager
 from engine.remote import RemoteClient, RemoteConfig, RemoteError
 from engine.risk import caution_text, risk_flags
@@ -66,6 +72,25 @@ class TurnDone:
     superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
 
 
+@dataclass(frozen=True)
+class StableBlock:
+    """What follows the system prompt in a model's window: pinned memories and the summary of
+    turns that left the window. Frozen between shift points: changing it re-evaluates the window."""
+
+    pinned: tuple[str, ...] = ()
+    summary: str | None = None
+
+
+@dataclass
+class TurnInput:
+    """The new user message and what the memory made of it."""
+
+    user: Message
+    recall: Hits | None = None  # memories retrieved for it (None: no memory service)
+    fact: str | None = None  # "remember that …": the fact to pin once the message is stored
+    remembered: dict | None = None  # {"id", "text"} of the pinned memory, or {"error"}
+
+
 @dataclass
 class Conversation:
     id: int
@@ -74,15 +99,16 @@ class Conversation:
     # Per model identity: index into `messages` where its window starts (older turns overflowed).
     first_kept: dict[str, int] = field(default_factory=dict)
 
-    # Per model identity: the summary shown in the window's system block, frozen between shift
-    # points so the cached prefix stays valid (changing it means re-evaluating the window).
-    summary_block: dict[str, str | None] = field(default_factory=dict)
+    # Per model identity (None: the remote tier): the stable block in its window.
+    stable: dict[str | None, StableBlock] = field(default_factory=dict)
 
-    def system(self, summary: str | None = None) -> list[Message]:
-        text = self.system_prompt
-        if summary:
-            text = (text + "\n\n" if text else "") + f"Summary of the earlier conversation: {summary}"
-        return [Message("system", text)] if text else []
+    def system(self, block: StableBlock | None = None) -> list[Message]:
+        parts = [self.system_prompt] if self.system_prompt else []
+        if block and block.pinned:
+            parts.append(pinned_text(list(block.pinned)))
+        if block and block.summary:
+            parts.append(f"Summary of the earlier conversation: {block.summary}")
+        return [Message("system", "\n\n".join(parts))] if parts else []
 
     def history(self) -> list[Message]:
         return self.system() + self.messages
@@ -107,6 +133,8 @@ class Assistant:
             DEFAULT_CASCADE_THRESHOLD).
         vram_budget_mb: VRAM for the GPU tier (None: free VRAM minus a margin).
         summary_every: write a background summary of older turns every this many turns (0 = off).
+        memory: the vector memory (started by the caller); None: turns use no memory.
+        memory_k: memories retrieved per message.
 
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
@@ -117,7 +145,7 @@ class Assistant:
                  tiers: dict[str, str] | None = None, remote: RemoteConfig | None = None,
                  cascade: bool = False, cascade_threshold: float | None = None, max_switch_s: float = 1.5,
                  vram_budget_mb: float | None = None, manager: ModelManager | None = None,
-                 summary_every: int = 0):
+                 summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3):
         self.db = db
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
                                                vram_budget_mb=vram_budget_mb)
@@ -129,6 +157,7 @@ class Assistant:
         self.remote = RemoteClient(remote) if remote and remote.base_url else None
         self.max_switch_s = max_switch_s
         self.summary_every = summary_every  # turns between background summaries; 0 = off
+        self.memory, self.memory_k = memory, memory_k
         self._summary_jobs: dict[int, SummaryHandle] = {}
         self._conversations: dict[int, Conversation] = {}
         self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
@@ -183,7 +212,7 @@ class Assistant:
                     continue
                 # Stored ids belong to the model that made/read them; other models re-tokenize.
                 ids = {m["token_model"]: m["token_ids"]} if m["token_model"] and m["token_ids"] is not None else {}
-                messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"]))
+                messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"], m["model_text"]))
             conv = self._conversations[conversation_id] = Conversation(conversation_id, row["system_prompt"], messages)
         return conv
 
@@ -268,20 +297,73 @@ class Assistant:
         if len(text) > MAX_MESSAGE_CHARS:
             raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
         decision = self.route(conversation_id, text, route)
-        user = Message("user", text)
-        done = yield from self._answer(conv, user, decision, params, cancel, flush_s, commit_user=True)
-        if done is None:
-            return
-        if self._should_cascade(done, route):
-            done.superseded = True
-            yield done
-            reason = f"cascade: L1 confidence {done.confidence:.2f} < {self.cascade_threshold:.2f}"
-            done = yield from self._answer(conv, user, RouteDecision("L2", reason, 0.0), params, cancel,
-                                           flush_s, commit_user=False, supersedes=done)
+        recall = self._recall(conv, text)
+        user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
+        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None)
+        try:
+            done = yield from self._answer(conv, turn, decision, params, cancel, flush_s, commit_user=True)
             if done is None:
                 return
-        yield done
-        self._maybe_summarize(conv)
+            if self._should_cascade(done, route):
+                done.superseded = True
+                yield done
+                reason = f"cascade: L1 confidence {done.confidence:.2f} < {self.cascade_threshold:.2f}"
+                done = yield from self._answer(conv, turn, RouteDecision("L2", reason, 0.0), params, cancel,
+                                               flush_s, commit_user=False, supersedes=done)
+                if done is None:
+                    return
+            yield done
+            self._maybe_summarize(conv)
+        finally:
+            self._index_turn(conv, user)
+
+    # ---- memory
+    def _pinned(self) -> tuple[str, ...]:
+        if self.memory is None:
+            return ()
+        return tuple(pinned_facts([row.text for row in self.memory.pinned()]))
+
+    def _recall(self, conv: Conversation, text: str) -> Hits | None:
+        """Memories for this message, minus what the window already shows (its messages, the
+        system prompt, pinned facts and summary)."""
+        if self.memory is None:
+            return None
+        start = min(conv.first_kept.values(), default=0)
+        shown = conv.messages[start:]
+        texts = [conv.system_prompt] + [m.content for m in shown]
+        for block in conv.stable.values():
+            texts += [*block.pinned, block.summary or ""]
+        try:
+            return self.memory.search(text, self.memory_k, exclude_texts=texts,
+                                      exclude_message_ids=[m.id for m in shown if m.id is not None])
+        except Exception as exc:  # noqa: BLE001 - memory is an aid: the turn goes on without it
+            log.exception("memory retrieval failed")
+            return Hits(status=f"skipped: retrieval failed ({type(exc).__name__})")
+
+    def _remember(self, conv: Conversation, turn: TurnInput) -> None:
+        """Pin the fact of a "remember that …" message, citing the stored message."""
+        try:
+            memory_id = self.memory.add(turn.fact, pin=True, source={"conversation_id": conv.id,
+                                                                    "message_id": turn.user.id})
+            turn.remembered = {"id": memory_id, "text": turn.fact}
+        except MemoryInputError as exc:
+            turn.remembered = {"error": str(exc)}
+
+    def _index_turn(self, conv: Conversation, user: Message) -> None:
+        """Queue the turn's user message and the answer that stands for the memory index (the
+        memory's thread chunks and embeds them; this returns at once)."""
+        if self.memory is None or user.id is None:
+            return
+        try:
+            at = conv.messages.index(user)
+        except ValueError:
+            return
+        for m in conv.messages[at:at + 2]:
+            if m.id is not None and (m is user or m.role == "assistant"):
+                try:
+                    self.memory.index_message(conv.id, m.id, m.role, m.content)
+                except MemoryInputError as exc:
+                    log.warning("message %s not indexed: %s", m.id, exc)
 
     # ---- summary chain
     def _maybe_summarize(self, conv: Conversation) -> None:
@@ -316,20 +398,24 @@ class Assistant:
                 and done.stats.get("finish_reason") != "cancelled"
                 and bool(self.tiers.get("L2")) and self.tiers["L2"] != self.tiers["L1"])
 
-    def _answer(self, conv: Conversation, user: Message, decision: RouteDecision, params: GenerateParams,
+    def _answer(self, conv: Conversation, turn: TurnInput, decision: RouteDecision, params: GenerateParams,
                 cancel: threading.Event | None, flush_s: float, commit_user: bool,
                 supersedes: TurnDone | None = None):
+        user = turn.user
         turns = conv.messages if commit_user else conv.messages[:-2]  # cascade: without user + weak answer
         failures: list[str] = []
         for target, note in self._targets(decision.level):
-            window, moved = self._window(conv, target, turns, user, params)
+            window, moved = self._window(conv, target, turns, turn, params)
             history = window.messages if window else conv.history()
             if commit_user and user.id is None:
                 user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
-                                              token_ids=user.ids.get(target.identity), token_model=target.identity)
+                                              token_ids=user.ids.get(target.identity), token_model=target.identity,
+                                              model_text=user.model_text)
                 conv.messages.append(user)
+                if turn.fact:
+                    self._remember(conv, turn)
             try:
-                done = yield from self._stream(conv, target, history, user, decision, note, params, cancel,
+                done = yield from self._stream(conv, target, history, turn, decision, note, params, cancel,
                                                flush_s, supersedes, window, moved)
                 if done is not None and window is not None:
                     conv.first_kept[target.identity] = window.first_kept
@@ -341,28 +427,46 @@ class Assistant:
                 failures.append(str(exc))
         raise InputError("no model is available for this message" + (f": {failures[-1]}" if failures else ""))
 
-    def _window(self, conv: Conversation, target, turns: list[Message], user: Message,
+    def _window(self, conv: Conversation, target, turns: list[Message], turn: TurnInput,
                 params: GenerateParams) -> tuple[Window | None, bool]:
-        """This turn's window for a local target, and whether it moved (older turns overflowed).
-        When it moves, the summary block is brought up to date (a new prefix is re-evaluated anyway)."""
+        """This turn's window for a target, and whether it moved (older turns overflowed). When it
+        moves, the stable block (pinned memories, summary) is brought up to date: a new prefix is
+        re-evaluated or shifted then anyway."""
         key = target.identity
         start = conv.first_kept.get(key, 0)
-        block = conv.summary_block.get(key)
-        window = target.fit(conv.system(block), turns, user, params, start)
+        block = conv.stable.get(key)
+        if block is None:
+            block = conv.stable[key] = StableBlock(self._pinned())
+        window = self._fit(conv, target, block, turns, turn, params, start)
         if window is None or window.first_kept == start:
             return window, False
         chain = self.db.summaries(conv.id)
-        latest = chain[-1]["text"] if chain else None
-        if latest != block:
-            conv.summary_block[key] = latest
-            window = target.fit(conv.system(latest), turns, user, params, start)
+        fresh = StableBlock(self._pinned(), chain[-1]["text"] if chain else None)
+        if fresh != block:
+            conv.stable[key] = fresh
+            window = self._fit(conv, target, fresh, turns, turn, params, start)
         return window, True
 
-    def _stream(self, conv: Conversation, target, history: list[Message], user: Message,
+    @staticmethod
+    def _fit(conv: Conversation, target, block: StableBlock, turns: list[Message], turn: TurnInput,
+             params: GenerateParams, start: int) -> Window | None:
+        try:
+            return target.fit(conv.system(block), turns, turn.user, params, start)
+        except InputError:
+            if turn.user.model_text is None or turn.user.id is not None:
+                raise
+        # The message fits only without the memories retrieved for it: send it without them.
+        log.info("retrieved memories left out: the message fills the context")
+        turn.user.model_text, turn.user.ids = None, {}
+        turn.recall = Hits(status="skipped: no room in the context")
+        return target.fit(conv.system(block), turns, turn.user, params, start)
+
+    def _stream(self, conv: Conversation, target, history: list[Message], turn: TurnInput,
                 decision: RouteDecision, note: str | None, params: GenerateParams,
                 cancel: threading.Event | None, flush_s: float, supersedes: TurnDone | None,
                 window: Window | None = None, moved: bool = False):
         """Yield the target's chunks while persisting them; return the TurnDone (not yielded)."""
+        user = turn.user
         answer = Message("assistant", "", {}, None, target.level)
         parts: list[str] = []
         ids: list[int] = []
@@ -380,7 +484,7 @@ class Assistant:
                     conv.messages.append(answer)
                 if isinstance(item, TurnResult):
                     finished = True
-                    return self._finish(conv, target, answer, item, decision, note, window, user.content,
+                    return self._finish(conv, target, answer, item, decision, note, window, turn,
                                         params.sampling.temperature)
                 # Per token only appends: on a laptop every cycle spent here is taken from the decode.
                 parts.append(item.text)
@@ -412,7 +516,8 @@ class Assistant:
             answer.ids = {target.identity: list(ids)}
 
     def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
-                note: str | None, window: Window | None, user_text: str, temperature: float) -> TurnDone:
+                note: str | None, window: Window | None, turn: TurnInput, temperature: float) -> TurnDone:
+        user_text = turn.user.content
         answer.content = item.text
         if target.identity:
             answer.ids = {target.identity: item.token_ids}
@@ -430,12 +535,30 @@ class Assistant:
         flags = risk_flags(user_text, item.text)
         risk = {"flags": flags, "caution": caution_text(flags, "zh" if _CJK.search(user_text) else "en")}
         context = window.as_dict() | {"context_shift": item.stats.context_shift} if window else None
-        summary_used = bool(window and conv.summary_block.get(target.identity))
+        block = conv.stable.get(target.identity) or StableBlock()
+        summary_used = bool(window and block.summary)
         stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
                                         "fallback": note, "confidence": report, "context": context,
-                                        "summary_used": summary_used, "risk": risk}
+                                        "summary_used": summary_used, "risk": risk,
+                                        "memories_used": _memories_used(turn.recall),
+                                        "memory": self._memory_note(turn, block)}
         self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids if target.identity else None,
                                logprobs=item.logprobs, status="done", stats=stats)
         done = TurnDone(conv.id, answer.id, target.model_id, item.text, item.token_ids, item.logprobs, stats,
                         target.level, decision.reason, note, confidence)
         return done
+
+    def _memory_note(self, turn: TurnInput, block: StableBlock) -> dict:
+        """What the memory did for this turn (for `done.stats.memory`)."""
+        if self.memory is None:
+            return {"retrieval": "off"}
+        return {"retrieval": turn.recall.status if turn.recall is not None else "off",
+                "pinned_in_prompt": len(block.pinned), "remembered": turn.remembered}
+
+
+def _memories_used(recall: Hits | None) -> list[dict]:
+    """The retrieved memories the model read, with their sources (for citing them)."""
+    if not recall or recall.status != "ok":
+        return []
+    return [{"id": h.id, "kind": h.kind, "score": h.score, "source": h.source, "text": h.text[:300]}
+            for h in recall]

@@ -46,6 +46,7 @@ class RemoteConfig:
     read_timeout_s: float = 120.0
     retries: int = 2
     backoff_s: float = 0.5
+    n_ctx: int = 8192  # the endpoint's context as the user configured it (servers rarely say)
 
 
 def validate_base_url(url: str) -> str:
@@ -69,6 +70,15 @@ def _encoding():
 def estimate_tokens(text: str) -> int:
     """Token count estimate for remote models (cl100k_base); label it as an estimate."""
     return len(_encoding().encode(text, disallowed_special=()))
+
+
+# OpenAI-style chat framing per message (role and separators), and the answer's header.
+MESSAGE_OVERHEAD, REPLY_OVERHEAD = 4, 3
+
+
+def estimate_prompt(messages) -> int:
+    """Estimated prompt tokens of `Message`s for a remote model: contents + chat framing."""
+    return sum(estimate_tokens(m.text_for_model) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
 
 
 class RemoteClient:
@@ -142,7 +152,7 @@ class RemoteClient:
             RemoteError: unreachable, auth, rate limit, server error, or a malformed stream.
         """
         t0 = time.perf_counter()
-        prompt_estimate = sum(estimate_tokens(m["content"]) + 4 for m in messages)
+        prompt_estimate = sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
         response = self._open(self._body(messages, params))
         parts: list[str] = []
         t_first, t_last, finish, usage = None, None, "stop", None

@@ -19,6 +19,13 @@ class Message:
     ids: dict[str, list[int]] = field(default_factory=dict)  # model identity -> content token ids
     id: int | None = None  # database id
     level: str | None = None  # tier that answered (assistant messages)
+    # What the models read when it differs from `content`: a user turn with the memories
+    # retrieved for it. The ids (and the KV cache) are of this text; the UI shows `content`.
+    model_text: str | None = None
+
+    @property
+    def text_for_model(self) -> str:
+        return self.content if self.model_text is None else self.model_text
 
 
 def template_for(backend: Backend, hint: str = "gguf") -> ChatTemplate:
@@ -44,7 +51,7 @@ class Session:
         """The message's ids for this model: sampled/stored ones if it has them, else tokenized once."""
         ids = message.ids.get(self.backend.identity)
         if ids is None:
-            ids = message.ids[self.backend.identity] = self.backend.tokenize(message.content, special=False)
+            ids = message.ids[self.backend.identity] = self.backend.tokenize(message.text_for_model, special=False)
         return ids
 
     def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:

@@ -23,12 +23,15 @@ DEFAULTS: dict[str, Any] = {
     "l3.base_url": "",               # OpenAI-compatible endpoint; empty = no L3
     "l3.api_key": "",
     "l3.model": "",
+    "l3.n_ctx": 8192,                # the endpoint's context window (for the estimated budget)
     "router.mode": "auto",           # auto | L1 | L2 | L3
     "router.max_switch_s": 1.5,      # cache-aware stickiness: longest re-evaluation worth a switch
     "cascade.enabled": True,         # low-confidence L1 answer → re-answer on L2
     "cascade.threshold": 0.0,        # geometric-mean token probability below which L1 is re-asked;
                                      # 0 = the L1 model's catalog calibration (else 0.35)
     "summary.every_turns": 5,        # background summary of older turns every N turns; 0 = off
+    "memory.enabled": True,          # retrieve memories into turns, index finished messages
+    "memory.k": 3,                   # memories retrieved per message (above the model's threshold)
     "runtime.n_ctx": 4096,
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM
     "runtime.vram_budget_mb": -1,    # -1 = free VRAM minus a safety margin

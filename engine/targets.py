@@ -10,9 +10,9 @@ import threading
 from typing import Iterator
 
 from engine.backend import ContextFull
-from engine.context import Window, apply_shift, fit_window
+from engine.context import Window, apply_shift, fit_window, session_counter
 from engine.generate import Chunk, GenerateParams, TurnResult, generate
-from engine.remote import RemoteClient
+from engine.remote import RemoteClient, estimate_prompt
 from engine.runtime import FOREGROUND, Job, Worker
 from engine.session import Message, Session
 
@@ -48,7 +48,7 @@ class LocalTarget:
             raise InputError(f"message too long for this model: {n_user} tokens, the context holds {n_ctx}")
         reserve = min(params.max_tokens, n_ctx // 4)  # room for the answer
         try:
-            return fit_window(self.session([]), system, turns, user, reserve, first_kept)
+            return fit_window(session_counter(self.session([])), n_ctx, system, turns, user, reserve, first_kept)
         except ValueError as exc:
             raise InputError(str(exc)) from exc
 
@@ -91,10 +91,20 @@ class RemoteTarget:
         return f"L3:{self.client.model_name}"
 
     def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
-            first_kept: int = 0) -> None:
-        return None  # the endpoint owns its context; counts are estimates (estimate_tokens)
+            first_kept: int = 0) -> Window:
+        """The window within the endpoint's configured context, counted with tiktoken: an
+        estimate (the remote tokenizer is unknown), labelled so."""
+        n_ctx = self.client.config.n_ctx
+        n_user = estimate_prompt([user])
+        if n_user > n_ctx // 2:
+            raise InputError(f"message too long for the L3 model: ~{n_user} tokens, its context holds {n_ctx}")
+        reserve = min(params.max_tokens, n_ctx // 4)
+        try:
+            return fit_window(estimate_prompt, n_ctx, system, turns, user, reserve, first_kept, estimated=True)
+        except ValueError as exc:
+            raise InputError(str(exc)) from exc
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False) -> Iterator[Chunk | TurnResult]:
-        messages = [{"role": m.role, "content": m.content} for m in history + [user]]
+        messages = [{"role": m.role, "content": m.text_for_model} for m in history + [user]]
         yield from self.client.stream_chat(messages, params, cancel)

@@ -152,15 +152,17 @@ class Database:
     # ---- messages
     def add_message(self, conversation_id: int, role: str, content: str, *, model: str | None = None,
                     level: str | None = None, token_ids: list[int] | None = None, token_model: str | None = None,
-                    status: str = "done") -> int:
-        """Insert and commit a message (and touch the conversation); return its id."""
+                    status: str = "done", model_text: str | None = None) -> int:
+        """Insert and commit a message (and touch the conversation); return its id.
+        `model_text`: what the model read, when it differs from `content` (retrieved memories)."""
         now = _now()
         with self.transaction():
             cur = self._conn.execute(
                 "INSERT INTO messages (conversation_id, role, content, created, model, level, token_count,"
-                " status, token_ids, token_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, token_ids, token_model, model_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, content, now, model, level,
-                 None if token_ids is None else len(token_ids), status, encode_ids(token_ids), token_model),
+                 None if token_ids is None else len(token_ids), status, encode_ids(token_ids), token_model,
+                 model_text),
             )
             self._conn.execute("UPDATE conversations SET updated = ?, title = CASE WHEN title = '' AND ? = 'user'"
                                " THEN ? ELSE title END WHERE id = ?",

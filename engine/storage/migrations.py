@@ -87,7 +87,25 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX memory_vectors_by_model ON memory_vectors (model, memory_id);
         CREATE TABLE memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
     """),
+    ("0006_message_model_text", """
+        -- What the model read for a message when it differs from what the user typed: the new user
+        -- turn with the memories retrieved for it (engine/memory/prompt.py). NULL: the content.
+        ALTER TABLE messages ADD COLUMN model_text TEXT;
+    """),
 ]
+
+
+def statements(sql: str) -> list[str]:
+    """`sql` split into complete statements (a ';' inside a comment or string does not split)."""
+    out, current = [], ""
+    for line in sql.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            out.append(current)
+            current = ""
+    if current.strip() and not all(l.strip().startswith("--") or not l.strip() for l in current.splitlines()):
+        out.append(current)  # the last statement may omit its ';'
+    return out
 
 
 def apply_migrations(conn: sqlite3.Connection) -> list[str]:
@@ -101,7 +119,7 @@ def apply_migrations(conn: sqlite3.Connection) -> list[str]:
         # One transaction per migration, all of it or none (the connection is in autocommit mode).
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in filter(str.strip, sql.split(";")):
+            for statement in statements(sql):
                 conn.execute(statement)
             conn.execute("INSERT INTO migrations (name, applied) VALUES (?, ?)",
                          (name, datetime.now(timezone.utc).isoformat()))

@@ -21,3 +21,13 @@ def assistant(model_id):
 
 def open_backend(path, n_ctx=2048) -> Backend:
     return Backend(path, LoadParams(n_ctx=n_ctx))
+
+
+@pytest.fixture(scope="session")
+def ready_embedder():
+    """The bundled sentence embedder, loaded once for every test that needs it ready."""
+    from engine.memory import Embedder
+
+    emb = Embedder().start()
+    assert emb.wait(300), emb.state
+    return emb
