@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
+MAX_SUMMARY_CHARS = 2_000  # a user-edited summary rides in every prompt of its conversation
 # Geometric-mean token probability below which an L1 answer is re-asked on L2, for models the
 # catalog has no calibration for. Small models are less sure of everything: calibrate per model.
 DEFAULT_CASCADE_THRESHOLD = 0.35
@@ -386,10 +387,20 @@ class Assistant:
         return self.db.summaries(conversation_id)
 
     def edit_summary(self, summary_id: int, text: str) -> None:
+        """Replace a summary with the user's text (it rides in the prompt from the next shift point).
+
+        Raises:
+            InputError: empty or longer than MAX_SUMMARY_CHARS.
+            LookupError: no summary has this id.
+        """
         text = clean_text(text).strip()
         if not text:
             raise InputError("empty summary")
-        self.db.edit_summary(summary_id, text)
+        if len(text) > MAX_SUMMARY_CHARS:
+            raise InputError(f"summary too long ({len(text)} characters; at most {MAX_SUMMARY_CHARS}): "
+                             "it goes into every prompt of the conversation")
+        if not self.db.edit_summary(summary_id, text):
+            raise LookupError(f"no summary with id {summary_id}")
 
     def _should_cascade(self, done: TurnDone, route: str) -> bool:
         return (done.level == "L1" and route == "auto" and not done.route_reason.endswith("override")

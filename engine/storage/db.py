@@ -211,9 +211,11 @@ class Database:
         """The chain, oldest first; the last row stands for everything up to its last_message_id."""
         return self._q("SELECT * FROM summaries WHERE conversation_id = ? ORDER BY id", (conversation_id,))
 
-    def edit_summary(self, summary_id: int, text: str) -> None:
+    def edit_summary(self, summary_id: int, text: str) -> bool:
+        """Replace a summary's text (marked edited); False when there is no such summary."""
         with self.transaction():
-            self._conn.execute("UPDATE summaries SET text = ?, edited = 1 WHERE id = ?", (text, summary_id))
+            cur = self._conn.execute("UPDATE summaries SET text = ?, edited = 1 WHERE id = ?", (text, summary_id))
+            return cur.rowcount == 1
 
     def integrity_check(self) -> str:
         return self._q("PRAGMA integrity_check")[0]["integrity_check"]
