@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 # GPU users: see README (CUDA: -DGGML_CUDA=on, Metal: -DGGML_METAL=on).
 CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 DEMO_MODELS := models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
+# The bundled embedder exported to ONNX once (same weights, checked): memory then runs without torch.
+EMBEDDER_ONNX := models/embedders/all-MiniLM-L6-v2.onnx
 
 .PHONY: venv models run test test-fast bench clean
 
@@ -20,7 +22,10 @@ venv $(VENV): $(BIN)/.installed
 $(DEMO_MODELS): $(BIN)/.installed models/catalog.toml
 	$(BIN)/python -m engine.fetch
 
-models: $(DEMO_MODELS)
+$(EMBEDDER_ONNX): $(BIN)/.installed
+	$(BIN)/python -m engine.memory.export
+
+models: $(DEMO_MODELS) $(EMBEDDER_ONNX)
 
 run: venv models
 	$(BIN)/assistant chat

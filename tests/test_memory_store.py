@@ -81,7 +81,7 @@ def fake_model(monkeypatch):
 
 
 def open_service(path, backend, **kw) -> MemoryService:
-    return MemoryService(Database(path, driver=BACKENDS[backend]), Embedder(), vector_backend=backend, **kw)
+    return MemoryService(Database(path, driver=BACKENDS[backend]), Embedder(runtime="torch"), vector_backend=backend, **kw)
 
 
 @pytest.fixture(params=list(BACKENDS))
