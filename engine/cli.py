@@ -292,9 +292,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def _start_memory(db: Database, settings: Settings):
     """The memory service with its embedder loading in the background (never on the start path):
     turns skip retrieval, and say so, until it is ready."""
-    from engine.memory import Embedder, MemoryService
+    from engine.memory import MemoryService
 
-    return MemoryService(db, Embedder()).start()
+    return MemoryService.from_settings(db, settings).start()
 
 
 def cmd_summary(args: argparse.Namespace) -> int:

@@ -8,8 +8,9 @@ import logging
 import sys
 import time
 
-from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService
+from engine.memory import MemoryInputError, MemoryNotFound, MemoryService
 from engine.paths import db_path
+from engine.settings import Settings
 from engine.storage import Database
 
 log = logging.getLogger("assistant.memory")
@@ -79,7 +80,7 @@ def _read_arg(value: str) -> str:
 
 
 def _open(start: bool) -> MemoryService:
-    service = MemoryService(Database(db_path()), Embedder())
+    service = MemoryService.from_settings(Database(db_path()), Settings())
     return service.start() if start else service
 
 
@@ -88,7 +89,7 @@ def _wait_for_embedder(service: MemoryService) -> bool:
     embedder = service.embedder
     if embedder.wait(0.5):
         return True
-    sys.stderr.write(f"loading the embedding model {embedder.model_id} (first use in a session takes ~10-20 s)…\n")
+    sys.stderr.write(f"loading the embedding model {embedder.model_id} (a moment; ~10-20 s without its ONNX export)…\n")
     sys.stderr.flush()
     t0 = time.monotonic()
     ready = embedder.wait(EMBEDDER_TIMEOUT_S)

@@ -32,6 +32,8 @@ DEFAULTS: dict[str, Any] = {
     "summary.every_turns": 5,        # background summary of older turns every N turns; 0 = off
     "memory.enabled": True,          # retrieve memories into turns, index finished messages
     "memory.k": 3,                   # memories retrieved per message (above the model's threshold)
+    "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
+    "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
     "runtime.n_ctx": 4096,
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM
     "runtime.vram_budget_mb": -1,    # -1 = free VRAM minus a safety margin

@@ -114,6 +114,20 @@ def test_database_reports_its_driver_and_vector_path(tmp_path):
     assert "0005_memory" in plain.migrations_applied() and plain.integrity_check() == "ok"
 
 
+def test_auto_keeps_vectors_in_ram_while_they_fit_the_budget(tmp_path):
+    db = Database(tmp_path / "a.db")
+    store = MemoryStore(db, "m", DIM, "auto")
+    assert store.vector_backend == "numpy"  # empty: fits any budget
+    store.set_vectors(store.insert("note", ["a", "b"]), np.ones((2, DIM), dtype=np.float32))
+    assert MemoryStore(db, "m", DIM, "auto", ram_budget_mb=1).vector_backend == "numpy"
+    assert MemoryStore(db, "m", DIM, "auto", ram_budget_mb=1e-6).vector_backend == "sqlite-vec"
+    assert MemoryStore(db, "other-model", DIM, "auto", ram_budget_mb=1e-6).vector_backend == "numpy"
+    db.close()
+    plain = Database(tmp_path / "a.db", driver="sqlite3")  # no sqlite-vec: numpy whatever the size
+    assert MemoryStore(plain, "m", DIM, "auto", ram_budget_mb=1e-6).vector_backend == "numpy"
+    plain.close()
+
+
 # ---- fusion, thresholds, dedup
 def test_rrf_fuses_vector_and_keyword_ranks(service, fake_model):
     fake_model.table.update({

@@ -104,14 +104,16 @@ class MemoryService:
     Args:
         db: the app's database (all writes go through its connection and lock).
         embedder: the sentence embedder; `start()` starts loading it.
-        vector_backend: "sqlite-vec" | "numpy" | None (sqlite-vec when the connection has it).
+        vector_backend: "sqlite-vec" | "numpy" | "auto" | None (see `MemoryStore`).
+        ram_budget_mb: RAM the numpy path may hold under "auto".
 
     The similarity thresholds come from the embedder's model (`EmbedderModel`), per script.
     """
 
-    def __init__(self, db: Database, embedder: Embedder, *, vector_backend: str | None = None):
+    def __init__(self, db: Database, embedder: Embedder, *, vector_backend: str | None = None,
+                 ram_budget_mb: float = 256.0):
         self.db, self.embedder = db, embedder
-        self.store = MemoryStore(db, embedder.model_id, embedder.dim, vector_backend)
+        self.store = MemoryStore(db, embedder.model_id, embedder.dim, vector_backend, ram_budget_mb)
         self._jobs: queue.Queue = queue.Queue()
         self._cond = threading.Condition()
         self._outstanding = 0      # jobs queued and not yet done
@@ -126,6 +128,12 @@ class MemoryService:
         return self.store.vector_backend
 
     # ---- lifecycle
+    @classmethod
+    def from_settings(cls, db: Database, settings) -> MemoryService:
+        """The service as the user configured it (`memory.*` settings); not started."""
+        return cls(db, Embedder(), vector_backend=settings.get("memory.vector_backend"),
+                   ram_budget_mb=settings.get("memory.ram_budget_mb"))
+
     def start(self) -> MemoryService:
         """Start loading the embedder and the indexing thread; returns at once."""
         self.embedder.start()

@@ -112,13 +112,22 @@ class MemoryStore:
         db: the app's database (migrated to 0005_memory).
         model_id: the embedder whose vectors are searched (others are ignored until re-embedded).
         dim: its embedding dimension.
-        vector_backend: "sqlite-vec" or "numpy"; None: sqlite-vec when the connection has it.
+        vector_backend: "sqlite-vec" or "numpy"; None: sqlite-vec when the connection has it;
+            "auto": numpy while this model's vectors fit in `ram_budget_mb` (it meets the 30 ms
+            target at 100 000 chunks, sqlite-vec's scalar bit scan does not: docs/memory.md),
+            else sqlite-vec when the connection has it.
+        ram_budget_mb: RAM the numpy path may hold under "auto" (float32 + sign bits per vector).
     """
 
-    def __init__(self, db: Database, model_id: str, dim: int, vector_backend: str | None = None):
+    def __init__(self, db: Database, model_id: str, dim: int, vector_backend: str | None = None,
+                 ram_budget_mb: float = 256.0):
         if dim % 8:
             raise ValueError(f"embedding dimension must be a multiple of 8, not {dim}")
         self.db, self.model_id, self.dim = db, model_id, dim
+        if vector_backend == "auto":
+            (count,) = self.read("SELECT count(*) FROM memory_vectors WHERE model = ?", (model_id,))[0]
+            fits = count * (dim * 4 + dim // 8 + 8) <= ram_budget_mb * 1e6
+            vector_backend = "numpy" if fits or not db.vec_version else "sqlite-vec"
         if vector_backend is None:
             vector_backend = "sqlite-vec" if db.vec_version else "numpy"
         if vector_backend == "sqlite-vec" and not db.vec_version:
