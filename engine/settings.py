@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
                                      # 0 = the L1 model's catalog calibration (else 0.35)
     "summary.every_turns": 5,        # background summary of older turns every N turns; 0 = off
     "memory.enabled": True,          # retrieve memories into turns, index finished messages
+    "memory.embedder": "all-MiniLM-L6-v2",  # catalog embedder; others are optional downloads
     "memory.k": 3,                   # memories retrieved per message (above the model's threshold)
     "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)

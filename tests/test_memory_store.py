@@ -482,3 +482,23 @@ def test_importing_the_memory_package_loads_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent).stdout
     assert out.strip() == "[]"
+
+
+def test_an_optional_embedder_not_downloaded_says_so(tmp_path, monkeypatch):
+    from engine.settings import Settings
+
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("ASSISTANT_MEMORY_EMBEDDER", "paraphrase-multilingual-MiniLM-L12-v2")
+    db = Database(tmp_path / "a.db")
+    svc = MemoryService.from_settings(db, Settings(tmp_path / "settings.json")).start()
+    try:
+        assert not svc.embedder.wait(20)
+        status = svc.search("你好").status
+        assert status.startswith("skipped: embedder failed") and "is not downloaded" in status
+        assert svc.add("我对花生过敏") > 0  # memories are still kept (keyword search finds them)
+    finally:
+        svc.close()
+        db.close()
+    monkeypatch.setenv("ASSISTANT_MEMORY_EMBEDDER", "no-such-model")
+    with pytest.raises(ValueError, match="unknown embedding model"):
+        MemoryService.from_settings(Database(tmp_path / "b.db"), Settings(tmp_path / "settings.json"))

@@ -125,6 +125,8 @@ class Embedder:
         st_model = None
         try:
             model_dir = self.model_path or bundled_model_dir()
+            if not (model_dir / "config.json").is_file():
+                raise FileNotFoundError(f"{self.model_id} is not downloaded: no model in {model_dir}")
             exported = onnx_encoder.usable_export(self.model_id, model_dir) if self.runtime != "torch" else None
             if exported is None and self.runtime == "onnx":
                 raise FileNotFoundError(f"no ONNX export of {self.model_id} "

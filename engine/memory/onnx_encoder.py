@@ -81,6 +81,7 @@ class OnnxEncoder:
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.no_padding()  # padding per batch, to the longest text, below
         self.tokenizer.enable_truncation(max_length or _max_seq_length(model_dir))
+        self.cls_pooling = _pooling(model_dir) == "cls"
 
     def encode(self, texts: list[str]) -> np.ndarray:
         encodings = self.tokenizer.encode_batch(list(texts))
@@ -92,10 +93,26 @@ class OnnxEncoder:
             batch["attention_mask"][row, :n] = e.attention_mask
             batch["token_type_ids"][row, :n] = e.type_ids
         hidden = self.session.run(None, batch)[0]
-        mask = batch["attention_mask"][..., None].astype(np.float32)
-        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        if self.cls_pooling:
+            pooled = hidden[:, 0]
+        else:
+            mask = batch["attention_mask"][..., None].astype(np.float32)
+            pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def _pooling(model_dir: Path) -> str:
+    """"cls" or "mean", from the sentence-transformers pooling config (mean when there is none)."""
+    try:
+        config = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
+    except (OSError, ValueError):
+        return "mean"
+    if config.get("pooling_mode_cls_token"):
+        return "cls"
+    if config.get("pooling_mode_mean_tokens", True):
+        return "mean"
+    raise ValueError(f"unsupported pooling in {model_dir}: {config}")
 
 
 def _max_seq_length(model_dir: Path) -> int:

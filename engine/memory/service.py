@@ -130,8 +130,19 @@ class MemoryService:
     # ---- lifecycle
     @classmethod
     def from_settings(cls, db: Database, settings) -> MemoryService:
-        """The service as the user configured it (`memory.*` settings); not started."""
-        return cls(db, Embedder(), vector_backend=settings.get("memory.vector_backend"),
+        """The service as the user configured it (`memory.*` settings); not started.
+
+        Raises:
+            ValueError: `memory.embedder` names no embedder of the catalog.
+        """
+        from engine.catalog import load_catalog
+
+        chosen = settings.get("memory.embedder")
+        entry = load_catalog().embedder(chosen)
+        if entry is None:
+            raise ValueError(f"unknown embedding model {chosen!r} (setting memory.embedder; see models/catalog.toml)")
+        embedder = Embedder() if entry.bundled else Embedder(entry.path(), dim=entry.dim, model_id=entry.id)
+        return cls(db, embedder, vector_backend=settings.get("memory.vector_backend"),
                    ram_budget_mb=settings.get("memory.ram_budget_mb"))
 
     def start(self) -> MemoryService:
