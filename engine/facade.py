@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import re
+
+import psutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,10 +25,12 @@ from engine.catalog import Catalog, ModelNotFound
 from engine.confidence import confidence_report, geometric_mean_prob
 from engine.context import Window
 from engine.generate import Chunk, GenerateParams, TurnResult
+from engine.kv_tiers import KVTiers
 from engine.memory.prompt import pinned_facts, pinned_text, recalled_turn
 from engine.memory.remember import parse_remember
 from engine.memory.service import Hits, MemoryInputError, MemoryService
 from engine.model_manager import ModelManager
+from engine.paths import user_dir
 from engine.remote import RemoteClient, RemoteConfig, RemoteError
 from engine.risk import caution_text, risk_flags
 from engine.router import RouteDecision, apply_stickiness, classify
@@ -136,6 +140,8 @@ class Assistant:
         summary_every: write a background summary of older turns every this many turns (0 = off).
         memory: the vector memory (started by the caller); None: turns use no memory.
         memory_k: memories retrieved per message.
+        kv_warm_mb, kv_cold_mb: RAM and disk budgets of the KV state tiers (engine/kv_tiers.py;
+            None: 10 % of RAM up to 1 GB, and 2 GB); kv_tiers=False keeps no state across switches.
 
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
@@ -146,7 +152,8 @@ class Assistant:
                  tiers: dict[str, str] | None = None, remote: RemoteConfig | None = None,
                  cascade: bool = False, cascade_threshold: float | None = None, max_switch_s: float = 1.5,
                  vram_budget_mb: float | None = None, manager: ModelManager | None = None,
-                 summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3):
+                 summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3,
+                 kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None):
         self.db = db
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
                                                vram_budget_mb=vram_budget_mb)
@@ -159,6 +166,11 @@ class Assistant:
         self.max_switch_s = max_switch_s
         self.summary_every = summary_every  # turns between background summaries; 0 = off
         self.memory, self.memory_k = memory, memory_k
+        self.kv = None
+        if kv_tiers:
+            warm = kv_warm_mb * 1e6 if kv_warm_mb is not None else min(1e9, psutil.virtual_memory().total * 0.1)
+            cold = kv_cold_mb * 1e6 if kv_cold_mb is not None else 2e9
+            self.kv = KVTiers(user_dir() / "kv", int(warm), int(cold))
         self._summary_jobs: dict[int, SummaryHandle] = {}
         self._conversations: dict[int, Conversation] = {}
         self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
@@ -192,9 +204,20 @@ class Assistant:
         return Session(self.backend, self.template, conv.history())
 
     def close(self) -> None:
+        """Unload the models (each context's conversation state goes to the KV tiers, and every
+        warm snapshot to its cold file, so the next start resumes without re-evaluating)."""
         self.manager.close()
+        if self.kv is not None:
+            self.kv.close()
         if self.remote:
             self.remote.close()
+
+    def kv_pages(self) -> dict:
+        """KV cache use in pages per loaded model (capacity, used, per conversation hot/warm/cold),
+        plus the tiers' bytes and budgets; for the live gauge and `assistant stats`."""
+        if self.kv is None:
+            return {}
+        return self.kv.pages([(w.backend, w.plan.kv_bytes_per_token if w.plan else 0) for w in self.manager.loaded()])
 
     # ---- conversations
     def new_conversation(self, system_prompt: str = "") -> int:
@@ -255,7 +278,11 @@ class Assistant:
         if not model:
             return None
         # L2 is the GPU tier; L1 stays on the CPU so the GPU's memory goes to L2.
-        return LocalTarget(level, self.manager.get(model, gpu=level != "L1" or self.single_model))
+        worker = self.manager.get(model, gpu=level != "L1" or self.single_model)
+        if self.kv is not None and worker.before_close is None:
+            kv = self.kv
+            worker.before_close = lambda w: kv.release(w.backend)  # evicted or exiting: keep its state
+        return LocalTarget(level, worker)
 
     def _targets(self, level: str) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:
         """Targets to try for `level`, nearest first, each with the fallback note if not `level`."""
@@ -484,7 +511,8 @@ class Assistant:
         finished = False
         last_flush = time.monotonic()
         try:
-            for item in target.stream(history, user, params, cancel, moved):
+            for item in target.stream(history, user, params, cancel, moved, tiers=self.kv,
+                                      conversation_id=conv.id):
                 if answer.id is None:  # first output: the tier is answering, make the row
                     answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id,
                                                     level=target.level, token_ids=[] if target.identity else None,

@@ -44,6 +44,8 @@ class TurnStats:
     decode_ms: float = 0.0
     tokens_estimated: bool = False  # remote models: counts from tiktoken, not the model's tokenizer
     context_shift: str | None = None  # window moved this turn: "kv" (cache shifted) | "reeval"
+    restored_from: str | None = None  # KV state came from "hot" | "warm" | "cold" (engine/kv_tiers.py)
+    restore_ms: float = 0.0  # time to restore it (included in ttft_ms)
 
     def as_dict(self) -> dict:
         return asdict(self)

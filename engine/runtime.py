@@ -79,6 +79,9 @@ class Worker:
         self._closed = False
         self.plan = None  # the planner's Plan this model was loaded with, when planned
         self.plan_error: dict = {}  # plan vs llama.cpp's allocation, relative, by kind
+        # Run on the model's own thread after the last job, before the backend is freed (the KV
+        # tiers keep the context's conversation state).
+        self.before_close: Callable[["Worker"], None] | None = None
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         self._thread.start()
 
@@ -115,6 +118,11 @@ class Worker:
         while True:
             _, _, job = self._queue.get()
             if job is None:
+                if self.before_close is not None:
+                    try:
+                        self.before_close(self)
+                    except Exception:  # noqa: BLE001 - unloading must go on
+                        log.exception("before-close hook of %s failed", self.model.id)
                 return
             with self._lock:
                 self.pending -= 1

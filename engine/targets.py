@@ -12,6 +12,7 @@ from typing import Iterator
 from engine.backend import ContextFull
 from engine.context import Window, apply_shift, fit_window, session_counter
 from engine.generate import Chunk, GenerateParams, TurnResult, generate
+from engine.kv_tiers import KVTiers
 from engine.remote import RemoteClient, estimate_prompt
 from engine.runtime import FOREGROUND, Job, Worker
 from engine.session import Message, Session
@@ -60,9 +61,12 @@ class LocalTarget:
         return len(prompt) - common
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
-               cancel: threading.Event | None, window_moved: bool = False) -> Iterator[Chunk | TurnResult]:
+               cancel: threading.Event | None, window_moved: bool = False, *,
+               tiers: KVTiers | None = None, conversation_id: int | None = None) -> Iterator[Chunk | TurnResult]:
         def run(worker: Worker, job: Job) -> None:
             prompt = self.session(history).prompt(user)
+            # Another conversation in the context: park it, bring this one's state from RAM or disk.
+            restore = tiers.prepare(worker.backend, conversation_id, prompt) if tiers and conversation_id else None
             shift = None
             if window_moved:  # the oldest turns left the window: shift the cache, else re-evaluate
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
@@ -70,6 +74,10 @@ class LocalTarget:
                 for item in generate(worker.backend, prompt, params, job.cancel):
                     if isinstance(item, TurnResult):
                         item.stats.context_shift = shift
+                        if restore is not None:
+                            item.stats.restored_from = restore.restored_from
+                            item.stats.restore_ms = round(restore.restore_ms, 2)
+                            item.stats.ttft_ms += restore.restore_ms
                         worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000)
                     job.emit(item)
             except ContextFull as exc:
@@ -105,6 +113,6 @@ class RemoteTarget:
             raise InputError(str(exc)) from exc
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
-               cancel: threading.Event | None, window_moved: bool = False) -> Iterator[Chunk | TurnResult]:
+               cancel: threading.Event | None, window_moved: bool = False, **_) -> Iterator[Chunk | TurnResult]:
         messages = [{"role": m.role, "content": m.text_for_model} for m in history + [user]]
         yield from self.client.stream_chat(messages, params, cancel)

@@ -121,12 +121,14 @@ def test_sigkill_mid_answer_keeps_user_message_and_partial_answer(assistant_home
 
 def test_resumed_conversation_answers_as_the_original_would(assistant_home):
     msgs = ["Hi, I am Ana. What is a good name for a cat?", "Why that name?", "Give me a second option."]
-    # Original process: three turns in one go.
-    proc, events = run_chat(assistant_home, "\n".join(msgs).encode() + b"\n", "--model", "demo-small")
+    # Original process: three turns in one go. Without memory: the second run would recall the first
+    # run's messages into its turns (tests/model/test_memory_chat.py covers resuming those).
+    proc, events = run_chat(assistant_home, "\n".join(msgs).encode() + b"\n", "--model", "demo-small", "--no-memory")
     original = done_events(events)
     assert proc.returncode == 0 and len(original) == 3
     # Another process: two turns, exit; then a new process resumes the conversation for the third.
-    proc, events = run_chat(assistant_home, "\n".join(msgs[:2]).encode() + b"\n", "--model", "demo-small")
+    proc, events = run_chat(assistant_home, "\n".join(msgs[:2]).encode() + b"\n", "--model", "demo-small",
+                            "--no-memory")
     cid = done_events(events)[-1]["conversation_id"]
     db = Database(assistant_home / "assistant.db")
     resumed = Assistant(db, "demo-small", LoadParams(n_ctx=2048))
