@@ -165,3 +165,23 @@ def test_forced_route_and_bad_l3_url(assistant_home):
     assert done["level"] == "L2" and done["route_reason"] == "user override"
     proc, events = run_chat(assistant_home, b"hello\n", "--l3-url", "ftp://nowhere")
     assert proc.returncode == 2 and "not an http(s) URL" in events[-1]["message"]
+
+
+def test_a_new_process_resumes_from_the_cold_tier(assistant_home):
+    system = "You are a careful assistant. " + " ".join(f"Rule {i}: be brief and exact." for i in range(40))
+    proc, events = run_chat(assistant_home, b"Hello! Name a river.\nAnd a lake?\n", "--model", "demo-small",
+                            "--system", system, "--no-memory")
+    assert proc.returncode == 0, proc.stderr.decode()
+    last = done_events(events)[-1]
+    history = last["stats"]["prompt_tokens"] + last["stats"]["completion_tokens"]
+    proc, events = run_chat(assistant_home, b"And a mountain?\n", "--model", "demo-small", "--no-memory",
+                            "--conversation", str(last["conversation_id"]))
+    assert proc.returncode == 0, proc.stderr.decode()
+    [done] = done_events(events)
+    assert done["stats"]["restored_from"] == "cold" and done["stats"]["restore_ms"] > 0
+    assert done["stats"]["prompt_tokens_cached"] >= history - 1
+    assert done["stats"]["prompt_tokens_evaluated"] <= 16 + 8
+    stats = json.loads(subprocess.run(cli("stats", "--json"), capture_output=True, env=cli_env(assistant_home),
+                                      check=True).stdout)
+    [snap] = stats["kv"]["cold_files"]
+    assert snap["conversation_id"] == done["conversation_id"] and snap["pages"] >= 2
