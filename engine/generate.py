@@ -46,6 +46,7 @@ class TurnStats:
     context_shift: str | None = None  # window moved this turn: "kv" (cache shifted) | "reeval"
     restored_from: str | None = None  # KV state came from "hot" | "warm" | "cold" (engine/kv_tiers.py)
     restore_ms: float = 0.0  # time to restore it (included in ttft_ms)
+    park_ms: float = 0.0  # copying the previous conversation's state to RAM first (included in ttft_ms)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -75,8 +75,9 @@ class Restore:
     """What `prepare` did for a turn (for `done.stats`)."""
 
     restored_from: str | None  # "hot" | "warm" | "cold" | None (nothing reusable)
-    restore_ms: float = 0.0
+    restore_ms: float = 0.0  # finding, reading, checking and loading the state
     tokens: int = 0  # prompt tokens the restored state covered
+    park_ms: float = 0.0  # copying the leaving conversation's state to RAM (before the restore)
 
 
 def cache_facts(backend: Backend) -> dict:
@@ -379,8 +380,11 @@ class KVTiers:
             if loaded is not None:
                 snap, usable, source = loaded, min(cold_n, common_prefix(loaded.tokens, prompt)), "cold"
         leaving = hot is not None and hot != conversation_id and len(kv) >= MIN_WARM_TOKENS
+        park_ms = 0.0
         if leaving and (source is not None or common < len(kv)):  # a restore or the prefill overwrites it
-            self.warm.put(take_snapshot(backend, hot))
+            t_park = time.perf_counter()
+            self.warm.put(take_snapshot(backend, hot))  # one memcpy; its disk write, if any, is queued
+            park_ms = (time.perf_counter() - t_park) * 1000
         if snap is not None:
             if source == "warm":
                 self.warm.take(snap)
@@ -390,8 +394,8 @@ class KVTiers:
                 backend.reset()
                 source, usable = None, 0
         self.hot[ident] = conversation_id
-        ms = (time.perf_counter() - t0) * 1000
-        return Restore(source, ms if source else 0.0, usable if source else 0)
+        ms = (time.perf_counter() - t0) * 1000 - park_ms
+        return Restore(source, ms if source else 0.0, usable if source else 0, park_ms)
 
     def release(self, backend: Backend) -> None:
         """The model is being unloaded (evicted, or the app exits): its conversation's state moves

@@ -77,7 +77,8 @@ class LocalTarget:
                         if restore is not None:
                             item.stats.restored_from = restore.restored_from
                             item.stats.restore_ms = round(restore.restore_ms, 2)
-                            item.stats.ttft_ms += restore.restore_ms
+                            item.stats.park_ms = round(restore.park_ms, 2)
+                            item.stats.ttft_ms += restore.restore_ms + restore.park_ms
                         worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000)
                     job.emit(item)
             except ContextFull as exc:

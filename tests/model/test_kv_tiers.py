@@ -12,7 +12,9 @@ from engine.kv_tiers import MAGIC
 from engine.paths import db_path, user_dir
 from engine.storage import Database
 
-from .helpers import turn
+from engine.facade import TurnDone
+
+from .helpers import greedy, turn
 
 OVERHEAD = 16
 # A system prompt long enough that the chat is worth a cold file (≥ 256 tokens).
@@ -147,5 +149,28 @@ def test_switching_while_evicted_states_are_written_in_the_background(assistant_
             assert d.stats["prompt_tokens_evaluated"] <= new_tokens(a, "Another colour?") + OVERHEAD
         a.kv.flush()
         assert a.kv.cold.stats.written >= 3 and a.kv.cold.stats.loaded >= 2
+    finally:
+        close(a)
+
+
+def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
+    from engine.model_manager import ModelManager, ram_bytes
+
+    params = LoadParams(n_ctx=2048)
+    probe = ModelManager(params=params)
+    sizes = [ram_bytes(probe.plan_for(probe.resolve(m), gpu=False)) for m in ("demo-small", "demo-int4")]
+    manager = ModelManager(budget_bytes=max(sizes) + 1, params=params)  # one model at a time
+    a = Assistant(Database(db_path()), None, params, tiers={"L1": "demo-small", "L2": "demo-int4"},
+                  manager=manager)
+    try:
+        cid = a.new_conversation(SYSTEM)
+        list(a.send(cid, "Hi! Name a fruit.", greedy(8), route="L1"))
+        other = a.new_conversation()
+        list(a.send(other, "Hello", greedy(4), route="L2"))  # loading L2 unloads L1
+        assert manager.evictions == 1
+        # L1 again: reloaded, its conversation's state comes back from RAM.
+        [back] = [x for x in a.send(cid, "Another one?", greedy(8), route="L1") if isinstance(x, TurnDone)]
+        assert back.level == "L1" and back.stats["restored_from"] == "warm"
+        assert back.stats["prompt_tokens_evaluated"] <= new_tokens(a, "Another one?") + OVERHEAD
     finally:
         close(a)
