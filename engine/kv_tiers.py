@@ -136,6 +136,12 @@ class WarmTier:
                     found, best = snap, n
             return (found, best) if found is not None else None
 
+    def holds(self, identity: str, conversation_id: int | None, tokens: list[int]) -> bool:
+        """True when the warm tier already has exactly this state."""
+        with self._lock:
+            snap = self._items.get((identity, conversation_id))
+            return snap is not None and snap.tokens == tokens
+
     def take(self, snap: Snapshot) -> None:
         """Remove a snapshot that moved to the hot tier."""
         with self._lock:
@@ -381,7 +387,8 @@ class KVTiers:
                 snap, usable, source = loaded, min(cold_n, common_prefix(loaded.tokens, prompt)), "cold"
         leaving = hot is not None and hot != conversation_id and len(kv) >= MIN_WARM_TOKENS
         park_ms = 0.0
-        if leaving and (source is not None or common < len(kv)):  # a restore or the prefill overwrites it
+        if leaving and (source is not None or common < len(kv)) and not self.warm.holds(ident, hot, kv):
+            # Not parked after its last turn (the usual case parks then, off this path): copy it now.
             t_park = time.perf_counter()
             self.warm.put(take_snapshot(backend, hot))  # one memcpy; its disk write, if any, is queued
             park_ms = (time.perf_counter() - t_park) * 1000
@@ -397,11 +404,22 @@ class KVTiers:
         ms = (time.perf_counter() - t0) * 1000 - park_ms
         return Restore(source, ms if source else 0.0, usable if source else 0, park_ms)
 
+    def park(self, backend: Backend, conversation_id: int) -> None:
+        """After a turn, while the model is idle (a background job on its thread): copy the
+        context's conversation to the warm tier, so a later switch only restores."""
+        if self.hot.get(backend.identity) != conversation_id:
+            return
+        kv = backend.kv_tokens
+        if len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, conversation_id, kv):
+            self.facts(backend)
+            self.warm.put(take_snapshot(backend, conversation_id))
+
     def release(self, backend: Backend) -> None:
         """The model is being unloaded (evicted, or the app exits): its conversation's state moves
         to the warm tier, and from there to cold (model thread)."""
         cid = self.hot.pop(backend.identity, None)
-        if cid is not None and len(backend.kv_tokens) >= MIN_WARM_TOKENS:
+        kv = backend.kv_tokens
+        if cid is not None and len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, cid, kv):
             self.facts(backend)
             self.warm.put(take_snapshot(backend, cid))
 
