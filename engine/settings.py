@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
     "runtime.n_ctx": 4096,
+    "ui.language": "auto",           # auto (system locale) | zh_CN | en
+    "ui.theme": "light",             # light | dark
     "kv.warm_budget_mb": 0.0,        # RAM for parked conversations' KV state; 0 = 10 % of RAM up to 1 GB
     "kv.cold_budget_mb": 2048.0,     # disk for KV snapshot files (oldest pruned first)
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM

@@ -1,0 +1,94 @@
+"""The message box: Enter sends, Shift+Enter starts a new line; a live token count against the
+context budget, exact (the L1 model's tokenizer: a vocabulary lookup that is safe beside the
+model's thread and releases the GIL); per-message route override."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.i18n import tr
+
+MAX_COUNT_CHARS = 20_000  # beyond this the count is "very long": counting a huge paste must not stall
+
+
+class MessageEdit(QPlainTextEdit):
+    submitted = Signal()
+
+    def keyPressEvent(self, event):  # noqa: N802 - Qt's name
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class Composer(QWidget):
+    send = Signal(str, str)  # text, route ("auto" | "L1" | "L2" | "L3")
+    stop = Signal()
+
+    def __init__(self, count_tokens=None, parent=None):
+        """`count_tokens(text)` → the exact count, or None while no model is loaded."""
+        super().__init__(parent)
+        self.count_tokens = count_tokens or (lambda text: None)
+        self.edit = MessageEdit()
+        self.edit.setPlaceholderText(tr("Message (Enter sends, Shift+Enter new line)"))
+        self.edit.setMaximumHeight(120)
+        self.route = QComboBox()
+        self.route.addItem(tr("Auto"), "auto")
+        for level in ("L1", "L2", "L3"):
+            self.route.addItem(level, level)
+        self.count = QLabel("")
+        self.send_button = QPushButton(tr("Send"))
+        self.stop_button = QPushButton(tr("Stop"))
+        self.stop_button.setEnabled(False)
+        row = QHBoxLayout()
+        row.addWidget(QLabel(tr("Route")))
+        row.addWidget(self.route)
+        row.addWidget(self.count, 1)
+        row.addWidget(self.stop_button)
+        row.addWidget(self.send_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit)
+        layout.addLayout(row)
+        self.edit.submitted.connect(self._submit)
+        self.send_button.clicked.connect(self._submit)
+        self.stop_button.clicked.connect(self.stop.emit)
+        self.context_used = 0
+        self.n_ctx = 0
+        self._count_timer = QTimer(self)
+        self._count_timer.setSingleShot(True)
+        self._count_timer.setInterval(150)  # count after typing pauses, not per keystroke
+        self._count_timer.timeout.connect(self._update_count)
+        self.edit.textChanged.connect(self._count_timer.start)
+
+    def set_busy(self, busy: bool) -> None:
+        self.send_button.setEnabled(not busy)
+        self.stop_button.setEnabled(busy)
+
+    def set_context(self, used: int, n_ctx: int) -> None:
+        self.context_used, self.n_ctx = used, n_ctx
+        self._update_count()
+
+    def _update_count(self) -> None:
+        text = self.edit.toPlainText()
+        if len(text) > MAX_COUNT_CHARS:
+            self.count.setText(tr("very long message"))
+            return
+        n = self.count_tokens(text)
+        if n is None:
+            self.count.setText("")
+        elif self.n_ctx:
+            self.count.setText(tr("{n} tokens · context {used} / {ctx}").format(n=n, used=self.context_used + n,
+                                                                              ctx=self.n_ctx))
+        else:
+            self.count.setText(tr("{n} tokens").format(n=n))
+
+    def _submit(self) -> None:
+        if not self.send_button.isEnabled():
+            return
+        text = self.edit.toPlainText()
+        if not text.strip():
+            return
+        self.send.emit(text, self.route.currentData())
+        self.edit.clear()

@@ -1,0 +1,106 @@
+"""Live gauges: VRAM per GPU (or "no GPU"), RAM of the app and the system, KV pages per loaded
+model with this conversation's share, and the conversation's context water level. Updated every
+GAUGE_MS from the engine's device snapshot and KV page accounting (measured, never estimated)."""
+
+from __future__ import annotations
+
+import logging
+
+import psutil
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout, QWidget
+
+from app.i18n import tr
+from engine.devices import snapshot
+
+log = logging.getLogger(__name__)
+GAUGE_MS = 500
+WARN_STYLE = "QProgressBar::chunk { background: #d9822b; }"
+
+
+def _bar(maximum: int = 100) -> QProgressBar:
+    bar = QProgressBar()
+    bar.setRange(0, maximum)
+    bar.setTextVisible(True)
+    return bar
+
+
+class GaugePanel(QGroupBox):
+    def __init__(self, kv_source, parent=None):
+        """`kv_source()` returns the engine's `kv_pages()` dict (empty until it is ready)."""
+        super().__init__(tr("Resources"), parent)
+        self.kv_source = kv_source
+        self.conversation_id: int | None = None
+        self.water: dict | None = None
+        self._proc = psutil.Process()
+        layout = QVBoxLayout(self)
+        form = QFormLayout()
+        self.vram = QLabel(tr("no GPU"))
+        self.ram_app, self.ram_sys = _bar(), _bar()
+        self.kv_box = QWidget()
+        self.kv_layout = QFormLayout(self.kv_box)
+        self.water_bar = _bar()
+        form.addRow(tr("VRAM"), self.vram)
+        form.addRow(tr("RAM (app)"), self.ram_app)
+        form.addRow(tr("RAM (system)"), self.ram_sys)
+        form.addRow(tr("Context"), self.water_bar)
+        layout.addLayout(form)
+        layout.addWidget(QLabel(tr("KV cache pages (256 tokens)")))
+        layout.addWidget(self.kv_box)
+        layout.addStretch(1)
+        self._kv_bars: dict[str, QProgressBar] = {}
+        self.timer = QTimer(self)
+        self.timer.setInterval(GAUGE_MS)
+        self.timer.timeout.connect(self.update_now)
+        self.timer.start()
+        self.update_now()
+
+    def set_water_level(self, context: dict | None) -> None:
+        self.water = context
+        self._draw_water()
+
+    def _draw_water(self) -> None:
+        c = self.water
+        if not c:
+            self.water_bar.setValue(0)
+            self.water_bar.setFormat(tr("no turn yet"))
+            return
+        pct = int(round(c["water_level"] * 100))
+        self.water_bar.setValue(min(pct, 100))
+        est = "~" if c.get("estimated") else ""
+        self.water_bar.setFormat(f"{est}{c['used']} / {c['n_ctx']} ({pct} %)")
+        self.water_bar.setStyleSheet(WARN_STYLE if c.get("warn") else "")
+
+    def update_now(self) -> None:
+        try:
+            snap = snapshot()
+            gpus = snap.gpus if hasattr(snap, "gpus") else []
+            if gpus:
+                self.vram.setText("; ".join(f"{g.name}: {g.used_bytes / 2**20:.0f} / {g.total_bytes / 2**20:.0f} MiB"
+                                            for g in gpus))
+            else:
+                self.vram.setText(tr("no GPU"))
+            vm = psutil.virtual_memory()
+            rss = self._proc.memory_info().rss
+            self.ram_app.setValue(int(100 * rss / vm.total))
+            self.ram_app.setFormat(f"{rss / 2**20:.0f} MiB")
+            self.ram_sys.setValue(int(vm.percent))
+            self.ram_sys.setFormat(f"{(vm.total - vm.available) / 2**30:.1f} / {vm.total / 2**30:.1f} GiB")
+            self._draw_kv(self.kv_source() or {})
+        except Exception:  # noqa: BLE001 - a gauge must never take the window down
+            log.exception("gauge update failed")
+
+    def _draw_kv(self, pages: dict) -> None:
+        for ident, p in pages.items():
+            if ident.startswith("_"):
+                continue
+            bar = self._kv_bars.get(ident)
+            if bar is None:
+                bar = self._kv_bars[ident] = _bar()
+                self.kv_layout.addRow(ident.split(":")[0], bar)
+            bar.setRange(0, max(p["capacity"], 1))
+            bar.setValue(min(p["used"], p["capacity"]))
+            mine = p["conversations"].get(str(self.conversation_id), {})
+            bar.setFormat(tr("{used} / {cap} pages · this chat: {hot} hot, {warm} warm, {cold} cold").format(
+                used=p["used"], cap=p["capacity"], hot=mine.get("hot", 0), warm=mine.get("warm", 0),
+                cold=mine.get("cold", 0)))

@@ -1,0 +1,39 @@
+"""User-visible strings go through `tr` (Qt's translate, context "app"). Chinese is installed as a
+QTranslator built from the table in `app/zh_CN.py`, so it needs no lrelease step to build."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QCoreApplication, QLocale, QTranslator
+
+CONTEXT = "app"
+
+
+def tr(text: str) -> str:
+    return QCoreApplication.translate(CONTEXT, text)
+
+
+class TableTranslator(QTranslator):
+    def __init__(self, table: dict[str, str]):
+        super().__init__()
+        self.table = table
+
+    def translate(self, context, source, disambiguation=None, n=-1):  # noqa: N802 - Qt's name
+        if context == CONTEXT and source in self.table:
+            return self.table[source]
+        return None
+
+    def isEmpty(self) -> bool:  # noqa: N802 - Qt's name
+        return not self.table
+
+
+def install(app, language: str) -> QTranslator | None:
+    """Install the translator for `language` ("auto", "zh_CN", "en"); returns it (keep a reference)."""
+    if language == "auto":
+        language = "zh_CN" if QLocale.system().name().startswith("zh") else "en"
+    if language != "zh_CN":
+        return None
+    from app.zh_CN import TABLE
+
+    translator = TableTranslator(TABLE)
+    app.installTranslator(translator)
+    return translator

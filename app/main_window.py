@@ -1,0 +1,251 @@
+"""The main window: conversations on the left, the chat in the middle, gauges on the right.
+
+Engine calls go to `EngineWorker` on its QThread through queued signals; results come back as
+signals; only this (GUI) thread touches widgets."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt, QThread, Signal
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QMainWindow,
+                               QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget)
+
+from app.chat_view import ChatView
+from app.composer import Composer
+from app.engine_worker import EngineWorker
+from app.gauges import GaugePanel
+from app.i18n import tr
+
+log = logging.getLogger(__name__)
+
+
+class MainWindow(QMainWindow):
+    # Requests to the engine thread (queued: their slots run there).
+    _start = Signal()
+    _refresh = Signal()
+    _new = Signal(str)
+    _load = Signal(int)
+    _send = Signal(int, str, str, float, int)
+    _shutdown = Signal()
+
+    def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
+        super().__init__()
+        self.setWindowTitle(tr("Offline Assistant"))
+        self.resize(1100, 720)
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.conversation_id: int | None = None
+        self.busy = False
+        self.engine_ready = False
+        self._pending: tuple[str, str] | None = None  # a first message waiting for its new chat
+        self.last_done: dict | None = None  # the latest finished turn (its text and stats)
+
+        self.banner = QLabel("")
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("padding:6px;background:#fff4ce;color:#5c4400")
+        self.banner.hide()
+        self.status_label = QLabel(tr("Loading the model…"))
+
+        # sidebar
+        self.search = QLineEdit()
+        self.search.setPlaceholderText(tr("Search chats"))
+        self.search.textChanged.connect(self._filter)
+        self.chat_list = QListWidget()
+        self.chat_list.currentItemChanged.connect(self._select)
+        self.new_button = QPushButton(tr("New chat"))
+        self.new_button.clicked.connect(self.new_chat)
+        side = QWidget()
+        side_layout = QVBoxLayout(side)
+        side_layout.addWidget(self.search)
+        side_layout.addWidget(self.chat_list, 1)
+        side_layout.addWidget(self.new_button)
+
+        # chat
+        self.view = ChatView()
+        self.worker = worker or EngineWorker()
+        self.composer = Composer(self.worker.count_tokens)
+        self.composer.send.connect(self.send_message)
+        self.composer.stop.connect(self.stop)
+        self.composer.set_busy(True)  # until the engine is ready
+        center = QWidget()
+        center_layout = QVBoxLayout(center)
+        center_layout.addWidget(self.banner)
+        center_layout.addWidget(self.view, 1)
+        center_layout.addWidget(self.composer)
+        center_layout.addWidget(self.status_label)
+
+        # engine thread
+        self.thread = QThread(self)
+        self.thread.setObjectName("engine")
+        self.worker.moveToThread(self.thread)
+        self.gauges = GaugePanel(self.worker.kv_pages)
+
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(side)
+        splitter.addWidget(center)
+        splitter.addWidget(self.gauges)
+        splitter.setSizes([220, 640, 260])
+        root = QWidget()
+        QHBoxLayout(root).addWidget(splitter)
+        self.setCentralWidget(root)
+
+        w = self.worker
+        self._start.connect(w.start)
+        self._refresh.connect(w.refresh)
+        self._new.connect(w.new_conversation)
+        self._load.connect(w.load)
+        self._send.connect(w.send)
+        self._shutdown.connect(w.shutdown, Qt.BlockingQueuedConnection)
+        w.ready.connect(self._on_ready)
+        w.failed.connect(self._on_failed)
+        w.conversations.connect(self._on_conversations)
+        w.history.connect(self._on_history)
+        w.tokens.connect(self._on_tokens)
+        w.superseded.connect(self._on_superseded)
+        w.done.connect(self._on_done)
+        w.turn_failed.connect(self._on_turn_failed)
+        w.created.connect(self._on_created)
+        self.thread.start()
+        self._start.emit()
+
+    # ---- engine events
+    def _on_ready(self, info: dict) -> None:
+        self.engine_ready = True
+        demo = tr(" (demo models: they prove the mechanisms, not answer quality)") if info.get("demo") else ""
+        self.status_label.setText(tr("Ready: {tiers}").format(
+            tiers=", ".join(f"{k} {v}" for k, v in info["tiers"].items())) + demo)
+        self.composer.set_busy(False)
+
+    def _on_failed(self, message: str) -> None:
+        self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
+        self.status_label.setText(tr("Not ready"))
+
+    def _on_conversations(self, rows: list) -> None:
+        current = self.conversation_id
+        self.chat_list.blockSignals(True)
+        self.chat_list.clear()
+        for r in rows:
+            item = QListWidgetItem(r["title"][:60])
+            item.setData(Qt.UserRole, r["id"])
+            item.setToolTip(r["updated"][:19])
+            self.chat_list.addItem(item)
+            if r["id"] == current:
+                self.chat_list.setCurrentItem(item)
+        self.chat_list.blockSignals(False)
+        self._filter(self.search.text())
+
+    def _on_created(self, cid: int) -> None:
+        self.conversation_id = cid
+        self.view.set_messages([])
+        self.gauges.conversation_id = cid
+        self.gauges.set_water_level(None)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._send_to(cid, *pending)
+        else:
+            self._set_busy(False)
+
+    def _on_history(self, cid: int, messages: list) -> None:
+        if cid == self.conversation_id:
+            self.view.set_messages([{"role": m["role"], "content": m["content"],
+                                     "stats": dict(m["stats"], model=(m["stats"] or {}).get("model")),
+                                     "superseded": m["superseded"]} for m in messages])
+            last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
+            self.gauges.set_water_level(last.get("context"))
+
+    def _on_tokens(self, cid: int, text: str) -> None:
+        if cid == self.conversation_id:
+            self.view.append_tokens(text)
+
+    def _on_superseded(self, cid: int, done: dict) -> None:
+        if cid == self.conversation_id:
+            self.view.restart_answer()
+            self.status_label.setText(tr("Low confidence: asking L2 instead…"))
+
+    def _on_done(self, cid: int, done: dict) -> None:
+        self.last_done = done
+        self._set_busy(False)
+        if cid == self.conversation_id:
+            self.view.finish(done)
+            context = done["stats"].get("context")
+            self.gauges.set_water_level(context)
+            if context:
+                self.composer.set_context(context["used"], context["n_ctx"])
+        self.status_label.setText(tr("Done"))
+
+    def _on_turn_failed(self, cid: int, message: str) -> None:
+        self._set_busy(False)
+        self.view.fail(message)
+        self.show_banner(message)
+
+    # ---- user actions
+    def send_message(self, text: str, route: str = "auto") -> None:
+        if not self.engine_ready or self.busy:
+            return
+        if self.conversation_id is None:
+            # A chat is made on the engine thread first; `_on_created` sends the message into it.
+            self._pending = (text, route)
+            self._new.emit("")
+            self._set_busy(True)
+            return
+        self._send_to(self.conversation_id, text, route)
+
+    def new_chat(self) -> None:
+        """Start a new conversation; sending waits until it exists (on the engine thread)."""
+        if not self.engine_ready or self.busy:
+            return
+        self._set_busy(True)
+        self._new.emit("")
+
+    def _send_to(self, cid: int, text: str, route: str) -> None:
+        self.conversation_id = cid
+        self.hide_banner()
+        self.view.add_user(text)
+        self._set_busy(True)
+        self.status_label.setText(tr("Thinking…"))
+        self._send.emit(cid, text, route, self.temperature, self.max_tokens)
+
+    def stop(self) -> None:
+        self.worker.cancel.set()  # a threading.Event: safe from this thread
+
+    def _set_busy(self, busy: bool) -> None:
+        self.busy = busy
+        self.composer.set_busy(busy)
+        self.chat_list.setEnabled(not busy)
+        self.new_button.setEnabled(not busy)
+
+    def _select(self, item, _previous=None) -> None:
+        if item is None or self.busy:
+            return
+        cid = item.data(Qt.UserRole)
+        if cid == self.conversation_id:
+            return
+        self.conversation_id = cid
+        self.gauges.conversation_id = cid
+        self._load.emit(cid)
+
+    def _filter(self, text: str) -> None:
+        needle = text.strip().casefold()
+        for i in range(self.chat_list.count()):
+            item = self.chat_list.item(i)
+            item.setHidden(bool(needle) and needle not in item.text().casefold())
+
+    def show_banner(self, message: str) -> None:
+        self.banner.setText(message)
+        self.banner.show()
+
+    def hide_banner(self) -> None:
+        self.banner.hide()
+
+    # ---- shutdown
+    def closeEvent(self, event):  # noqa: N802 - Qt's name
+        self.worker.cancel.set()
+        self.gauges.timer.stop()
+        if self.thread.isRunning():
+            self._shutdown.emit()  # blocks until the engine saved its state and closed
+            self.thread.quit()
+            self.thread.wait()
+        super().closeEvent(event)
+
+    def confirm(self, title: str, text: str) -> bool:
+        return QMessageBox.question(self, title, text) == QMessageBox.Yes

@@ -1,0 +1,96 @@
+"""Messages to HTML for the chat view: Markdown (markdown-it), highlighted code (Pygments), the
+line under each answer, confidence and caution notices. Pure functions: no widgets here."""
+
+from __future__ import annotations
+
+import html
+
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import TextLexer, get_lexer_by_name
+from pygments.util import ClassNotFound
+
+from app.i18n import tr
+
+_FORMATTER = HtmlFormatter(noclasses=True, nowrap=True, style="friendly")
+
+
+def _code(code: str, lang: str, attrs) -> str:
+    try:
+        lexer = get_lexer_by_name(lang) if lang else TextLexer()
+    except ClassNotFound:
+        lexer = TextLexer()
+    body = highlight(code, lexer, _FORMATTER)
+    return ("<table width='100%' cellpadding='6' style='background:#f4f4f4;border:1px solid #ddd'><tr><td>"
+            f"<pre style='font-family:monospace;margin:0'>{body}</pre></td></tr></table>")
+
+
+# "js-default": no raw HTML from model output reaches the view; links are not auto-followed.
+_MD = MarkdownIt("js-default", {"highlight": _code, "breaks": True}).enable("table")
+MAX_RENDER_CHARS = 200_000  # deeper or longer text is shown as plain text: rendering must stay fast
+
+
+def markdown_html(text: str) -> str:
+    if len(text) > MAX_RENDER_CHARS or text.count("\n") > 20_000:
+        return f"<pre>{html.escape(text)}</pre>"
+    try:
+        return _MD.render(text)
+    except RecursionError:  # pathological nesting: plain text, never a crash
+        return f"<pre>{html.escape(text)}</pre>"
+
+
+def meta_line(stats: dict, level: str = "", model: str = "") -> str:
+    """The small line under an answer: tier and model, TTFT, speed, tokens evaluated vs cached."""
+    if not stats:
+        return ""
+    parts = [f"{level or stats.get('level', '')} · {model}".strip(" ·")]
+    if stats.get("ttft_ms") is not None:
+        parts.append(tr("{ms:.0f} ms to first token").format(ms=stats["ttft_ms"]))
+    if stats.get("decode_tps"):
+        parts.append(f"{stats['decode_tps']:.1f} tok/s")
+    if "prompt_tokens_evaluated" in stats:
+        est = "~" if stats.get("tokens_estimated") else ""
+        parts.append(tr("{ev} evaluated / {ca} cached").format(ev=f"{est}{stats['prompt_tokens_evaluated']}",
+                                                               ca=stats.get("prompt_tokens_cached", 0)))
+    if stats.get("restored_from") in ("warm", "cold"):
+        parts.append(tr("restored from {tier}").format(tier=stats["restored_from"]))
+    if stats.get("fallback"):
+        parts.append(tr("fallback: {why}").format(why=stats["fallback"]))
+    if stats.get("finish_reason") in ("cancelled", "interrupted"):
+        parts.append(tr("stopped"))
+    return " · ".join(p for p in parts if p)
+
+
+def notices_html(stats: dict) -> str:
+    """Low-confidence warning (with the weakest sentences) and the high-risk caution line."""
+    out = []
+    conf = stats.get("confidence") or {}
+    if conf.get("low"):
+        spans = "".join(f"<li><span style='background:#ffe2a8'>{html.escape(s.get('text', ''))}</span></li>"
+                        for s in conf.get("weak_spans", [])[:3])
+        out.append("<div style='color:#9a4d00'><b>⚠ " + tr("可能不准确 / may be inaccurate") +
+                   f"</b> ({conf.get('geo_mean_prob', 0):.2f})" + (f"<ul>{spans}</ul>" if spans else "") + "</div>")
+    caution = (stats.get("risk") or {}).get("caution")
+    if caution:
+        out.append(f"<div style='color:#a00000'>⚕ {html.escape(caution)}</div>")
+    for hit in stats.get("memories_used") or []:
+        src = hit.get("source")
+        where = (tr("conversation {cid}").format(cid=src.get("conversation_id")) if isinstance(src, dict)
+                 else tr("saved memory"))
+        out.append(f"<div style='color:#555'>🔖 {html.escape(where)}: {html.escape(hit.get('text', '')[:120])}</div>")
+    return "".join(out)
+
+
+def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False) -> str:
+    stats = stats or {}
+    if role == "user":
+        body = html.escape(text).replace("\n", "<br>")
+        return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
+                f"<td style='background:#dcecff'>{body}</td></tr></table>")
+    body = markdown_html(text) if text else "<i>…</i>"
+    cursor = " ▍" if streaming else ""
+    meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
+    tail = (f"<div style='color:#777;font-size:small'>{html.escape(meta)}</div>" if meta else "") + notices_html(stats)
+    return ("<table width='100%' cellspacing='0' cellpadding='8'><tr>"
+            f"<td style='background:#f2f2f2'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")
