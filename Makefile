@@ -9,7 +9,7 @@ DEMO_MODELS := models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m
 # The bundled embedder exported to ONNX once (same weights, checked): memory then runs without torch.
 EMBEDDER_ONNX := models/embedders/all-MiniLM-L6-v2.onnx
 
-.PHONY: venv models run test test-fast bench clean
+.PHONY: venv models run chat test test-fast bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,11 @@ $(EMBEDDER_ONNX): $(BIN)/.installed
 
 models: $(DEMO_MODELS) $(EMBEDDER_ONNX)
 
+# The desktop app; without a display it says so (QT_QPA_PLATFORM=offscreen, or `make chat`).
 run: venv models
+	$(BIN)/python -m app
+
+chat: venv models
 	$(BIN)/assistant chat
 
 # pytest exits 5 when it collected nothing: that is a failure, said plainly.

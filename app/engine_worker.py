@@ -114,6 +114,12 @@ class EngineWorker(QObject):
         self.history.emit(conversation_id, [{"role": r["role"], "content": r["content"], "stats": r["stats"] or {},
                                              "superseded": r["superseded_by"] is not None} for r in rows])
 
+    @Slot()
+    def forget_all_memories(self) -> None:
+        if self.memory_service is not None:
+            n = self.memory_service.forget_all()
+            log.info("forgot %d memories", n)
+
     # ---- turns
     @Slot(int, str, str, float, int)
     def send(self, conversation_id: int, text: str, route: str, temperature: float, max_tokens: int) -> None:

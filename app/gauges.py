@@ -74,7 +74,7 @@ class GaugePanel(QGroupBox):
     def update_now(self) -> None:
         try:
             snap = snapshot()
-            gpus = snap.gpus if hasattr(snap, "gpus") else []
+            gpus = snap.gpus
             if gpus:
                 self.vram.setText("; ".join(f"{g.name}: {g.used_bytes / 2**20:.0f} / {g.total_bytes / 2**20:.0f} MiB"
                                             for g in gpus))

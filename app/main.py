@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Offline Assistant")
-    translator = install(app, Settings().get("ui.language"))  # noqa: F841 - kept alive with the app
+    settings = Settings()
+    translator = install(app, settings.get("ui.language"))  # noqa: F841 - kept alive with the app
+    from app.theme import apply_theme
+
+    apply_theme(settings.get("ui.theme"))
     window = MainWindow(EngineWorker(args.model))
     window.show()
     return app.exec()

@@ -28,6 +28,7 @@ class MainWindow(QMainWindow):
     _load = Signal(int)
     _send = Signal(int, str, str, float, int)
     _shutdown = Signal()
+    _forget_all = Signal()
 
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
@@ -59,6 +60,9 @@ class MainWindow(QMainWindow):
         side_layout.addWidget(self.search)
         side_layout.addWidget(self.chat_list, 1)
         side_layout.addWidget(self.new_button)
+        self.settings_button = QPushButton(tr("Settings"))
+        self.settings_button.clicked.connect(self.open_settings)
+        side_layout.addWidget(self.settings_button)
 
         # chat
         self.view = ChatView()
@@ -96,6 +100,7 @@ class MainWindow(QMainWindow):
         self._load.connect(w.load)
         self._send.connect(w.send)
         self._shutdown.connect(w.shutdown, Qt.BlockingQueuedConnection)
+        self._forget_all.connect(w.forget_all_memories)
         w.ready.connect(self._on_ready)
         w.failed.connect(self._on_failed)
         w.conversations.connect(self._on_conversations)
@@ -236,6 +241,19 @@ class MainWindow(QMainWindow):
 
     def hide_banner(self) -> None:
         self.banner.hide()
+
+    def open_settings(self) -> None:
+        from app.settings_dialog import SettingsDialog
+        from app.theme import apply_theme
+        from engine.settings import Settings
+
+        settings = Settings()
+        dialog = SettingsDialog(settings, self)
+        if dialog.exec():
+            apply_theme(settings.get("ui.theme"))
+            self.status_label.setText(tr("Settings saved; model and budget changes apply at the next start"))
+        if dialog.forget_requested:
+            self._forget_all.emit()
 
     # ---- shutdown
     def closeEvent(self, event):  # noqa: N802 - Qt's name

@@ -14,6 +14,12 @@ from pygments.util import ClassNotFound
 from app.i18n import tr
 
 _FORMATTER = HtmlFormatter(noclasses=True, nowrap=True, style="friendly")
+COLOURS = {"user": "#dcecff", "assistant": "#f2f2f2", "code": "#f4f4f4", "meta": "#777"}
+
+
+def set_colours(user="#dcecff", assistant="#f2f2f2", code="#f4f4f4", meta="#777") -> None:
+    """Bubble colours for the theme (app/theme.py)."""
+    COLOURS.update(user=user, assistant=assistant, code=code, meta=meta)
 
 
 def _code(code: str, lang: str, attrs) -> str:
@@ -22,7 +28,7 @@ def _code(code: str, lang: str, attrs) -> str:
     except ClassNotFound:
         lexer = TextLexer()
     body = highlight(code, lexer, _FORMATTER)
-    return ("<table width='100%' cellpadding='6' style='background:#f4f4f4;border:1px solid #ddd'><tr><td>"
+    return (f"<table width='100%' cellpadding='6' style='background:{COLOURS['code']};border:1px solid #888'><tr><td>"
             f"<pre style='font-family:monospace;margin:0'>{body}</pre></td></tr></table>")
 
 
@@ -87,10 +93,11 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
     if role == "user":
         body = html.escape(text).replace("\n", "<br>")
         return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
-                f"<td style='background:#dcecff'>{body}</td></tr></table>")
+                f"<td style='background:{COLOURS['user']}'>{body}</td></tr></table>")
     body = markdown_html(text) if text else "<i>…</i>"
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
-    tail = (f"<div style='color:#777;font-size:small'>{html.escape(meta)}</div>" if meta else "") + notices_html(stats)
+    tail = (f"<div style='color:{COLOURS['meta']};font-size:small'>{html.escape(meta)}</div>" if meta else "")
+    tail += notices_html(stats)
     return ("<table width='100%' cellspacing='0' cellpadding='8'><tr>"
-            f"<td style='background:#f2f2f2'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")
+            f"<td style='background:{COLOURS['assistant']}'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")

@@ -96,6 +96,28 @@ class RemoteClient:
     def close(self) -> None:
         self._http.close()
 
+    def list_models(self) -> list[str]:
+        """The endpoint's model ids (GET /models): the settings panel's connection test.
+
+        Raises:
+            RemoteError: unreachable, refused key, or not an OpenAI-compatible answer.
+        """
+        try:
+            response = self._http.get("/models")
+        except httpx.TimeoutException as exc:
+            raise RemoteError("unreachable", f"L3 endpoint {self.base_url} timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise RemoteError("unreachable", f"L3 endpoint {self.base_url} is unreachable: {exc}") from exc
+        if response.status_code in (401, 403):
+            raise RemoteError("auth", f"L3 endpoint refused the API key (HTTP {response.status_code})")
+        if response.status_code >= 400:
+            raise RemoteError("server" if response.status_code >= 500 else "client",
+                              f"L3 endpoint answered HTTP {response.status_code} to /models")
+        try:
+            return [str(m["id"]) for m in response.json().get("data", [])]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RemoteError("protocol", f"L3 endpoint's /models is not OpenAI-compatible: {exc}") from exc
+
     def _body(self, messages: list[dict], params: GenerateParams) -> dict:
         s = params.sampling
         body = {"messages": messages, "stream": True, "max_tokens": params.max_tokens,

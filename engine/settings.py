@@ -89,6 +89,7 @@ class Settings:
             if self.get(key) == value:
                 return
             self._values[key] = value
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self._values, indent=2, ensure_ascii=False), encoding="utf-8")
             tmp.replace(self.path)

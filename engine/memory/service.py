@@ -251,6 +251,12 @@ class MemoryService:
         if not self.store.delete([memory_id]):
             raise MemoryNotFound(f"no memory with id {memory_id}")
 
+    def forget_all(self) -> int:
+        """Delete every memory (explicit ones and indexed messages) now; how many there were.
+        Conversations stay; messages written later are indexed again."""
+        ids = [row.id for row in self.store.list(("pinned", "note", "message"))]
+        return len(self.store.delete(ids))
+
     def forget_message(self, message_id: int) -> int:
         """Delete a message's chunks (e.g. the message was superseded); how many there were."""
         return len(self.store.delete(self.store.message_chunk_ids(message_id)))

@@ -1,0 +1,201 @@
+"""Settings, persisted in the data dir's settings.json (engine/settings.py): VRAM budget with a
+live planner preview, models per tier, the optional L3 endpoint, routing, cascade, memory, KV
+budgets, summary interval, theme and language. Changes that need a restart of the engine say so."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout,
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSlider, QSpinBox,
+                               QVBoxLayout)
+
+from app.i18n import tr
+from engine.catalog import load_catalog
+from engine.devices import snapshot
+from engine.planner import PlanError, plan
+from engine.remote import RemoteClient, RemoteConfig, RemoteError
+from engine.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle(tr("Settings"))
+        self.settings = settings
+        catalog = load_catalog()
+        layout = QVBoxLayout(self)
+
+        # ---- models and VRAM
+        box = QGroupBox(tr("Models and memory"))
+        form = QFormLayout(box)
+        self.l1, self.l2 = QComboBox(), QComboBox()
+        for combo, tier, key in ((self.l1, "L1", "tier.L1"), (self.l2, "L2", "tier.L2")):
+            for e in catalog.entries:
+                label = e.name + ("" if e.present() else tr(" (not downloaded)"))
+                combo.addItem(label, e.id)
+            combo.setCurrentIndex(max(0, combo.findData(settings.get(key))))
+        form.addRow(tr("CPU model (L1)"), self.l1)
+        form.addRow(tr("GPU model (L2)"), self.l2)
+        snap = snapshot()
+        gpu = snap.best_gpu
+        total_mb = int(gpu.total_bytes / 2**20) if gpu else 0
+        self.vram = QSlider(Qt.Horizontal)
+        self.vram.setRange(0, max(total_mb, 0))
+        budget = settings.get("runtime.vram_budget_mb")
+        self.vram.setValue(int(budget) if budget >= 0 else int(total_mb * 0.9))
+        self.vram_label = QLabel()
+        if not gpu:
+            self.vram.setEnabled(False)
+            self.vram_label.setText(tr("No GPU found: models run on the CPU ({why})").format(
+                why=snap.note or tr("no NVIDIA or Apple GPU")))
+        self.preview = QLabel()
+        self.preview.setWordWrap(True)
+        row = QHBoxLayout()
+        row.addWidget(self.vram, 1)
+        row.addWidget(self.vram_label)
+        form.addRow(tr("VRAM budget"), row)
+        form.addRow(tr("What it buys for L2"), self.preview)
+        self.vram.valueChanged.connect(self._update_preview)
+        self.l2.currentIndexChanged.connect(self._update_preview)
+        layout.addWidget(box)
+
+        # ---- L3
+        box = QGroupBox(tr("Big model on another machine (L3, optional)"))
+        form = QFormLayout(box)
+        self.l3_url = QLineEdit(settings.get("l3.base_url"))
+        self.l3_url.setPlaceholderText("http://192.168.1.20:8000/v1")
+        self.l3_key = QLineEdit(settings.get("l3.api_key"))
+        self.l3_key.setEchoMode(QLineEdit.Password)
+        self.l3_model = QLineEdit(settings.get("l3.model"))
+        self.l3_test = QPushButton(tr("Test connection"))
+        self.l3_result = QLabel()
+        self.l3_test.clicked.connect(self._test_l3)
+        form.addRow(tr("Base URL"), self.l3_url)
+        form.addRow(tr("API key"), self.l3_key)
+        form.addRow(tr("Model name"), self.l3_model)
+        form.addRow(self.l3_test, self.l3_result)
+        layout.addWidget(box)
+
+        # ---- behaviour
+        box = QGroupBox(tr("Behaviour"))
+        form = QFormLayout(box)
+        self.route = QComboBox()
+        for value, label in (("auto", tr("Automatic")), ("L1", "L1"), ("L2", "L2"), ("L3", "L3")):
+            self.route.addItem(label, value)
+        self.route.setCurrentIndex(max(0, self.route.findData(settings.get("router.mode"))))
+        self.cascade = QCheckBox(tr("Re-ask unsure small-model answers on L2"))
+        self.cascade.setChecked(settings.get("cascade.enabled"))
+        self.threshold = QDoubleSpinBox()
+        self.threshold.setRange(0.0, 1.0)
+        self.threshold.setSingleStep(0.01)
+        self.threshold.setValue(settings.get("cascade.threshold"))
+        self.threshold.setSpecialValueText(tr("calibrated per model"))
+        self.summary = QSpinBox()
+        self.summary.setRange(0, 100)
+        self.summary.setValue(settings.get("summary.every_turns"))
+        self.summary.setSpecialValueText(tr("off"))
+        self.memory = QCheckBox(tr("Remember across conversations"))
+        self.memory.setChecked(settings.get("memory.enabled"))
+        self.forget_all = QPushButton(tr("Forget everything…"))
+        self.forget_all.clicked.connect(self._forget_all)
+        self.warm = QSpinBox()
+        self.warm.setRange(0, 65_536)
+        self.warm.setSuffix(" MB")
+        self.warm.setSpecialValueText(tr("automatic (10 % of RAM, ≤ 1 GB)"))
+        self.warm.setValue(int(settings.get("kv.warm_budget_mb")))
+        self.cold = QSpinBox()
+        self.cold.setRange(0, 1_000_000)
+        self.cold.setSuffix(" MB")
+        self.cold.setValue(int(settings.get("kv.cold_budget_mb")))
+        form.addRow(tr("Routing"), self.route)
+        form.addRow(self.cascade)
+        form.addRow(tr("Cascade threshold"), self.threshold)
+        form.addRow(tr("Summarise every N turns"), self.summary)
+        form.addRow(self.memory, self.forget_all)
+        form.addRow(tr("Parked chats in RAM"), self.warm)
+        form.addRow(tr("Parked chats on disk"), self.cold)
+        layout.addWidget(box)
+
+        # ---- looks
+        box = QGroupBox(tr("Appearance"))
+        form = QFormLayout(box)
+        self.theme = QComboBox()
+        self.theme.addItem(tr("Light"), "light")
+        self.theme.addItem(tr("Dark"), "dark")
+        self.theme.setCurrentIndex(max(0, self.theme.findData(settings.get("ui.theme"))))
+        self.language = QComboBox()
+        for value, label in (("auto", tr("System")), ("zh_CN", "简体中文"), ("en", "English")):
+            self.language.addItem(label, value)
+        self.language.setCurrentIndex(max(0, self.language.findData(settings.get("ui.language"))))
+        form.addRow(tr("Theme"), self.theme)
+        form.addRow(tr("Language (after a restart)"), self.language)
+        layout.addWidget(box)
+
+        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+        self.forget_requested = False
+        self._update_preview()
+
+    def _update_preview(self) -> None:
+        mb = self.vram.value()
+        if self.vram.isEnabled():
+            self.vram_label.setText(f"{mb} MB")
+        try:
+            p = plan(self.l2.currentData(), mb if self.vram.isEnabled() else 0, 4096)
+        except (PlanError, OSError, ValueError) as exc:
+            self.preview.setText(str(exc))
+            return
+        fits = tr("fits on the GPU") if p.fits else (tr("partly on the GPU") if p.offload == "partial"
+                                                       else tr("runs on the CPU"))
+        self.preview.setText(tr("{layers} of {total} layers on the GPU, context {ctx}, KV cache {kv} — {fits}").format(
+            layers=max(p.n_gpu_layers - 1, 0) if p.n_gpu_layers else 0, total=p.n_layers, ctx=p.n_ctx,
+            kv=p.type_k, fits=fits))
+
+    def _test_l3(self) -> None:
+        url = self.l3_url.text().strip()
+        if not url:
+            self.l3_result.setText(tr("no URL"))
+            return
+        try:
+            client = RemoteClient(RemoteConfig(url, self.l3_key.text(), self.l3_model.text(),
+                                               connect_timeout_s=3, read_timeout_s=5, retries=0))
+            try:
+                models = client.list_models()
+            finally:
+                client.close()
+            self.l3_result.setText(tr("connected: {models}").format(models=", ".join(models[:3]) or "?"))
+        except RemoteError as exc:
+            self.l3_result.setText(str(exc))
+
+    def _forget_all(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
+        if QMessageBox.question(self, tr("Forget everything"),
+                                tr("Delete every memory and indexed message? Conversations stay.")) == QMessageBox.Yes:
+            self.forget_requested = True
+
+    def save(self) -> None:
+        s = self.settings
+        s.set("tier.L1", self.l1.currentData())
+        s.set("tier.L2", self.l2.currentData())
+        if self.vram.isEnabled():
+            s.set("runtime.vram_budget_mb", float(self.vram.value()))
+        s.set("l3.base_url", self.l3_url.text().strip())
+        s.set("l3.api_key", self.l3_key.text())
+        s.set("l3.model", self.l3_model.text().strip())
+        s.set("router.mode", self.route.currentData())
+        s.set("cascade.enabled", self.cascade.isChecked())
+        s.set("cascade.threshold", float(self.threshold.value()))
+        s.set("summary.every_turns", int(self.summary.value()))
+        s.set("memory.enabled", self.memory.isChecked())
+        s.set("kv.warm_budget_mb", float(self.warm.value()))
+        s.set("kv.cold_budget_mb", float(self.cold.value()))
+        s.set("ui.theme", self.theme.currentData())
+        s.set("ui.language", self.language.currentData())
+        self.accept()

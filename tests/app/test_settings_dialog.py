@@ -1,0 +1,64 @@
+"""The settings panel: persisted values, the VRAM slider on a machine without a GPU, the planner's
+live preview, and the L3 connection test against a real OpenAI-compatible server on loopback."""
+
+import json
+
+from PySide6.QtWidgets import QApplication
+
+from app.i18n import install, tr
+from app.settings_dialog import SettingsDialog
+from app.theme import apply_theme
+from engine.devices import snapshot
+from engine.settings import Settings
+from tests.model.l3_server import LoopbackServer
+
+
+def test_values_persist_and_the_vram_slider_explains_itself(qtbot, assistant_home, model_paths):
+    settings = Settings(assistant_home / "settings.json")
+    dialog = SettingsDialog(settings)
+    qtbot.addWidget(dialog)
+    if snapshot().best_gpu is None:  # this machine: the slider is off, and says why
+        assert not dialog.vram.isEnabled() and "No GPU" in dialog.vram_label.text()
+        assert "runs on the CPU" in dialog.preview.text()
+    else:
+        dialog.vram.setValue(dialog.vram.maximum())
+        assert "layers on the GPU" in dialog.preview.text()
+    dialog.cascade.setChecked(False)
+    dialog.summary.setValue(7)
+    dialog.theme.setCurrentIndex(dialog.theme.findData("dark"))
+    dialog.language.setCurrentIndex(dialog.language.findData("zh_CN"))
+    dialog.l3_url.setText("http://127.0.0.1:9/v1")
+    dialog.save()
+    saved = json.loads((assistant_home / "settings.json").read_text())
+    assert saved["cascade.enabled"] is False and saved["summary.every_turns"] == 7
+    assert saved["ui.theme"] == "dark" and saved["ui.language"] == "zh_CN"
+    assert saved["l3.base_url"] == "http://127.0.0.1:9/v1"
+    assert Settings(assistant_home / "settings.json").get("summary.every_turns") == 7
+
+
+def test_l3_connection_test_talks_to_a_real_server(qtbot, assistant_home, model_paths):
+    dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
+    qtbot.addWidget(dialog)
+    dialog.l3_url.setText("http://127.0.0.1:9/v1")  # nothing listens there
+    dialog._test_l3()
+    assert "unreachable" in dialog.l3_result.text()
+    server = LoopbackServer(model_paths["demo-small"])
+    try:
+        dialog.l3_url.setText(server.url)
+        dialog._test_l3()
+        assert dialog.l3_result.text() == "connected: loopback-smollm2"
+    finally:
+        server.stop()
+
+
+def test_chinese_and_dark_theme_apply(qtbot):
+    app = QApplication.instance()
+    translator = install(app, "zh_CN")
+    try:
+        assert tr("Settings") == "设置" and tr("Send") == "发送"
+    finally:
+        app.removeTranslator(translator)
+    assert tr("Settings") == "Settings"
+    apply_theme("dark")
+    assert app.palette().window().color().name() == "#202124"
+    apply_theme("light")
