@@ -39,6 +39,7 @@ class EngineWorker(QObject):
     done = Signal(int, dict)         # conversation id, {"text", "stats", "level", "model", ...}
     turn_failed = Signal(int, str)   # conversation id, message
     created = Signal(int)            # a new conversation's id
+    notice = Signal(str)             # a one-line result or problem for the status bar / banner
 
     def __init__(self, model: str | None = None, n_ctx: int | None = None, memory: bool | None = None):
         super().__init__()
@@ -113,6 +114,35 @@ class EngineWorker(QObject):
         rows = self.db.messages(conversation_id)
         self.history.emit(conversation_id, [{"role": r["role"], "content": r["content"], "stats": r["stats"] or {},
                                              "superseded": r["superseded_by"] is not None} for r in rows])
+
+    @Slot(int, str)
+    def rename(self, conversation_id: int, title: str) -> None:
+        try:
+            self.assistant.rename_conversation(conversation_id, title)
+        except (InputError, ConversationNotFound) as exc:
+            self.notice.emit(str(exc))
+        self.refresh()
+
+    @Slot(int)
+    def delete(self, conversation_id: int) -> None:
+        try:
+            self.assistant.delete_conversation(conversation_id)
+        except ConversationNotFound as exc:
+            self.notice.emit(str(exc))
+        self.refresh()
+
+    @Slot(int, str, str)
+    def export(self, conversation_id: int, path: str, fmt: str) -> None:
+        from engine.export import conversation_json, conversation_markdown
+
+        try:
+            text = (conversation_json if fmt == "json" else conversation_markdown)(self.db, conversation_id)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except (OSError, LookupError) as exc:
+            self.notice.emit(f"export failed: {exc}")
+            return
+        self.notice.emit(f"exported to {path}")
 
     @Slot()
     def forget_all_memories(self) -> None:

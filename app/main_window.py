@@ -29,6 +29,9 @@ class MainWindow(QMainWindow):
     _send = Signal(int, str, str, float, int)
     _shutdown = Signal()
     _forget_all = Signal()
+    _rename = Signal(int, str)
+    _delete = Signal(int)
+    _export = Signal(int, str, str)
 
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
@@ -53,6 +56,8 @@ class MainWindow(QMainWindow):
         self.search.textChanged.connect(self._filter)
         self.chat_list = QListWidget()
         self.chat_list.currentItemChanged.connect(self._select)
+        self.chat_list.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.chat_list.customContextMenuRequested.connect(self._chat_menu)
         self.new_button = QPushButton(tr("New chat"))
         self.new_button.clicked.connect(self.new_chat)
         side = QWidget()
@@ -101,6 +106,10 @@ class MainWindow(QMainWindow):
         self._send.connect(w.send)
         self._shutdown.connect(w.shutdown, Qt.BlockingQueuedConnection)
         self._forget_all.connect(w.forget_all_memories)
+        self._rename.connect(w.rename)
+        self._delete.connect(w.delete)
+        self._export.connect(w.export)
+        w.notice.connect(self.status_label.setText)
         w.ready.connect(self._on_ready)
         w.failed.connect(self._on_failed)
         w.conversations.connect(self._on_conversations)
@@ -241,6 +250,50 @@ class MainWindow(QMainWindow):
 
     def hide_banner(self) -> None:
         self.banner.hide()
+
+    def _chat_menu(self, pos) -> None:
+        item = self.chat_list.itemAt(pos)
+        if item is None or self.busy:
+            return
+        from PySide6.QtWidgets import QMenu
+
+        cid = item.data(Qt.UserRole)
+        menu = QMenu(self)
+        menu.addAction(tr("Rename…"), lambda: self.rename_chat(cid, item.text()))
+        menu.addAction(tr("Export as Markdown…"), lambda: self.export_chat(cid, "md"))
+        menu.addAction(tr("Export as JSON…"), lambda: self.export_chat(cid, "json"))
+        menu.addSeparator()
+        menu.addAction(tr("Delete…"), lambda: self.delete_chat(cid, item.text()))
+        menu.exec(self.chat_list.mapToGlobal(pos))
+
+    def rename_chat(self, cid: int, current: str, title: str | None = None) -> None:
+        if title is None:
+            from PySide6.QtWidgets import QInputDialog
+
+            title, ok = QInputDialog.getText(self, tr("Rename chat"), tr("Title"), text=current)
+            if not ok:
+                return
+        self._rename.emit(cid, title)
+
+    def delete_chat(self, cid: int, title: str, confirmed: bool = False) -> None:
+        if not confirmed and not self.confirm(tr("Delete chat"), tr("Delete “{title}” and everything remembered "
+                                                                      "from it?").format(title=title)):
+            return
+        if cid == self.conversation_id:
+            self.conversation_id = None
+            self.view.set_messages([])
+            self.gauges.set_water_level(None)
+        self._delete.emit(cid)
+
+    def export_chat(self, cid: int, fmt: str, path: str | None = None) -> None:
+        if path is None:
+            from PySide6.QtWidgets import QFileDialog
+
+            filt = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+            path, _ = QFileDialog.getSaveFileName(self, tr("Export chat"), f"chat-{cid}.{fmt}", filt)
+            if not path:
+                return
+        self._export.emit(cid, path, fmt)
 
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog

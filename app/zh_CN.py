@@ -79,4 +79,13 @@ TABLE = {
     'partly on the GPU': '部分放入 GPU',
     'runs on the CPU': '在 CPU 上运行',
     '{layers} of {total} layers on the GPU, context {ctx}, KV cache {kv} — {fits}': 'GPU 上 {layers}/{total} 层，上下文 {ctx}，KV 缓存 {kv} — {fits}',
+    'Rename…': '重命名…',
+    'Export as Markdown…': '导出为 Markdown…',
+    'Export as JSON…': '导出为 JSON…',
+    'Delete…': '删除…',
+    'Rename chat': '重命名对话',
+    'Title': '标题',
+    'Delete chat': '删除对话',
+    'Delete “{title}” and everything remembered from it?': '删除“{title}”以及从中记住的所有内容？',
+    'Export chat': '导出对话',
 }

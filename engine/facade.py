@@ -240,6 +240,25 @@ class Assistant:
             conv = self._conversations[conversation_id] = Conversation(conversation_id, row["system_prompt"], messages)
         return conv
 
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        title = clean_text(title).strip()
+        if not title:
+            raise InputError("empty title")
+        self.conversation(conversation_id)
+        self.db.update_conversation(conversation_id, title=title[:200])
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation everywhere: its rows, its memory chunks, its KV snapshots."""
+        self.conversation(conversation_id)  # ConversationNotFound for an unknown id
+        message_ids = self.db.delete_conversation(conversation_id)
+        self._conversations.pop(conversation_id, None)
+        self._warm.pop(conversation_id, None)
+        if self.memory is not None:
+            for mid in message_ids:
+                self.memory.forget_message(mid)
+        if self.kv is not None:
+            self.kv.forget(conversation_id)
+
     # ---- routing
     def set_conversation_route(self, conversation_id: int, route: str) -> None:
         """Force a level for every message of a conversation ("auto" lets the router decide)."""

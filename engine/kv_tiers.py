@@ -423,6 +423,18 @@ class KVTiers:
             self.facts(backend)
             self.warm.put(take_snapshot(backend, cid))
 
+    def forget(self, conversation_id: int) -> None:
+        """A deleted conversation: drop its warm snapshots and cold files (its hot state is
+        simply overwritten by the next turn)."""
+        for snap in self.warm.entries():
+            if snap.conversation_id == conversation_id:
+                self.warm.take(snap)
+        for ident, cid in list(self.hot.items()):
+            if cid == conversation_id:
+                self.hot[ident] = None
+        for path in self.cold.folder.glob(f"c{conversation_id}-*.kvs"):
+            path.unlink(missing_ok=True)
+
     # ---- background writes
     def _to_cold_later(self, snap: Snapshot) -> None:
         self._writes.put(snap)

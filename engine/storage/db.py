@@ -149,6 +149,15 @@ class Database:
         with self._lock:
             self.db["conversations"].update(conversation_id, fields)
 
+    def delete_conversation(self, conversation_id: int) -> list[int]:
+        """Delete a conversation with its messages and summaries (one transaction); the ids of
+        the messages that went (their memory chunks and KV files are their owners' to drop)."""
+        with self.transaction():
+            ids = [r[0] for r in self._conn.execute("SELECT id FROM messages WHERE conversation_id = ?",
+                                                    (conversation_id,))]
+            self._conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+            return ids
+
     # ---- messages
     def add_message(self, conversation_id: int, role: str, content: str, *, model: str | None = None,
                     level: str | None = None, token_ids: list[int] | None = None, token_model: str | None = None,

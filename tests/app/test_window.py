@@ -134,3 +134,23 @@ def test_every_visible_string_has_a_chinese_translation():
         used |= set(re.findall(r'\btr\("((?:[^"\\]|\\.)*)"\)', path.read_text(encoding="utf-8")))
     missing = sorted(s for s in used if s not in TABLE)
     assert not missing, missing
+
+
+def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
+    send(qtbot, window, "Hello! Name a colour.")
+    cid = window.conversation_id
+    window.rename_chat(cid, "", title="Colours 颜色")
+    qtbot.waitUntil(lambda: window.chat_list.count() == 1 and window.chat_list.item(0).text() == "Colours 颜色")
+    md, js = tmp_path / "c.md", tmp_path / "c.json"
+    window.export_chat(cid, "md", str(md))
+    window.export_chat(cid, "json", str(js))
+    qtbot.waitUntil(lambda: md.exists() and js.exists(), timeout=10_000)
+    assert md.read_text(encoding="utf-8").startswith("# Colours 颜色") and "Hello! Name a colour." in md.read_text()
+    import json
+
+    data = json.loads(js.read_text(encoding="utf-8"))
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"] and data["title"] == "Colours 颜色"
+    window.delete_chat(cid, "Colours 颜色", confirmed=True)
+    qtbot.waitUntil(lambda: window.chat_list.count() == 0, timeout=10_000)
+    assert window.conversation_id is None and window.view.messages == []
+    assert window.worker.db.conversation(cid) is None and window.worker.db.messages(cid) == []

@@ -174,3 +174,15 @@ def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
         assert back.stats["prompt_tokens_evaluated"] <= new_tokens(a, "Another one?") + OVERHEAD
     finally:
         close(a)
+
+
+def test_deleting_a_conversation_deletes_its_snapshots(assistant_home, monkeypatch):
+    first, cid = run_two_turns(assistant_home, monkeypatch)
+    close(first)
+    assert list((user_dir() / "kv").glob(f"c{cid}-*.kvs"))
+    a = open_assistant()
+    try:
+        a.delete_conversation(cid)
+        assert not list((user_dir() / "kv").glob(f"c{cid}-*.kvs")) and a.db.conversation(cid) is None
+    finally:
+        close(a)

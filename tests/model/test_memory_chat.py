@@ -116,3 +116,13 @@ def test_turns_skip_retrieval_until_the_embedder_is_ready(model_paths):
     finally:
         a.close()
         db.close()
+
+
+def test_deleting_a_conversation_forgets_its_messages(chat):
+    a, memory = chat
+    cid = a.new_conversation()
+    turn(a, cid, "My neighbour Tomasz repairs clocks.", max_tokens=8)
+    assert memory.flush(120) and memory.list(("message",))
+    a.delete_conversation(cid)
+    assert memory.list(("message",)) == []
+    assert memory.search("Who repairs clocks?").status == "ok" and not memory.search("Who repairs clocks?")
