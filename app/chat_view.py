@@ -62,6 +62,21 @@ class ChatView(QTextBrowser):
                 self.messages.pop()
         self._render()
 
+    def ends_with_answer(self) -> bool:
+        return len(self.messages) >= 2 and self.messages[-1]["role"] == "assistant" and \
+            self.messages[-2]["role"] == "user"
+
+    def last_user(self) -> str | None:
+        return next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), None)
+
+    def drop_last_turn(self) -> None:
+        """The last user message and what followed it (an edit replaces them)."""
+        last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
+        if last is not None:
+            del self.messages[last:]
+            self._cache = {i: c for i, c in self._cache.items() if i < last}
+            self._render()
+
     def last_answer(self) -> str:
         for m in reversed(self.messages):
             if m["role"] == "assistant":

@@ -153,6 +153,22 @@ class EngineWorker(QObject):
     # ---- turns
     @Slot(int, str, str, float, int)
     def send(self, conversation_id: int, text: str, route: str, temperature: float, max_tokens: int) -> None:
+        self._turn(conversation_id, lambda a, p: a.send(conversation_id, text, p, self.cancel, route=route),
+                   temperature, max_tokens)
+
+    @Slot(int, str, float, int)
+    def regenerate(self, conversation_id: int, route: str, temperature: float, max_tokens: int) -> None:
+        self._turn(conversation_id, lambda a, p: a.regenerate(conversation_id, p, self.cancel, route=route),
+                   temperature, max_tokens)
+
+    @Slot(int, str, str, float, int)
+    def resend_edited(self, conversation_id: int, text: str, route: str, temperature: float, max_tokens: int) -> None:
+        self._turn(conversation_id,
+                   lambda a, p: a.resend_edited(conversation_id, text, p, self.cancel, route=route),
+                   temperature, max_tokens)
+
+    def _turn(self, conversation_id: int, start, temperature: float, max_tokens: int) -> None:
+        """Run one turn's generator, batching tokens into signals."""
         if self.assistant is None:
             self.turn_failed.emit(conversation_id, "the engine is not ready")
             return
@@ -161,7 +177,7 @@ class EngineWorker(QObject):
         pending: list[str] = []
         last = time.monotonic()
         try:
-            for item in self.assistant.send(conversation_id, text, params, self.cancel, route=route):
+            for item in start(self.assistant, params):
                 if isinstance(item, TurnDone):
                     if pending:
                         self.tokens.emit(conversation_id, "".join(pending))

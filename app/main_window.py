@@ -27,6 +27,8 @@ class MainWindow(QMainWindow):
     _new = Signal(str)
     _load = Signal(int)
     _send = Signal(int, str, str, float, int)
+    _regenerate = Signal(int, str, float, int)
+    _resend = Signal(int, str, str, float, int)
     _shutdown = Signal()
     _forget_all = Signal()
     _rename = Signal(int, str)
@@ -42,6 +44,7 @@ class MainWindow(QMainWindow):
         self.busy = False
         self.engine_ready = False
         self._pending: tuple[str, str] | None = None  # a first message waiting for its new chat
+        self.editing = False  # the composer holds an edit of the last user message
         self.last_done: dict | None = None  # the latest finished turn (its text and stats)
 
         self.banner = QLabel("")
@@ -75,11 +78,22 @@ class MainWindow(QMainWindow):
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
+        self.regen_button = QPushButton(tr("Regenerate"))
+        self.regen_button.clicked.connect(self.regenerate)
+        self.edit_button = QPushButton(tr("Edit last message"))
+        self.edit_button.clicked.connect(self.edit_last)
+        self.copy_button = QPushButton(tr("Copy answer"))
+        self.copy_button.clicked.connect(self.copy_answer)
+        actions = QHBoxLayout()
+        for b in (self.regen_button, self.edit_button, self.copy_button):
+            actions.addWidget(b)
+        actions.addStretch(1)
         self.composer.set_busy(True)  # until the engine is ready
         center = QWidget()
         center_layout = QVBoxLayout(center)
         center_layout.addWidget(self.banner)
         center_layout.addWidget(self.view, 1)
+        center_layout.addLayout(actions)
         center_layout.addWidget(self.composer)
         center_layout.addWidget(self.status_label)
 
@@ -104,6 +118,8 @@ class MainWindow(QMainWindow):
         self._new.connect(w.new_conversation)
         self._load.connect(w.load)
         self._send.connect(w.send)
+        self._regenerate.connect(w.regenerate)
+        self._resend.connect(w.resend_edited)
         self._shutdown.connect(w.shutdown, Qt.BlockingQueuedConnection)
         self._forget_all.connect(w.forget_all_memories)
         self._rename.connect(w.rename)
@@ -202,7 +218,38 @@ class MainWindow(QMainWindow):
             self._new.emit("")
             self._set_busy(True)
             return
+        if self.editing:
+            self.editing = False
+            self.view.drop_last_turn()
+            self.hide_banner()
+            self.view.add_user(text)
+            self._set_busy(True)
+            self._resend.emit(self.conversation_id, text, route, self.temperature, self.max_tokens)
+            return
         self._send_to(self.conversation_id, text, route)
+
+    def regenerate(self) -> None:
+        if not self.engine_ready or self.busy or self.conversation_id is None or not self.view.ends_with_answer():
+            return
+        self.view.restart_answer()
+        self._set_busy(True)
+        self._regenerate.emit(self.conversation_id, self.composer.route.currentData(), self.temperature,
+                              self.max_tokens)
+
+    def edit_last(self) -> None:
+        """Put the last user message in the composer; sending it replaces that turn."""
+        text = self.view.last_user()
+        if self.busy or text is None:
+            return
+        self.editing = True
+        self.composer.edit.setPlainText(text)
+        self.composer.edit.setFocus()
+        self.status_label.setText(tr("Editing your last message: send to replace it"))
+
+    def copy_answer(self) -> None:
+        from PySide6.QtGui import QGuiApplication
+
+        QGuiApplication.clipboard().setText(self.view.last_answer())
 
     def new_chat(self) -> None:
         """Start a new conversation; sending waits until it exists (on the engine thread)."""
@@ -227,6 +274,8 @@ class MainWindow(QMainWindow):
         self.composer.set_busy(busy)
         self.chat_list.setEnabled(not busy)
         self.new_button.setEnabled(not busy)
+        for b in (self.regen_button, self.edit_button):
+            b.setEnabled(not busy)
 
     def _select(self, item, _previous=None) -> None:
         if item is None or self.busy:

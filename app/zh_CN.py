@@ -88,4 +88,8 @@ TABLE = {
     'Delete chat': '删除对话',
     'Delete “{title}” and everything remembered from it?': '删除“{title}”以及从中记住的所有内容？',
     'Export chat': '导出对话',
+    'Regenerate': '重新生成',
+    'Edit last message': '编辑上一条消息',
+    'Copy answer': '复制回答',
+    'Editing your last message: send to replace it': '正在编辑上一条消息：发送后将替换它',
 }

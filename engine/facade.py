@@ -94,6 +94,7 @@ class TurnInput:
     recall: Hits | None = None  # memories retrieved for it (None: no memory service)
     fact: str | None = None  # "remember that …": the fact to pin once the message is stored
     remembered: dict | None = None  # {"id", "text"} of the pinned memory, or {"error"}
+    replaces: list[int] = field(default_factory=list)  # an edited turn: message ids it supersedes
 
 
 @dataclass
@@ -327,9 +328,57 @@ class Assistant:
             yield target, note
 
     # ---- turns
+    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
+                   cancel: threading.Event | None = None, route: str = "auto",
+                   flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+        """Answer the last user message again; the previous answer is superseded (kept in the
+        record, out of the context) once the new one starts.
+
+        Raises:
+            InputError: the conversation does not end with an answered user message.
+        """
+        conv = self.conversation(conversation_id)
+        if len(conv.messages) < 2 or (conv.messages[-1].role, conv.messages[-2].role) != ("assistant", "user"):
+            raise InputError("nothing to regenerate: the conversation does not end with an answer")
+        user, old = conv.messages[-2], conv.messages[-1]
+        decision = self.route(conversation_id, user.content, route)
+        previous = TurnDone(conv.id, old.id, "", old.content, [])
+        try:
+            done = yield from self._answer(conv, TurnInput(user), decision, params, cancel, flush_s,
+                                           commit_user=False, supersedes=previous)
+            if done is not None:
+                yield done
+        finally:
+            if self.memory is not None and conv.messages and conv.messages[-1] is not old:
+                self.memory.forget_message(old.id)
+            self._index_turn(conv, user)
+
+    def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
+                      cancel: threading.Event | None = None, route: str = "auto",
+                      flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+        """Replace the last user message (and its answer) with `text` and answer that; the old
+        turn is superseded in the record once the new message is stored.
+
+        Raises:
+            InputError: no user message to edit, or `text` is not sendable.
+        """
+        conv = self.conversation(conversation_id)
+        last = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
+        if last is None:
+            raise InputError("no message to edit")
+        old = conv.messages[last:]
+        conv.messages = conv.messages[:last]
+        try:
+            yield from self.send(conversation_id, text, params, cancel, route, flush_s,
+                                 _replaces=[m.id for m in old if m.id is not None])
+        except BaseException:
+            if not any(m.role == "user" and m.id is not None and m not in old for m in conv.messages[last:]):
+                conv.messages[last:last] = old  # nothing was stored: the old turn stands
+            raise
+
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
-             flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+             flush_s: float = 1.0, _replaces: list[int] | None = None) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
@@ -346,7 +395,7 @@ class Assistant:
         decision = self.route(conversation_id, text, route)
         recall = self._recall(conv, text)
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
-        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None)
+        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [])
         try:
             done = yield from self._answer(conv, turn, decision, params, cancel, flush_s, commit_user=True)
             if done is None:
@@ -469,6 +518,10 @@ class Assistant:
                                               token_ids=user.ids.get(target.identity), token_model=target.identity,
                                               model_text=user.model_text)
                 conv.messages.append(user)
+                for old in turn.replaces:  # an edited message: the old turn leaves the context
+                    self.db.supersede(old, user.id)
+                    if self.memory is not None:
+                        self.memory.forget_message(old)
                 if turn.fact:
                     self._remember(conv, turn)
             try:

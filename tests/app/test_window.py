@@ -154,3 +154,26 @@ def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
     qtbot.waitUntil(lambda: window.chat_list.count() == 0, timeout=10_000)
     assert window.conversation_id is None and window.view.messages == []
     assert window.worker.db.conversation(cid) is None and window.worker.db.messages(cid) == []
+
+
+def test_regenerate_edit_and_copy(qtbot, window):
+    first = send(qtbot, window, "Name a fruit.")
+    window.regenerate()
+    assert window.busy
+    qtbot.waitUntil(lambda: not window.busy, timeout=60_000)
+    again = window.last_done
+    assert again["message_id"] != first["message_id"]
+    assert [m["role"] for m in window.view.messages] == ["user", "assistant"]
+    window.edit_last()
+    assert window.composer.edit.toPlainText() == "Name a fruit." and window.editing
+    window.composer.edit.setPlainText("Name a vegetable.")
+    qtbot.keyClick(window.composer.edit, Qt.Key_Return)
+    qtbot.waitUntil(lambda: not window.busy, timeout=60_000)
+    assert [m["content"] for m in window.view.messages][0] == "Name a vegetable."
+    assert len(window.view.messages) == 2
+    rows = window.worker.db.messages(window.conversation_id)
+    assert [r["superseded_by"] is None for r in rows] == [False, False, False, True, True]
+    window.copy_answer()
+    from PySide6.QtGui import QGuiApplication
+
+    assert QGuiApplication.clipboard().text() == window.last_done["text"]
