@@ -71,6 +71,9 @@ class MainWindow(QMainWindow):
         self.settings_button = QPushButton(tr("Settings"))
         self.settings_button.clicked.connect(self.open_settings)
         side_layout.addWidget(self.settings_button)
+        self.models_button = QPushButton(tr("Models"))
+        self.models_button.clicked.connect(self.open_models)
+        side_layout.addWidget(self.models_button)
 
         # chat
         self.view = ChatView()
@@ -343,6 +346,12 @@ class MainWindow(QMainWindow):
             if not path:
                 return
         self._export.emit(cid, path, fmt)
+
+    def open_models(self) -> None:
+        from app.model_manager import ModelManagerDialog
+        from engine.settings import Settings
+
+        ModelManagerDialog(Settings(), self).exec()
 
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog

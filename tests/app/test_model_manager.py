@@ -1,0 +1,46 @@
+"""The model manager dialog: fit badges from the planner, a catalog download through a local hub
+(HF_ENDPOINT on 127.0.0.1), delete, and importing a local GGUF for a tier."""
+
+import json
+
+from PySide6.QtCore import Qt
+
+from app.model_manager import ModelManagerDialog
+from engine.settings import Settings
+from tests.hub_server import HubServer
+
+QWEN = "qwen2.5-1.5b-instruct-q4_k_m"
+
+
+def test_badges_download_delete_and_import(qtbot, assistant_home, model_paths, tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path / "models"))
+    # The local hub serves the demo GGUF's bytes under the catalog's Qwen name (no network here).
+    hub = HubServer({f"Qwen/Qwen2.5-1.5B-Instruct-GGUF/{QWEN}.gguf": model_paths["demo-small"]})
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    settings = Settings(assistant_home / "settings.json")
+    dialog = ModelManagerDialog(settings)
+    qtbot.addWidget(dialog)
+    try:
+        assert dialog.badge(QWEN) in ("runs on the CPU", "fits on the GPU", "partly on the GPU")
+        assert "RAM" in dialog.table.item(2, 4).text()
+        assert dialog.status(QWEN) == "not downloaded"
+        row = next(i for i, e in enumerate(dialog.entries) if e.id == QWEN)
+        dialog.table.selectRow(row)
+        dialog.download_selected()
+        qtbot.waitUntil(lambda: dialog.status(QWEN) == "downloaded", timeout=60_000)
+        assert dialog.message.text() == "Downloaded."
+        assert (tmp_path / "models" / f"{QWEN}.gguf").read_bytes() == model_paths["demo-small"].read_bytes()
+        dialog.use_selected("L1")
+        assert json.loads((assistant_home / "settings.json").read_text())["tier.L1"] == QWEN
+        dialog.delete_selected(confirmed=True)
+        assert dialog.status(QWEN) == "not downloaded"
+        # Import: a real GGUF is accepted for a tier, anything else is refused with the reason.
+        bad = tmp_path / "notes.gguf"
+        bad.write_text("hello")
+        assert not dialog.import_file(str(bad)) and "Not a usable model" in dialog.message.text()
+        assert dialog.import_file(str(model_paths["demo-int4"]), tier="L2")
+        assert "gemma3" in dialog.message.text()
+        assert Settings(assistant_home / "settings.json").get("tier.L2") == str(model_paths["demo-int4"].resolve())
+    finally:
+        dialog.done(0)
+        hub.stop()
