@@ -32,7 +32,10 @@ class Composer(QWidget):
         self.count_tokens = count_tokens or (lambda text: None)
         self.edit = MessageEdit()
         self.edit.setPlaceholderText(tr("Message (Enter sends, Shift+Enter new line)"))
-        self.edit.setMaximumHeight(120)
+        self.edit.setMaximumHeight(110)
+        from PySide6.QtWidgets import QSizePolicy
+
+        self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
         self.route = QComboBox()
         self.route.addItem(tr("Auto"), "auto")
         for level in ("L1", "L2", "L3"):

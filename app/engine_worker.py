@@ -67,7 +67,8 @@ class EngineWorker(QObject):
                 cascade=settings.get("cascade.enabled"), max_switch_s=settings.get("router.max_switch_s"),
                 vram_budget_mb=None if vram < 0 else vram, summary_every=settings.get("summary.every_turns"),
                 memory=self.memory_service, memory_k=settings.get("memory.k"),
-                kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"))
+                kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
+                warn_threshold=settings.get("confidence.warn_threshold") or None)
         except (ModelNotFound, ModelLoadError, ValueError, OSError) as exc:
             self.failed.emit(str(exc))
             return

@@ -97,10 +97,13 @@ class GaugePanel(QGroupBox):
             bar = self._kv_bars.get(ident)
             if bar is None:
                 bar = self._kv_bars[ident] = _bar()
-                self.kv_layout.addRow(ident.split(":")[0], bar)
+                bar.share = QLabel()
+                self.kv_layout.addRow(QLabel(ident.split(":")[0].removesuffix(".gguf")))
+                self.kv_layout.addRow(bar)
+                self.kv_layout.addRow(bar.share)
             bar.setRange(0, max(p["capacity"], 1))
             bar.setValue(min(p["used"], p["capacity"]))
             mine = p["conversations"].get(str(self.conversation_id), {})
-            bar.setFormat(tr("{used} / {cap} pages · this chat: {hot} hot, {warm} warm, {cold} cold").format(
-                used=p["used"], cap=p["capacity"], hot=mine.get("hot", 0), warm=mine.get("warm", 0),
-                cold=mine.get("cold", 0)))
+            bar.setFormat(tr("{used} / {cap} pages").format(used=p["used"], cap=p["capacity"]))
+            bar.share.setText(tr("this chat: {hot} hot · {warm} warm · {cold} cold").format(
+                hot=mine.get("hot", 0), warm=mine.get("warm", 0), cold=mine.get("cold", 0)))

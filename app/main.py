@@ -1,4 +1,7 @@
-"""`assistant-gui` / `python -m app`: open the chat window on the configured (demo by default) models."""
+"""`assistant-gui` / `python -m app`: open the chat window on the configured (demo by default) models.
+
+`create_main_window()` builds the window with the engine wired, not shown, inside whatever
+QApplication the caller made (tests and automation use it)."""
 
 from __future__ import annotations
 
@@ -6,10 +9,13 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from engine.settings import Settings
 
 log = logging.getLogger("assistant.gui")
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+CJK_FAMILY = "Noto Sans SC"
 
 
 def has_display() -> bool:
@@ -17,6 +23,45 @@ def has_display() -> bool:
         return True
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
                 or os.environ.get("QT_QPA_PLATFORM") in ("offscreen", "minimal", "vnc"))
+
+
+def setup_application(app) -> None:
+    """Once per QApplication: the bundled CJK font as fallback family, icon, translator, theme."""
+    if getattr(app, "_assistant_ready", False):
+        return
+    from PySide6.QtGui import QFont, QFontDatabase, QIcon
+
+    from app.i18n import install
+    from app.theme import apply_theme
+
+    for font in (ASSETS / "fonts").glob("*.ttf"):
+        if QFontDatabase.addApplicationFont(str(font)) < 0:
+            log.warning("could not load the font %s", font.name)
+    base = app.font()
+    families = [f for f in base.families() if f] or [base.family()]
+    if CJK_FAMILY not in families:
+        font = QFont(base)
+        font.setFamilies(families + [CJK_FAMILY])  # Chinese falls back to the bundled font, never boxes
+        app.setFont(font)
+    app.setWindowIcon(QIcon(str(ASSETS / "icon.png")))
+    settings = Settings()
+    app._assistant_translator = install(app, settings.get("ui.language"))
+    apply_theme(settings.get("ui.theme"))
+    app._assistant_ready = True
+
+
+def create_main_window(model: str | None = None, worker=None, **kw):
+    """The main window with its engine thread started (loading in the background), not shown."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.engine_worker import EngineWorker
+    from app.main_window import MainWindow
+
+    app = QApplication.instance()
+    if app is None:
+        raise RuntimeError("create a QApplication first")
+    setup_application(app)
+    return MainWindow(worker or EngineWorker(model), **kw)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,17 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from PySide6.QtWidgets import QApplication
 
-    from app.engine_worker import EngineWorker
-    from app.i18n import install
-    from app.main_window import MainWindow
-
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Offline Assistant")
-    settings = Settings()
-    translator = install(app, settings.get("ui.language"))  # noqa: F841 - kept alive with the app
-    from app.theme import apply_theme
-
-    apply_theme(settings.get("ui.theme"))
-    window = MainWindow(EngineWorker(args.model))
+    window = create_main_window(args.model)
     window.show()
     return app.exec()

@@ -58,6 +58,8 @@ class MainWindow(QMainWindow):
         self.search.setPlaceholderText(tr("Search chats"))
         self.search.textChanged.connect(self._filter)
         self.chat_list = QListWidget()
+        self.chat_list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.chat_list.setTextElideMode(Qt.ElideRight)
         self.chat_list.currentItemChanged.connect(self._select)
         self.chat_list.setContextMenuPolicy(Qt.CustomContextMenu)
         self.chat_list.customContextMenuRequested.connect(self._chat_menu)
@@ -96,6 +98,11 @@ class MainWindow(QMainWindow):
         center_layout = QVBoxLayout(center)
         center_layout.addWidget(self.banner)
         center_layout.addWidget(self.view, 1)
+        self.confidence_warning = QLabel("")
+        self.confidence_warning.setWordWrap(True)
+        self.confidence_warning.setStyleSheet("padding:4px;background:#fff1d6;color:#8a4b00;border-radius:4px")
+        self.confidence_warning.hide()
+        center_layout.addWidget(self.confidence_warning)
         center_layout.addLayout(actions)
         center_layout.addWidget(self.composer)
         center_layout.addWidget(self.status_label)
@@ -114,6 +121,7 @@ class MainWindow(QMainWindow):
         root = QWidget()
         QHBoxLayout(root).addWidget(splitter)
         self.setCentralWidget(root)
+        self._name_widgets()
 
         w = self.worker
         self._start.connect(w.start)
@@ -140,6 +148,20 @@ class MainWindow(QMainWindow):
         w.created.connect(self._on_created)
         self.thread.start()
         self._start.emit()
+
+    def _name_widgets(self) -> None:
+        """Stable objectNames: tests and automation find widgets by these."""
+        for name, widget in (("conversationList", self.chat_list), ("newConversationButton", self.new_button),
+                             ("searchBox", self.search), ("chatView", self.view), ("composer", self.composer),
+                             ("sendButton", self.composer.send_button), ("stopButton", self.composer.stop_button),
+                             ("regenerateButton", self.regen_button), ("routeOverride", self.composer.route),
+                             ("vramGauge", self.gauges.vram), ("ramGauge", self.gauges.ram_app),
+                             ("kvGauge", self.gauges.kv_box), ("contextLevel", self.gauges.water_bar),
+                             ("confidenceWarning", self.confidence_warning), ("settingsButton", self.settings_button),
+                             ("modelManagerButton", self.models_button), ("editButton", self.edit_button),
+                             ("copyButton", self.copy_button), ("statusLine", self.status_label),
+                             ("errorBanner", self.banner)):
+            widget.setObjectName(name)
 
     # ---- engine events
     def _on_ready(self, info: dict) -> None:
@@ -200,6 +222,7 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         if cid == self.conversation_id:
             self.view.finish(done)
+            self._show_confidence(done["stats"])
             context = done["stats"].get("context")
             self.gauges.set_water_level(context)
             if context:
@@ -210,6 +233,17 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         self.view.fail(message)
         self.show_banner(message)
+
+    def _show_confidence(self, stats: dict) -> None:
+        """The flagged answer's warning with its weakest sentences (also inline in the bubble)."""
+        conf = stats.get("confidence") or {}
+        if not conf.get("low"):
+            self.confidence_warning.hide()
+            return
+        weak = "; ".join(f"“{s['text'][:80]}”" for s in conf.get("weak_spans", [])[:2])
+        self.confidence_warning.setText("⚠ " + tr("可能不准确 / may be inaccurate") +
+                                        f" ({conf.get('geo_mean_prob', 0):.2f})" + (f": {weak}" if weak else ""))
+        self.confidence_warning.show()
 
     # ---- user actions
     def send_message(self, text: str, route: str = "auto") -> None:
@@ -264,6 +298,7 @@ class MainWindow(QMainWindow):
     def _send_to(self, cid: int, text: str, route: str) -> None:
         self.conversation_id = cid
         self.hide_banner()
+        self.confidence_warning.hide()
         self.view.add_user(text)
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))

@@ -68,6 +68,7 @@ class ModelManagerDialog(QDialog):
     def __init__(self, settings: Settings, parent=None):
         super().__init__(parent)
         self.setWindowTitle(tr("Models"))
+        self.setObjectName("modelManagerDialog")
         self.resize(900, 420)
         self.settings = settings
         self.entries = load_catalog().entries

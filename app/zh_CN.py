@@ -33,7 +33,8 @@ TABLE = {
     "very long message": "消息很长",
     "{ev} evaluated / {ca} cached": "计算 {ev} / 缓存 {ca}",
     "{ms:.0f} ms to first token": "首词元 {ms:.0f} 毫秒",
-    "{used} / {cap} pages · this chat: {hot} hot, {warm} warm, {cold} cold": "{used} / {cap} 页 · 本对话：热 {hot}、温 {warm}、冷 {cold}",
+    "{used} / {cap} pages": "{used} / {cap} 页",
+    "this chat: {hot} hot · {warm} warm · {cold} cold": "本对话：热 {hot} · 温 {warm} · 冷 {cold}",
     "{n} tokens · context {used} / {ctx}": "{n} 个词元 · 上下文 {used} / {ctx}",
     "{n} tokens": "{n} 个词元",
     "可能不准确 / may be inaccurate": "可能不准确 / may be inaccurate",
@@ -119,4 +120,5 @@ TABLE = {
     'Needs': '需求',
     'On this machine': '本机适配',
     'Status': '状态',
+    'Warn below confidence': '置信度低于此值时警告',
 }

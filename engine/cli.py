@@ -265,7 +265,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                               summary_every=settings.get("summary.every_turns"),
                               memory=memory, memory_k=settings.get("memory.k"),
                               kv_warm_mb=settings.get("kv.warm_budget_mb") or None,
-                              kv_cold_mb=settings.get("kv.cold_budget_mb"))
+                              kv_cold_mb=settings.get("kv.cold_budget_mb"),
+                              warn_threshold=settings.get("confidence.warn_threshold") or None)
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
         if memory is not None:

@@ -141,6 +141,8 @@ class Assistant:
         summary_every: write a background summary of older turns every this many turns (0 = off).
         memory: the vector memory (started by the caller); None: turns use no memory.
         memory_k: memories retrieved per message.
+        warn_threshold: flag answers whose geometric-mean token probability is below this, at
+            any temperature (None: the model's catalog calibration, applied to greedy answers only).
         kv_warm_mb, kv_cold_mb: RAM and disk budgets of the KV state tiers (engine/kv_tiers.py;
             None: 10 % of RAM up to 1 GB, and 2 GB); kv_tiers=False keeps no state across switches.
 
@@ -154,7 +156,8 @@ class Assistant:
                  cascade: bool = False, cascade_threshold: float | None = None, max_switch_s: float = 1.5,
                  vram_budget_mb: float | None = None, manager: ModelManager | None = None,
                  summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3,
-                 kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None):
+                 kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None,
+                 warn_threshold: float | None = None):
         self.db = db
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
                                                vram_budget_mb=vram_budget_mb)
@@ -167,6 +170,7 @@ class Assistant:
         self.max_switch_s = max_switch_s
         self.summary_every = summary_every  # turns between background summaries; 0 = off
         self.memory, self.memory_k = memory, memory_k
+        self.warn_threshold = warn_threshold
         self.kv = None
         if kv_tiers:
             warm = kv_warm_mb * 1e6 if kv_warm_mb is not None else min(1e9, psutil.virtual_memory().total * 0.1)
@@ -644,6 +648,8 @@ class Assistant:
             # The catalog's thresholds were calibrated on greedy answers; sampled answers pick less
             # likely tokens and score lower, so they are not flagged until calibrated per mode.
             warn = entry.warn_threshold if entry and temperature == 0.0 else 0.0  # 0 flags nothing
+            if self.warn_threshold:  # the user's own threshold applies to every answer
+                warn = self.warn_threshold
             pieces = [target.worker.backend.token_bytes(t) for t in item.token_ids]
             report = confidence_report(pieces, item.logprobs, warn)
         flags = risk_flags(user_text, item.text)

@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "cascade.enabled": True,         # low-confidence L1 answer → re-answer on L2
     "cascade.threshold": 0.0,        # geometric-mean token probability below which L1 is re-asked;
                                      # 0 = the L1 model's catalog calibration (else 0.35)
+    "confidence.warn_threshold": 0.0,  # warn below this geometric-mean token probability;
+                                     # 0 = the model's catalog calibration (greedy answers only)
     "summary.every_turns": 5,        # background summary of older turns every N turns; 0 = off
     "memory.enabled": True,          # retrieve memories into turns, index finished messages
     "memory.embedder": "all-MiniLM-L6-v2",  # catalog embedder; others are optional downloads
