@@ -40,6 +40,7 @@ class EngineWorker(QObject):
     turn_failed = Signal(int, str)   # conversation id, message
     created = Signal(int)            # a new conversation's id
     notice = Signal(str)             # a one-line result or problem for the status bar / banner
+    found = Signal(str, list)        # search query, matching conversation ids
 
     def __init__(self, model: str | None = None, n_ctx: int | None = None, memory: bool | None = None):
         super().__init__()
@@ -107,6 +108,11 @@ class EngineWorker(QObject):
         cid = self.assistant.new_conversation(system_prompt)
         self.created.emit(cid)
         self.refresh()
+
+    @Slot(str)
+    def search(self, query: str) -> None:
+        if self.db is not None:
+            self.found.emit(query, self.db.search_conversations(query))
 
     @Slot(int)
     def load(self, conversation_id: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import Qt, QThread, Signal
+from PySide6.QtCore import Qt, QThread, QTimer, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QMainWindow,
                                QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget)
 
@@ -34,6 +34,7 @@ class MainWindow(QMainWindow):
     _rename = Signal(int, str)
     _delete = Signal(int)
     _export = Signal(int, str, str)
+    _search = Signal(str)
 
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
@@ -56,7 +57,12 @@ class MainWindow(QMainWindow):
         # sidebar
         self.search = QLineEdit()
         self.search.setPlaceholderText(tr("Search chats"))
-        self.search.textChanged.connect(self._filter)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(200)  # search when typing pauses
+        self._search_timer.timeout.connect(lambda: self._search.emit(self.search.text()))
+        self.search.textChanged.connect(self._search_timer.start)
+        self._matches: set[int] | None = None  # conversation ids matching the search (None: all)
         self.chat_list = QListWidget()
         self.chat_list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.chat_list.setTextElideMode(Qt.ElideRight)
@@ -136,6 +142,8 @@ class MainWindow(QMainWindow):
         self._rename.connect(w.rename)
         self._delete.connect(w.delete)
         self._export.connect(w.export)
+        self._search.connect(w.search)
+        w.found.connect(self._on_found)
         w.notice.connect(self.status_label.setText)
         w.ready.connect(self._on_ready)
         w.failed.connect(self._on_failed)
@@ -325,11 +333,17 @@ class MainWindow(QMainWindow):
         self.gauges.conversation_id = cid
         self._load.emit(cid)
 
-    def _filter(self, text: str) -> None:
-        needle = text.strip().casefold()
+    def _on_found(self, query: str, ids: list) -> None:
+        if query != self.search.text():
+            return  # an older search's answer
+        self._matches = set(ids) if query.strip() else None
+        self._filter()
+
+    def _filter(self, _text: str = "") -> None:
+        """Show the chats matching the search box (title or any message, via SQLite FTS)."""
         for i in range(self.chat_list.count()):
             item = self.chat_list.item(i)
-            item.setHidden(bool(needle) and needle not in item.text().casefold())
+            item.setHidden(self._matches is not None and item.data(Qt.UserRole) not in self._matches)
 
     def show_banner(self, message: str) -> None:
         self.banner.setText(message)

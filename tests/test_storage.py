@@ -63,3 +63,24 @@ def test_transaction_is_all_or_nothing(tmp_path):
     assert db.messages(cid) == []
     db.add_message(cid, "user", "kept")
     assert [m["content"] for m in db.messages(cid)] == ["kept"]
+
+
+def test_search_conversations_by_title_and_content(tmp_path):
+    db = Database(tmp_path / "s.db")
+    a = db.create_conversation(title="Trip planning")
+    b = db.create_conversation()
+    c = db.create_conversation()
+    db.add_message(a, "user", "Where should we stay in Kyoto?")
+    m = db.add_message(b, "assistant", "")
+    db.update_message(m, content="The lighthouse keeper 守灯塔的人 wrote 100% of it_now")
+    db.add_message(c, "user", "nothing here")
+    assert db.search_conversations("LIGHTHOUSE") == [b]      # trigram FTS, case-insensitive
+    assert db.search_conversations("守灯塔") == [b]          # Chinese substring, no word breaks
+    assert db.search_conversations("灯塔") == [b]            # under 3 characters: LIKE
+    assert db.search_conversations("trip") == [a]            # the title
+    assert db.search_conversations("100%") == [b] and db.search_conversations("t_n") == [b]
+    assert db.search_conversations('"quoted') == []
+    assert set(db.search_conversations("")) == {a, b, c}
+    db.delete_conversation(b)
+    assert db.search_conversations("lighthouse") == []
+    assert db.integrity_check() == "ok"

@@ -149,6 +149,25 @@ class Database:
         with self._lock:
             self.db["conversations"].update(conversation_id, fields)
 
+    def search_conversations(self, query: str, limit: int = 200) -> list[int]:
+        """Ids of conversations whose title or messages contain `query` (case-insensitive
+        substring), most recently updated first."""
+        query = query.strip()
+        if not query:
+            return [r["id"] for r in self.conversations()][:limit]
+        like = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        if len(query) >= 3:  # trigram index; a phrase query matches the substring
+            phrase = '"' + query.replace('"', '""') + '"'
+            hits = "SELECT m.conversation_id FROM messages_fts f JOIN messages m ON m.id = f.rowid" \
+                   " WHERE messages_fts MATCH ?"
+            params: tuple = (phrase, like)
+        else:
+            hits = "SELECT conversation_id FROM messages WHERE content LIKE ? ESCAPE '\\'"
+            params = (like, like)
+        rows = self._q(f"SELECT id FROM conversations WHERE id IN ({hits}) OR title LIKE ? ESCAPE '\\'"
+                       " ORDER BY updated DESC, id DESC LIMIT ?", (*params, limit))
+        return [r["id"] for r in rows]
+
     def delete_conversation(self, conversation_id: int) -> list[int]:
         """Delete a conversation with its messages and summaries (one transaction); the ids of
         the messages that went (their memory chunks and KV files are their owners' to drop)."""

@@ -92,6 +92,23 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- turn with the memories retrieved for it (engine/memory/prompt.py). NULL: the content.
         ALTER TABLE messages ADD COLUMN model_text TEXT;
     """),
+    ("0007_message_search", """
+        -- Search over conversations (title + content) for the sidebar. Trigrams: substring matching
+        -- that needs no word breaks (Chinese); queries under 3 characters use LIKE instead.
+        CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id',
+                                                     tokenize='trigram');
+        INSERT INTO messages_fts (rowid, content) SELECT id, content FROM messages;
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+    """),
 ]
 
 

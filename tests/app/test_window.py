@@ -109,9 +109,12 @@ def test_stop_keeps_the_partial_answer_and_switching_reloads_history(qtbot, wind
     window.chat_list.setCurrentItem(item)
     qtbot.waitUntil(lambda: [m["content"] for m in window.view.messages][1:] == [done["text"]], timeout=30_000)
     assert [m["role"] for m in window.view.messages] == ["user", "assistant"]
-    window.search.setText("lighthouse")
-    hidden = [window.chat_list.item(i).isHidden() for i in range(2)]
-    assert sorted(hidden) == [False, True]
+    window.search.setText(done["text"].strip()[:10])  # words of the first chat's answer, not of its title
+    qtbot.waitUntil(lambda: sorted(window.chat_list.item(i).isHidden() for i in range(2)) == [False, True])
+    shown = next(window.chat_list.item(i) for i in range(2) if not window.chat_list.item(i).isHidden())
+    assert shown.data(Qt.UserRole) == first
+    window.search.setText("")
+    qtbot.waitUntil(lambda: not any(window.chat_list.item(i).isHidden() for i in range(2)))
 
 
 def test_a_model_that_cannot_load_shows_a_banner_and_the_window_stays(qtbot, tmp_path):
