@@ -7,7 +7,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
-from app.render import message_html
+from app.render import CODE_BLOCKS, message_html
 
 RENDER_MS = 50
 
@@ -17,6 +17,7 @@ class ChatView(QTextBrowser):
         super().__init__(parent)
         self.setOpenExternalLinks(False)
         self.setOpenLinks(False)  # model output never navigates the view
+        self.anchorClicked.connect(self._on_link)
         self.messages: list[dict] = []  # {"role", "content", "stats", "streaming"}
         self._dirty = False
         self._cache: dict[int, tuple[str, int, str]] = {}  # index -> (content, stats id, html)
@@ -82,6 +83,13 @@ class ChatView(QTextBrowser):
             if m["role"] == "assistant":
                 return m["content"]
         return ""
+
+    def _on_link(self, url) -> None:
+        """Only the view's own "copy" links do anything; links in model output are inert."""
+        if url.scheme() == "copy" and url.path() in CODE_BLOCKS:
+            from PySide6.QtGui import QGuiApplication
+
+            QGuiApplication.clipboard().setText(CODE_BLOCKS[url.path()])
 
     # ---- drawing
     def _render_if_dirty(self) -> None:

@@ -3,6 +3,7 @@ line under each answer, confidence and caution notices. Pure functions: no widge
 
 from __future__ import annotations
 
+import hashlib
 import html
 
 from markdown_it import MarkdownIt
@@ -22,14 +23,22 @@ def set_colours(user="#dcecff", assistant="#f2f2f2", code="#f4f4f4", meta="#777"
     COLOURS.update(user=user, assistant=assistant, code=code, meta=meta)
 
 
+CODE_BLOCKS: dict[str, str] = {}  # "copy:<key>" links in the view → the code they copy
+
+
 def _code(code: str, lang: str, attrs) -> str:
+    key = hashlib.sha1(code.encode("utf-8", "replace")).hexdigest()[:16]
+    CODE_BLOCKS[key] = code
     try:
         lexer = get_lexer_by_name(lang) if lang else TextLexer()
     except ClassNotFound:
         lexer = TextLexer()
     body = highlight(code, lexer, _FORMATTER)
-    return (f"<table width='100%' cellpadding='6' style='background:{COLOURS['code']};border:1px solid #888'><tr><td>"
-            f"<pre style='font-family:monospace;margin:0'>{body}</pre></td></tr></table>")
+    label = html.escape(lang or "code")
+    return (f"<table width='100%' cellpadding='6' style='background:{COLOURS['code']};border:1px solid #888'>"
+            f"<tr><td style='color:{COLOURS['meta']};font-size:small'>{label} · <a href='copy:{key}'>"
+            f"{tr('copy')}</a></td></tr><tr><td><pre style='font-family:monospace;margin:0'>{body}</pre>"
+            "</td></tr></table>")
 
 
 # "js-default": no raw HTML from model output reaches the view; links are not auto-followed.

@@ -121,4 +121,5 @@ TABLE = {
     'On this machine': '本机适配',
     'Status': '状态',
     'Warn below confidence': '置信度低于此值时警告',
+    'copy': '复制',
 }
