@@ -9,7 +9,7 @@ import logging
 
 from PySide6.QtCore import Qt, QThread, QTimer, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QMainWindow,
-                               QMessageBox, QPushButton, QSplitter, QVBoxLayout, QWidget)
+                               QMessageBox, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
 
 from app.chat_view import ChatView
 from app.composer import Composer
@@ -53,6 +53,10 @@ class MainWindow(QMainWindow):
         self.banner.setStyleSheet("padding:6px;background:#fff4ce;color:#5c4400")
         self.banner.hide()
         self.status_label = QLabel(tr("Loading the model…"))
+        self.progress = QProgressBar()  # indeterminate while the model loads or a prompt is read
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumHeight(6)
+        self.progress.setTextVisible(False)
 
         # sidebar
         self.search = QLineEdit()
@@ -111,6 +115,7 @@ class MainWindow(QMainWindow):
         center_layout.addWidget(self.confidence_warning)
         center_layout.addLayout(actions)
         center_layout.addWidget(self.composer)
+        center_layout.addWidget(self.progress)
         center_layout.addWidget(self.status_label)
 
         # engine thread
@@ -168,18 +173,20 @@ class MainWindow(QMainWindow):
                              ("confidenceWarning", self.confidence_warning), ("settingsButton", self.settings_button),
                              ("modelManagerButton", self.models_button), ("editButton", self.edit_button),
                              ("copyButton", self.copy_button), ("statusLine", self.status_label),
-                             ("errorBanner", self.banner)):
+                             ("errorBanner", self.banner), ("progressBar", self.progress)):
             widget.setObjectName(name)
 
     # ---- engine events
     def _on_ready(self, info: dict) -> None:
         self.engine_ready = True
+        self.progress.hide()
         demo = tr(" (demo models: they prove the mechanisms, not answer quality)") if info.get("demo") else ""
         self.status_label.setText(tr("Ready: {tiers}").format(
             tiers=", ".join(f"{k} {v}" for k, v in info["tiers"].items())) + demo)
         self.composer.set_busy(False)
 
     def _on_failed(self, message: str) -> None:
+        self.progress.hide()
         self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
         self.status_label.setText(tr("Not ready"))
 
@@ -217,6 +224,7 @@ class MainWindow(QMainWindow):
             self.gauges.set_water_level(last.get("context"))
 
     def _on_tokens(self, cid: int, text: str) -> None:
+        self.progress.hide()  # the first token ends the wait
         if cid == self.conversation_id:
             self.view.append_tokens(text)
 
@@ -317,6 +325,7 @@ class MainWindow(QMainWindow):
 
     def _set_busy(self, busy: bool) -> None:
         self.busy = busy
+        self.progress.setVisible(busy)
         self.composer.set_busy(busy)
         self.chat_list.setEnabled(not busy)
         self.new_button.setEnabled(not busy)

@@ -23,6 +23,14 @@ def test_values_persist_and_the_vram_slider_explains_itself(qtbot, assistant_hom
     else:
         dialog.vram.setValue(dialog.vram.maximum())
         assert "layers on the GPU" in dialog.preview.text()
+    # The preview follows the slider (forced on here when the machine has no GPU: the planner is real).
+    dialog.vram.setEnabled(True)
+    dialog.vram.setRange(0, 8192)
+    dialog.vram.setValue(0)
+    cpu_text = dialog.preview.text()
+    dialog.vram.setValue(8192)
+    assert dialog.preview.text() != cpu_text and "fits on the GPU" in dialog.preview.text()
+    dialog.vram.setEnabled(snapshot().best_gpu is not None)
     dialog.cascade.setChecked(False)
     dialog.summary.setValue(7)
     dialog.theme.setCurrentIndex(dialog.theme.findData("dark"))

@@ -77,6 +77,10 @@ def test_chat_streams_into_the_view_and_the_loop_keeps_ticking(qtbot, model_path
     assert "evaluated" in html and "ms to first token" in html  # the line under the answer
     qtbot.waitUntil(lambda: window.chat_list.count() == 1 and window.chat_list.item(0).text().startswith("Hello!"))
     assert window.gauges.water_bar.value() > 0
+    window.gauges.update_now()  # the 2 Hz timer's work, now: KV pages of the loaded model
+    [kv] = window.gauges._kv_bars.values()
+    assert kv.value() >= 1 and "this chat: 1 hot" in kv.share.text()
+    assert window.gauges.ram_app.format().endswith("MiB")
     # The GUI thread never blocked on the engine: ticks kept coming while it loaded and generated.
     gaps = sorted(probe.gaps)
     p99, worst = gaps[int(len(gaps) * 0.99)], gaps[-1]
