@@ -1,5 +1,9 @@
 """The engine on its own QThread: the GUI thread never loads a model, tokenizes or waits.
 
+Structured payloads cross threads as JSON text, not as Python dicts/lists: shiboken's conversion
+of Python containers in queued signals crashed the interpreter at exit now and then (a refcount
+error on a bool, `bool_dealloc`), and plain strings avoid that conversion altogether.
+
 `EngineWorker` lives in a QThread and owns the `Assistant`; the window calls its slots through
 queued connections and hears back through signals. Tokens are batched: the worker emits at most
 one `tokens` signal per TOKEN_BATCH_MS, so a fast model cannot flood the GUI's event queue.
@@ -8,12 +12,13 @@ Stop is a `threading.Event` the GUI sets directly (the generator checks it every
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 import traceback
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Signal, Slot
 
 from engine.backend import LoadParams, ModelLoadError, SamplingParams
 from engine.catalog import ModelNotFound
@@ -30,17 +35,17 @@ TOKEN_BATCH_MS = 30
 class EngineWorker(QObject):
     """Owns the engine; every slot runs on the engine thread."""
 
-    ready = Signal(dict)             # {"model", "tiers", "memory"}
+    ready = Signal(str)              # JSON {"model", "tiers", "demo", "memory"}
     failed = Signal(str)             # the engine could not start (message for the user)
-    conversations = Signal(list)     # [{"id", "title", "updated"}], newest first
-    history = Signal(int, list)      # conversation id, [{"role", "content", "stats"}]
+    conversations = Signal(str)      # JSON [{"id", "title", "updated"}], newest first
+    history = Signal(int, str)       # conversation id, JSON [{"role", "content", "stats", "superseded"}]
     tokens = Signal(int, str)        # conversation id, text since the last emit
-    superseded = Signal(int, dict)   # a low-confidence answer being re-asked on L2
-    done = Signal(int, dict)         # conversation id, {"text", "stats", "level", "model", ...}
+    superseded = Signal(int, str)    # a low-confidence answer being re-asked on L2 (JSON, as done)
+    done = Signal(int, str)          # conversation id, JSON {"text", "stats", "level", "model", ...}
     turn_failed = Signal(int, str)   # conversation id, message
     created = Signal(int)            # a new conversation's id
     notice = Signal(str)             # a one-line result or problem for the status bar / banner
-    found = Signal(str, list)        # search query, matching conversation ids
+    found = Signal(str, str)         # search query, JSON list of matching conversation ids
 
     def __init__(self, model: str | None = None, n_ctx: int | None = None, memory: bool | None = None):
         super().__init__()
@@ -78,8 +83,8 @@ class EngineWorker(QObject):
             self.failed.emit(f"internal error: {type(exc).__name__}: {exc}")
             return
         entry = self.assistant.manager.loaded()[0].model.entry
-        self.ready.emit({"model": self.assistant.model_id, "tiers": dict(self.assistant.tiers),
-                         "demo": bool(entry and entry.demo), "memory": self.memory_service is not None})
+        self.ready.emit(json.dumps({"model": self.assistant.model_id, "tiers": dict(self.assistant.tiers),
+                                    "demo": bool(entry and entry.demo), "memory": self.memory_service is not None}))
         self.refresh()
 
     @Slot()
@@ -91,6 +96,9 @@ class EngineWorker(QObject):
             self.memory_service.close()
         if self.db is not None:
             self.db.close()
+        # Back to the GUI thread: deleting a QObject whose thread has finished crashed the
+        # interpreter at exit now and then.
+        self.moveToThread(QCoreApplication.instance().thread())
 
     # ---- conversations
     @Slot()
@@ -98,8 +106,8 @@ class EngineWorker(QObject):
         if self.db is None:
             return
         rows = sorted(self.db.conversations(), key=lambda r: r["updated"], reverse=True)
-        self.conversations.emit([{"id": r["id"], "title": r["title"] or "(new chat)", "updated": r["updated"]}
-                                 for r in rows])
+        self.conversations.emit(json.dumps([{"id": r["id"], "title": r["title"] or "(new chat)",
+                                             "updated": r["updated"]} for r in rows], ensure_ascii=False))
 
     @Slot(str)
     def new_conversation(self, system_prompt: str = "") -> None:
@@ -112,15 +120,15 @@ class EngineWorker(QObject):
     @Slot(str)
     def search(self, query: str) -> None:
         if self.db is not None:
-            self.found.emit(query, self.db.search_conversations(query))
+            self.found.emit(query, json.dumps(self.db.search_conversations(query)))
 
     @Slot(int)
     def load(self, conversation_id: int) -> None:
         if self.db is None:
             return
         rows = self.db.messages(conversation_id)
-        self.history.emit(conversation_id, [{"role": r["role"], "content": r["content"], "stats": r["stats"] or {},
-                                             "superseded": r["superseded_by"] is not None} for r in rows])
+        self.history.emit(conversation_id, json.dumps([{"role": r["role"], "content": r["content"], "stats": r["stats"] or {},
+                                             "superseded": r["superseded_by"] is not None} for r in rows], ensure_ascii=False))
 
     @Slot(int, str)
     def rename(self, conversation_id: int, title: str) -> None:
@@ -189,7 +197,8 @@ class EngineWorker(QObject):
                     if pending:
                         self.tokens.emit(conversation_id, "".join(pending))
                         pending = []
-                    (self.superseded if item.superseded else self.done).emit(conversation_id, _done_dict(item))
+                    (self.superseded if item.superseded else self.done).emit(
+                        conversation_id, json.dumps(_done_dict(item), ensure_ascii=False))
                     continue
                 pending.append(item.text)
                 now = time.monotonic()

@@ -81,4 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("Offline Assistant")
     window = create_main_window(args.model)
     window.show()
-    return app.exec()
+    code = app.exec()
+    return finish(code)
+
+
+def finish(code: int) -> int:
+    """Leave without the interpreter's final garbage collection. Closing the window already
+    saved everything (engine closed, database closed, KV state written); tearing down PySide6
+    together with the engine's C extensions then aborted now and then with a refcount error on a
+    bool (`bool_dealloc`) — a crash after the work is done, but an exit code of 134 and a core
+    dump for the user. Flush what is buffered and exit directly."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

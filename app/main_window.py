@@ -5,6 +5,7 @@ signals; only this (GUI) thread touches widgets."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 from PySide6.QtCore import Qt, QThread, QTimer, Signal
@@ -177,7 +178,8 @@ class MainWindow(QMainWindow):
             widget.setObjectName(name)
 
     # ---- engine events
-    def _on_ready(self, info: dict) -> None:
+    def _on_ready(self, payload: str) -> None:
+        info = json.loads(payload)
         self.engine_ready = True
         self.progress.hide()
         demo = tr(" (demo models: they prove the mechanisms, not answer quality)") if info.get("demo") else ""
@@ -190,7 +192,8 @@ class MainWindow(QMainWindow):
         self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
         self.status_label.setText(tr("Not ready"))
 
-    def _on_conversations(self, rows: list) -> None:
+    def _on_conversations(self, payload: str) -> None:
+        rows = json.loads(payload)
         current = self.conversation_id
         self.chat_list.blockSignals(True)
         self.chat_list.clear()
@@ -215,7 +218,8 @@ class MainWindow(QMainWindow):
         else:
             self._set_busy(False)
 
-    def _on_history(self, cid: int, messages: list) -> None:
+    def _on_history(self, cid: int, payload: str) -> None:
+        messages = json.loads(payload)
         if cid == self.conversation_id:
             self.view.set_messages([{"role": m["role"], "content": m["content"],
                                      "stats": dict(m["stats"], model=(m["stats"] or {}).get("model")),
@@ -228,13 +232,13 @@ class MainWindow(QMainWindow):
         if cid == self.conversation_id:
             self.view.append_tokens(text)
 
-    def _on_superseded(self, cid: int, done: dict) -> None:
+    def _on_superseded(self, cid: int, payload: str) -> None:
         if cid == self.conversation_id:
             self.view.restart_answer()
             self.status_label.setText(tr("Low confidence: asking L2 instead…"))
 
-    def _on_done(self, cid: int, done: dict) -> None:
-        self.last_done = done
+    def _on_done(self, cid: int, payload: str) -> None:
+        done = self.last_done = json.loads(payload)
         self._set_busy(False)
         if cid == self.conversation_id:
             self.view.finish(done)
@@ -342,7 +346,8 @@ class MainWindow(QMainWindow):
         self.gauges.conversation_id = cid
         self._load.emit(cid)
 
-    def _on_found(self, query: str, ids: list) -> None:
+    def _on_found(self, query: str, payload: str) -> None:
+        ids = json.loads(payload)
         if query != self.search.text():
             return  # an older search's answer
         self._matches = set(ids) if query.strip() else None

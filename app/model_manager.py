@@ -50,9 +50,10 @@ class DownloadWorker(QObject):
         super().__init__()
         self.cancel = threading.Event()
 
-    @Slot(object)
-    def run(self, entry: ModelEntry) -> None:
+    @Slot(str)
+    def run(self, model_id: str) -> None:
         self.cancel.clear()
+        entry = load_catalog().get(model_id)
         try:
             download(entry, lambda done, total: self.progress.emit(entry.id, done, total), self.cancel)
             self.finished.emit(entry.id, "")
@@ -63,7 +64,7 @@ class DownloadWorker(QObject):
 
 
 class ModelManagerDialog(QDialog):
-    _download = Signal(object)
+    _download = Signal(str)  # a catalog id (plain text across threads)
 
     def __init__(self, settings: Settings, parent=None):
         super().__init__(parent)
@@ -151,7 +152,7 @@ class ModelManagerDialog(QDialog):
         self.download_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.message.setText(tr("Downloading {name}…").format(name=e.name))
-        self._download.emit(e)
+        self._download.emit(e.id)
 
     def _on_progress(self, model_id: str, done: int, total: int) -> None:
         self.bar.setRange(0, max(total // 1024, 1))
