@@ -105,6 +105,10 @@ class MainWindow(QMainWindow):
             actions.addWidget(b)
         actions.addStretch(1)
         self.composer.set_busy(True)  # until the engine is ready
+        from engine.settings import Settings
+
+        mode = Settings().get("router.mode")  # the settings' routing mode is the composer's default
+        self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
         center = QWidget()
         center_layout = QVBoxLayout(center)
         center_layout.addWidget(self.banner)
@@ -425,6 +429,9 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(settings, self)
         if dialog.exec():
             apply_theme(settings.get("ui.theme"))
+            self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
+            self.view._cache.clear()
+            self.view._render()
             self.status_label.setText(tr("Settings saved; model and budget changes apply at the next start"))
         if dialog.forget_requested:
             self._forget_all.emit()

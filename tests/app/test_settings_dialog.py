@@ -70,3 +70,14 @@ def test_chinese_and_dark_theme_apply(qtbot):
     apply_theme("dark")
     assert app.palette().window().color().name() == "#202124"
     apply_theme("light")
+
+
+def test_settings_survive_a_restart_of_the_window(qtbot, assistant_home, model_paths):
+    from app.engine_worker import EngineWorker
+    from app.main import create_main_window
+
+    Settings().set("router.mode", "L1")
+    w = create_main_window(worker=EngineWorker("demo-small", memory=False))
+    qtbot.addWidget(w)
+    assert w.composer.route.currentData() == "L1"  # read from settings.json at start
+    w.close()
