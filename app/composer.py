@@ -5,7 +5,8 @@ model's thread and releases the GIL); per-message route override."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
+                               QVBoxLayout, QWidget)
 
 from app.i18n import tr
 
@@ -33,8 +34,6 @@ class Composer(QWidget):
         self.edit = MessageEdit()
         self.edit.setPlaceholderText(tr("Message (Enter sends, Shift+Enter new line)"))
         self.edit.setMaximumHeight(110)
-        from PySide6.QtWidgets import QSizePolicy
-
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
         self.route = QComboBox()
         self.route.addItem(tr("Auto"), "auto")

@@ -34,7 +34,7 @@ from engine.paths import user_dir
 from engine.remote import RemoteClient, RemoteConfig, RemoteError
 from engine.risk import caution_text, risk_flags
 from engine.router import RouteDecision, apply_stickiness, classify
-from engine.runtime import BACKGROUND, Worker
+from engine.runtime import BACKGROUND, ModelUnloaded, Worker
 from engine.session import Message, Session
 from engine.storage import Database
 from engine.summaries import SummaryHandle, pending_task, submit_summary
@@ -640,7 +640,10 @@ class Assistant:
             self._warm[conv.id] = target.level
             if self.kv is not None:  # copy the state to RAM while the user reads: a later switch only restores
                 kv, cid = self.kv, conv.id
-                target.worker.submit(lambda w, job: kv.park(w.backend, cid), BACKGROUND)
+                try:
+                    target.worker.submit(lambda w, job: kv.park(w.backend, cid), BACKGROUND)
+                except ModelUnloaded:
+                    pass  # unloaded meanwhile: its state already went to the warm tier
         confidence = geometric_mean_prob(item.logprobs)
         report = None
         if target.identity:  # local models give per-token logprobs; the remote tier does not

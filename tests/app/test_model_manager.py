@@ -3,7 +3,6 @@
 
 import json
 
-from PySide6.QtCore import Qt
 
 from app.model_manager import ModelManagerDialog
 from engine.settings import Settings

@@ -6,7 +6,6 @@ import pytest
 from engine.backend import LoadParams
 from engine.facade import Assistant, InputError
 from engine.memory import MemoryService
-from engine.paths import db_path
 from engine.storage import Database
 
 from .helpers import turn
