@@ -68,9 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="assistant-gui", description="Offline chat assistant (desktop app).")
     p.add_argument("--model", help="one model for every local tier (catalog id or .gguf path)")
     p.add_argument("--debug", action="store_true")
+    p.add_argument("--selftest", action="store_true",
+                   help="headless check of an installed app: load the demo model, answer one prompt, check the "
+                        "database and data dir, print a JSON report, exit 0 (ok) or 1")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.selftest:
+        from app.selftest import run_selftest
+
+        return finish(run_selftest(args.model))
     if not has_display():
         sys.stderr.write("error: no display found. On a headless machine run with QT_QPA_PLATFORM=offscreen, "
                          "or use the terminal chat: assistant chat\n")

@@ -48,6 +48,7 @@ class MainWindow(QMainWindow):
         self._pending: tuple[str, str] | None = None  # a first message waiting for its new chat
         self.editing = False  # the composer holds an edit of the last user message
         self.last_done: dict | None = None  # the latest finished turn (its text and stats)
+        self.engine_error: str | None = None  # why the engine could not start
 
         self.banner = QLabel("")
         self.banner.setWordWrap(True)
@@ -192,6 +193,7 @@ class MainWindow(QMainWindow):
         self.composer.set_busy(False)
 
     def _on_failed(self, message: str) -> None:
+        self.engine_error = message
         self.progress.hide()
         self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
         self.status_label.setText(tr("Not ready"))

@@ -1,0 +1,90 @@
+"""`assistant-gui --selftest`: prove an installed app works, headless, in seconds.
+
+Starts Qt offscreen, builds the real main window (fonts, translations, engine thread), loads the
+demo model, answers one prompt through the window, then checks the database (integrity, the turn is
+stored) and the data dir (writable, outside the install folder). Prints one JSON report; exit 0 when
+every check passed, else 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+PROMPT = "Say hello in one short sentence."
+TIMEOUT_S = 300
+
+
+def run_selftest(model: str | None = None) -> int:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    t0 = time.perf_counter()
+    report: dict = {"checks": {}, "python": sys.version.split()[0], "frozen": bool(getattr(sys, "frozen", False))}
+    checks = report["checks"]
+    try:
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication
+
+        from app.main import create_main_window
+        from engine.paths import db_path, user_dir
+        from engine.storage import Database
+
+        app = QApplication.instance() or QApplication([sys.argv[0]])
+        data = user_dir()
+        install = Path(sys.executable).resolve().parent if report["frozen"] else Path(__file__).resolve().parent
+        report["data_dir"] = str(data)
+        checks["data_dir_outside_install"] = install not in data.resolve().parents and data.resolve() != install
+        probe = data / ".selftest"
+        probe.write_text("ok", encoding="utf-8")
+        probe.unlink()
+        checks["data_dir_writable"] = True
+        window = create_main_window(model or "demo-small", temperature=0.0, max_tokens=16)
+        state = {"sent": False, "error": None}
+        t_window = time.perf_counter()
+        report["window_ms"] = round((t_window - t0) * 1000)
+
+        def step():
+            if window.engine_error:
+                state["error"] = window.engine_error
+                app.quit()
+            elif window.engine_ready and not state["sent"]:
+                report["engine_ready_ms"] = round((time.perf_counter() - t0) * 1000)
+                state["sent"] = True
+                window.send_message(PROMPT)
+            elif state["sent"] and not window.busy:
+                app.quit()
+            elif time.perf_counter() - t0 > TIMEOUT_S:
+                state["error"] = f"timed out after {TIMEOUT_S} s"
+                app.quit()
+
+        timer = QTimer()
+        timer.setInterval(50)
+        timer.timeout.connect(step)
+        timer.start()
+        app.exec()
+        timer.stop()
+        done = window.last_done
+        checks["engine_started"] = window.engine_ready
+        checks["answered"] = bool(done and done.get("text"))
+        if done:
+            report["answer"] = done["text"][:200]
+            report["ttft_ms"] = round(done["stats"].get("ttft_ms", 0))
+            report["model"] = done.get("model")
+        window.close()  # the engine saves its state and closes the database
+        db = Database(db_path())
+        try:
+            checks["db_integrity"] = db.integrity_check() == "ok"
+            rows = [m for c in db.conversations() for m in db.messages(c["id"])]
+            checks["turn_stored"] = any(m["role"] == "user" and m["content"] == PROMPT for m in rows) and \
+                any(m["role"] == "assistant" and m["status"] == "done" for m in rows)
+        finally:
+            db.close()
+        if state["error"]:
+            report["error"] = state["error"]
+    except Exception as exc:  # noqa: BLE001 - the report says what broke; exit 1
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    report["ok"] = bool(checks) and all(checks.values()) and "error" not in report
+    report["total_ms"] = round((time.perf_counter() - t0) * 1000)
+    print(json.dumps(report, ensure_ascii=False, indent=2))
+    return 0 if report["ok"] else 1

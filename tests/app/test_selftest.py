@@ -1,0 +1,31 @@
+"""`assistant-gui --selftest` (what the installers run from the built folder): a JSON report, exit
+0 when the demo model answered and the database checks out, 1 with the reason otherwise."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def selftest(tmp_path, *args):
+    env = dict(os.environ, HOME=str(tmp_path / "home"), ASSISTANT_HOME=str(tmp_path / "data"),
+               QT_QPA_PLATFORM="offscreen")
+    proc = subprocess.run([sys.executable, "-m", "app", "--selftest", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_selftest_passes_on_the_demo_model(tmp_path, model_paths):
+    code, report = selftest(tmp_path)
+    assert code == 0 and report["ok"], report
+    assert all(report["checks"].values()) and report["answer"] and report["model"] == "demo-small"
+    assert report["data_dir"] == str(tmp_path / "data")
+
+
+def test_selftest_fails_clearly_without_a_model(tmp_path):
+    code, report = selftest(tmp_path, "--model", str(tmp_path / "missing.gguf"))
+    assert code == 1 and not report["ok"]
+    assert "not found" in report["error"] and report["checks"]["engine_started"] is False
