@@ -393,8 +393,8 @@ class KVTiers:
             self.warm.put(take_snapshot(backend, hot))  # one memcpy; its disk write, if any, is queued
             park_ms = (time.perf_counter() - t_park) * 1000
         if snap is not None:
-            if source == "warm":
-                self.warm.take(snap)
+            if source == "warm" and snap.conversation_id == conversation_id:
+                self.warm.take(snap)  # it moves to the hot tier (another chat's shared prefix stays parked)
             if not backend.restore_sequence((snap.data, snap.tokens)) or not backend.keep_prefix(
                     min(usable, len(prompt) - 1)):
                 log.info("restoring %s KV state failed; re-evaluating", source)
