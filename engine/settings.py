@@ -94,6 +94,7 @@ class Settings:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text(json.dumps(self._values, indent=2, ensure_ascii=False), encoding="utf-8")
+            os.chmod(tmp, 0o600)  # it may hold the L3 API key: the user's only
             tmp.replace(self.path)
         for listener in list(self._listeners):
             listener(key, value)

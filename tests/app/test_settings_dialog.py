@@ -81,3 +81,9 @@ def test_settings_survive_a_restart_of_the_window(qtbot, assistant_home, model_p
     qtbot.addWidget(w)
     assert w.composer.route.currentData() == "L1"  # read from settings.json at start
     w.close()
+
+
+def test_the_settings_file_is_the_users_only(assistant_home):
+    s = Settings(assistant_home / "settings.json")
+    s.set("l3.api_key", "sk-secret")
+    assert (assistant_home / "settings.json").stat().st_mode & 0o777 == 0o600
