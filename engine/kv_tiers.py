@@ -233,14 +233,20 @@ class ColdTier:
             raise ValueError("not a snapshot file")
         return json.loads(f.read(n))
 
+    def _matches(self, path: Path, header: dict, identity: str, facts: dict) -> bool:
+        """True when the file was written for this model, context and format; else it is rejected."""
+        if header.get("format") == FORMAT and header.get("facts") == facts and header.get("identity") == identity:
+            return True
+        self._reject(path, "different model, context or version")
+        return False
+
     def peek(self, conversation_id: int, identity: str, facts: dict, prompt: list[int]) -> int:
         """How many prompt tokens this conversation's file would cover (0: none, or unusable)."""
         path = self.path(conversation_id, identity)
         try:
             with open(path, "rb") as f:
                 header = self._read_header(f)
-                if header.get("format") != FORMAT or header.get("facts") != facts or header.get("identity") != identity:
-                    self._reject(path, "different model, context or version")
+                if not self._matches(path, header, identity, facts):
                     return 0
                 n = int(header["n_tokens"])
                 raw = f.read(4 * n)
@@ -260,8 +266,7 @@ class ColdTier:
         try:
             with open(path, "rb") as f:
                 header = self._read_header(f)
-                if header.get("format") != FORMAT or header.get("facts") != facts or header.get("identity") != identity:
-                    self._reject(path, "different model, context or version")
+                if not self._matches(path, header, identity, facts):
                     return None
                 n, size = int(header["n_tokens"]), int(header["payload_bytes"])
                 payload = bytearray(size)
