@@ -96,6 +96,11 @@ class RemoteClient:
     def close(self) -> None:
         self._http.close()
 
+    def _unreachable(self, exc: httpx.TransportError) -> RemoteError:
+        if isinstance(exc, httpx.TimeoutException):
+            return RemoteError("unreachable", f"L3 endpoint {self.base_url} timed out ({type(exc).__name__})")
+        return RemoteError("unreachable", f"L3 endpoint {self.base_url} is unreachable: {exc}")
+
     def list_models(self) -> list[str]:
         """The endpoint's model ids (GET /models): the settings panel's connection test.
 
@@ -104,10 +109,8 @@ class RemoteClient:
         """
         try:
             response = self._http.get("/models")
-        except httpx.TimeoutException as exc:
-            raise RemoteError("unreachable", f"L3 endpoint {self.base_url} timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:
-            raise RemoteError("unreachable", f"L3 endpoint {self.base_url} is unreachable: {exc}") from exc
+            raise self._unreachable(exc) from exc
         if response.status_code in (401, 403):
             raise RemoteError("auth", f"L3 endpoint refused the API key (HTTP {response.status_code})")
         if response.status_code >= 400:
@@ -138,10 +141,8 @@ class RemoteClient:
             try:
                 request = self._http.build_request("POST", "/chat/completions", json=body)
                 response = self._http.send(request, stream=True)
-            except httpx.TimeoutException as exc:
-                error = RemoteError("unreachable", f"L3 endpoint {self.base_url} timed out ({type(exc).__name__})")
             except httpx.TransportError as exc:
-                error = RemoteError("unreachable", f"L3 endpoint {self.base_url} is unreachable: {exc}")
+                error = self._unreachable(exc)
             else:
                 code = response.status_code
                 if code < 400:
