@@ -119,7 +119,7 @@ class ModelManagerDialog(QDialog):
         for row, e in enumerate(self.entries):
             needs, badge = fit_badge(e, self.vram_budget)
             status = tr("downloaded") if e.present() else (
-                tr("partly downloaded") if part_path(e.path()).exists() else tr("not downloaded"))
+                tr("partly downloaded") if part_path(e.download_path()).exists() else tr("not downloaded"))
             name = e.name + (tr(" (demo)") if e.demo else "")
             for col, text in enumerate((name, e.tier, f"{e.size_bytes / 1e6:,.0f} MB", e.quant, needs, badge, status)):
                 item = QTableWidgetItem(text)
@@ -168,12 +168,15 @@ class ModelManagerDialog(QDialog):
 
     def delete_selected(self, confirmed: bool = False) -> None:
         e = self.selected()
-        if e is None or not (e.present() or part_path(e.path()).exists()):
+        if e is None or not (e.present() or part_path(e.download_path()).exists()):
+            return
+        if e.present() and not e.removable():
+            self.message.setText(tr("{file} ships with the app and cannot be deleted.").format(file=e.path().name))
             return
         if not confirmed and QMessageBox.question(self, tr("Delete file"), tr("Delete {file}?").format(
                 file=e.path().name)) != QMessageBox.Yes:
             return
-        for p in (e.path(), part_path(e.path())):
+        for p in (e.path(), part_path(e.download_path())):
             p.unlink(missing_ok=True)
         self.refresh()
 

@@ -97,6 +97,7 @@ TABLE = {
     'Cancel download': '取消下载',
     'Delete file': '删除文件',
     'Delete {file}?': '删除 {file}？',
+    '{file} ships with the app and cannot be deleted.': '{file} 随应用附带，不能删除。',
     'Demo models come with `make models` (assistant fetch).': '演示模型通过 `make models`（assistant fetch）获取。',
     'Download': '下载',
     'Downloaded.': '已下载。',

@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.paths import catalog_path, models_dir
+from engine.paths import catalog_path, find_model_file, models_dir
 
 
 class ModelNotFound(LookupError):
@@ -42,10 +42,18 @@ class ModelEntry:
     wheel_members: list[str] = field(default_factory=list)
 
     def path(self, base: Path | None = None) -> Path:
-        return (base or models_dir()) / self.file
+        return base / self.file if base else find_model_file(self.file)
 
     def present(self, base: Path | None = None) -> bool:
         return self.path(base).is_file()
+
+    def download_path(self) -> Path:
+        """Where a download writes this model: the writable models dir, never the install."""
+        return models_dir() / self.file
+
+    def removable(self) -> bool:
+        """False for a file shipped inside the install (a bundled demo model): read-only."""
+        return self.path() == self.download_path()
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class EmbedderEntry:
     description: str = ""
 
     def path(self, base: Path | None = None) -> Path:
-        return (base or models_dir()) / "embedders" / self.id
+        return base / "embedders" / self.id if base else find_model_file(Path("embedders") / self.id)
 
     def present(self, base: Path | None = None) -> bool:
         return self.bundled or (self.path(base) / "config.json").is_file()

@@ -57,7 +57,7 @@ def download(entry: ModelEntry, progress: Callable[[int, int], None] | None = No
     """
     if not entry.source_repo:
         raise DownloadError(f"model '{entry.id}' has no source repository in the catalog")
-    dest = dest or entry.path()
+    dest = dest or entry.download_path()
     base = endpoint()
     url = hf_hub_url(entry.source_repo, entry.file, endpoint=base)
     try:

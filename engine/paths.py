@@ -1,8 +1,16 @@
-"""Where the engine keeps things: one user directory, overridable for tests."""
+"""Where the engine keeps things: one user directory, overridable for tests.
+
+Two kinds of place, never mixed:
+- the *install* (read-only): the catalog and, in a bundle built with demo models, their files.
+  From a source checkout that is the repository; in a PyInstaller build it is the bundle's folder.
+- the *user data dir* (platformdirs, or `ASSISTANT_HOME`): database, settings, logs, KV snapshots.
+  A frozen app downloads models there too: it never writes inside its install folder.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -11,8 +19,22 @@ APP_NAME = "offline-assistant"
 HOME_ENV = "ASSISTANT_HOME"
 MODELS_ENV = "ASSISTANT_MODELS_DIR"
 
-# The repository's models/ folder: the catalog lives there and `make` fetches demo files into it.
-REPO_MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+def frozen() -> bool:
+    """True inside a PyInstaller build."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def install_dir() -> Path:
+    """The read-only root holding `models/` and `assets/`: the bundle, or the repository."""
+    if frozen():
+        return Path(getattr(sys, "_MEIPASS", Path(sys.executable).resolve().parent))
+    return Path(__file__).resolve().parent.parent
+
+
+def install_models_dir() -> Path:
+    """The install's models/ folder: the catalog, and demo files (`make models`, or bundled)."""
+    return install_dir() / "models"
 
 
 def user_dir() -> Path:
@@ -28,10 +50,28 @@ def db_path() -> Path:
 
 
 def models_dir() -> Path:
-    """Folder holding model files: `ASSISTANT_MODELS_DIR`, else the repo's models/."""
+    """Where model files are written (downloads, exports): `ASSISTANT_MODELS_DIR`; in a frozen app
+    `<user data>/models`; from a source checkout the repository's models/ (what `make models` fills)."""
     override = os.environ.get(MODELS_ENV)
-    return Path(override) if override else REPO_MODELS_DIR
+    if override:
+        return Path(override)
+    return user_dir() / "models" if frozen() else install_models_dir()
+
+
+def find_model_file(relative: str | Path) -> Path:
+    """`relative` under the writable models dir if it is there, else under the install's models/
+    (bundled demo models), else where a download would put it. `ASSISTANT_MODELS_DIR` is the one
+    place when set (tests point it at an empty folder to see a fresh install)."""
+    writable = models_dir() / relative
+    if writable.exists() or os.environ.get(MODELS_ENV):
+        return writable
+    bundled = install_models_dir() / relative
+    return bundled if bundled.exists() else writable
 
 
 def catalog_path() -> Path:
-    return REPO_MODELS_DIR / "catalog.toml"
+    return install_models_dir() / "catalog.toml"
+
+
+def asset_path(name: str) -> Path:
+    return install_dir() / "assets" / name

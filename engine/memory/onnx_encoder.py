@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.paths import models_dir
+from engine.paths import find_model_file, models_dir
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ def weights_digest(model_dir: Path) -> str:
     return h.hexdigest()
 
 
-def onnx_path(model_id: str) -> Path:
-    return models_dir() / "embedders" / f"{model_id}.onnx"
+def onnx_path(model_id: str, *, for_writing: bool = False) -> Path:
+    """The exported graph: written under the writable models dir, read from there or the install."""
+    relative = Path("embedders") / f"{model_id}.onnx"
+    return models_dir() / relative if for_writing else find_model_file(relative)
 
 
 def usable_export(model_id: str, model_dir: Path) -> Path | None:
@@ -56,6 +58,10 @@ def usable_export(model_id: str, model_dir: Path) -> Path | None:
         if not path.is_file():
             return None
         meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        if not any((model_dir / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
+            # An installed bundle ships the checked graph and the tokenizer but not the torch weights
+            # (90 MB it would never read): the graph is then the model itself, exported at build time.
+            return path if meta.get("model_id") == model_id else None
         stat = weights_file(model_dir).stat()
         if (meta["weights_size"], meta["weights_mtime_ns"]) == (stat.st_size, stat.st_mtime_ns):
             return path
@@ -146,7 +152,7 @@ def export(model_id: str, model_dir: Path, st_model=None) -> Path:
             return self.model(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).last_hidden_state
 
-    path = onnx_path(model_id)
+    path = onnx_path(model_id, for_writing=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     sample = st_model.tokenizer(["hello world"], return_tensors="pt")
