@@ -9,7 +9,7 @@ DEMO_MODELS := models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m
 # The bundled embedder exported to ONNX once (same weights, checked): memory then runs without torch.
 EMBEDDER_ONNX := models/embedders/all-MiniLM-L6-v2.onnx
 
-.PHONY: venv models run chat test test-fast bench clean
+.PHONY: venv models run chat test test-fast bench dist dist-test clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,5 +44,17 @@ test-fast: venv
 bench: venv models
 	$(BIN)/python bench/kv_reuse.py
 
+# The Linux bundle: dist/offline-assistant/assistant-gui (+ a .tar.gz); see packaging/README.md.
+$(BIN)/.dist-installed: $(BIN)/.installed
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[dist]'
+	touch $@
+
+dist: venv models $(BIN)/.dist-installed
+	PYTHON=$(BIN)/python packaging/linux/build.sh
+
+# The built app in a clean environment (no venv on PATH, empty HOME): selftest + terminal chat.
+dist-test: dist
+	$(BIN)/python packaging/dist_test.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

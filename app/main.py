@@ -11,10 +11,11 @@ import os
 import sys
 from pathlib import Path
 
+from engine.paths import install_dir
 from engine.settings import Settings
 
 log = logging.getLogger("assistant.gui")
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = install_dir() / "assets"
 CJK_FAMILY = "Noto Sans SC"
 
 

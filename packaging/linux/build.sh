@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build the Linux bundle: the PyInstaller folder dist/offline-assistant/ (GUI: assistant-gui,
+# terminal: assistant), then dist/offline-assistant-<version>-linux-<arch>.tar.gz holding that folder
+# with a .desktop file, the icon and install.sh, and an AppImage when `appimagetool` is on PATH.
+#
+#     packaging/linux/build.sh            # what `make dist` runs (venv and models already made)
+#     NO_ARCHIVE=1 packaging/linux/build.sh   # folder only (what `make dist-test` needs)
+#
+# Options pass through to packaging/assistant.spec: ASSISTANT_BUNDLE_DEMO=0, ASSISTANT_BUNDLE_MEMORY=0.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+PY=${PYTHON:-.venv/bin/python}
+NAME=offline-assistant
+VERSION=$("$PY" -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+ARCH=$(uname -m)
+BUNDLE=dist/$NAME
+
+rm -rf "$BUNDLE" build/pyinstaller
+"$PY" -m PyInstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller \
+    packaging/assistant.spec
+# Desktop integration files travel inside the folder, so the tarball and the AppImage share them.
+install -m 644 packaging/linux/$NAME.desktop "$BUNDLE/$NAME.desktop"
+install -m 644 assets/icon.png "$BUNDLE/$NAME.png"
+install -m 755 packaging/linux/install.sh "$BUNDLE/install.sh"
+echo "bundle: $BUNDLE ($(du -sh "$BUNDLE" | cut -f1))"
+
+[ "${NO_ARCHIVE:-0}" = 1 ] && exit 0
+
+TARBALL=dist/$NAME-$VERSION-linux-$ARCH.tar.gz
+tar -C dist -czf "$TARBALL" "$NAME"
+echo "archive: $TARBALL ($(du -sh "$TARBALL" | cut -f1))"
+
+if command -v appimagetool >/dev/null; then
+    APPDIR=build/$NAME.AppDir
+    rm -rf "$APPDIR" && mkdir -p "$APPDIR/usr"
+    cp -a "$BUNDLE" "$APPDIR/usr/lib"
+    cp "$BUNDLE/$NAME.desktop" "$BUNDLE/$NAME.png" "$APPDIR/"
+    printf '#!/bin/sh\nexec "$(dirname "$(readlink -f "$0")")/usr/lib/assistant-gui" "$@"\n' > "$APPDIR/AppRun"
+    chmod 755 "$APPDIR/AppRun"
+    ARCH=$ARCH appimagetool --no-appstream "$APPDIR" "dist/$NAME-$VERSION-$ARCH.AppImage"
+else
+    echo "appimagetool not on PATH: no AppImage this time (the tarball is complete)"
+fi
