@@ -1,9 +1,11 @@
 """User-visible strings go through `tr` (Qt's translate, context "app"). Chinese is installed as a
-QTranslator built from the table in `app/zh_CN.py`, so it needs no lrelease step to build."""
+QTranslator built from the table in `app/zh_CN.py`, so it needs no lrelease step to build; Qt's own
+strings (standard dialog buttons, context menus of text fields) come from Qt's shipped
+`qtbase_zh_CN.qm`, which the installer bundles."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QCoreApplication, QLocale, QTranslator
+from PySide6.QtCore import QCoreApplication, QLibraryInfo, QLocale, QTranslator
 
 CONTEXT = "app"
 
@@ -16,6 +18,7 @@ class TableTranslator(QTranslator):
     def __init__(self, table: dict[str, str]):
         super().__init__()
         self.table = table
+        self.qt: QTranslator | None = None  # Qt's own strings in the same language
 
     def translate(self, context, source, disambiguation=None, n=-1):  # noqa: N802 - Qt's name
         if context == CONTEXT and source in self.table:
@@ -35,5 +38,9 @@ def install(app, language: str) -> QTranslator | None:
     from app.zh_CN import TABLE
 
     translator = TableTranslator(TABLE)
+    translator.qt = QTranslator(app)  # kept with ours: remove both to switch back
+    if translator.qt.load(QLocale(language), "qtbase", "_",
+                          QLibraryInfo.path(QLibraryInfo.LibraryPath.TranslationsPath)):
+        app.installTranslator(translator.qt)
     app.installTranslator(translator)
     return translator

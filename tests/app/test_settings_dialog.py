@@ -3,6 +3,7 @@ live preview, and the L3 connection test against a real OpenAI-compatible server
 
 import json
 
+from PySide6.QtCore import QCoreApplication
 from PySide6.QtWidgets import QApplication
 
 from app.i18n import install, tr
@@ -64,9 +65,13 @@ def test_chinese_and_dark_theme_apply(qtbot):
     translator = install(app, "zh_CN")
     try:
         assert tr("Settings") == "设置" and tr("Send") == "发送"
+        # Qt's own strings (standard buttons) from the bundled qtbase_zh_CN.qm
+        assert QCoreApplication.translate("QPlatformTheme", "Cancel") == "取消"
     finally:
         app.removeTranslator(translator)
+        app.removeTranslator(translator.qt)
     assert tr("Settings") == "Settings"
+    assert QCoreApplication.translate("QPlatformTheme", "Cancel") == "Cancel"
     apply_theme("dark")
     assert app.palette().window().color().name() == "#202124"
     apply_theme("light")
