@@ -111,5 +111,14 @@ def run_selftest(model: str | None = None) -> int:
         report["error"] = f"{type(exc).__name__}: {exc}"
     report["ok"] = bool(checks) and all(checks.values()) and "error" not in report
     report["total_ms"] = round((time.perf_counter() - t0) * 1000)
-    print(json.dumps(report, ensure_ascii=False, indent=2))
+    text = json.dumps(report, ensure_ascii=False, indent=2)
+    if sys.stdout is not None:
+        print(text)
+    else:  # a windowed Windows executable started without handles has no stdout: leave the report on disk
+        try:
+            from engine.paths import user_dir
+
+            (user_dir() / "selftest.json").write_text(text, encoding="utf-8")
+        except OSError:
+            pass
     return 0 if report["ok"] else 1

@@ -25,9 +25,16 @@ log = logging.getLogger("dist_test")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+EXE = ".exe" if sys.platform == "win32" else ""
+
+
 def clean_env(home: Path) -> dict[str, str]:
+    """No venv, no PYTHONPATH, no display, an empty home (where platformdirs looks on each OS)."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "QT_QPA_PLATFORM": "offscreen"}
-    # Keep a real display out too: the selftest must not depend on one.
+    if sys.platform == "win32":
+        env.update(PATH=os.environ.get("SystemRoot", r"C:\Windows") + r"\System32", SystemRoot=os.environ.get(
+            "SystemRoot", r"C:\Windows"), USERPROFILE=str(home), LOCALAPPDATA=str(home / "AppData" / "Local"),
+            APPDATA=str(home / "AppData" / "Roaming"))
     return env
 
 
@@ -42,7 +49,7 @@ def size_mb(root: Path, pattern: str = "*") -> float:
 
 def run_selftest(bundle: Path, home: Path) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run([str(bundle / "assistant-gui"), "--selftest"], env=clean_env(home), cwd=home,
+    proc = subprocess.run([str(bundle / f"assistant-gui{EXE}"), "--selftest"], env=clean_env(home), cwd=home,
                           capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t0
     try:
@@ -64,7 +71,7 @@ def run_selftest(bundle: Path, home: Path) -> dict:
 
 def check_cli(bundle: Path, home: Path) -> None:
     """The terminal chat in the same clean environment: one turn on the bundled demo model."""
-    proc = subprocess.run([str(bundle / "assistant"), "chat", "--json", "--max-tokens", "8", "--temperature", "0"],
+    proc = subprocess.run([str(bundle / f"assistant{EXE}"), "chat", "--json", "--max-tokens", "8", "--temperature", "0"],
                           input="Hello!\n", env=clean_env(home), cwd=home, capture_output=True, text=True,
                           timeout=300)
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -79,7 +86,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=1, help="selftests, each with a fresh HOME (cold start)")
     args = p.parse_args()
     bundle = args.bundle.resolve()
-    if not (bundle / "assistant-gui").is_file():
+    if not (bundle / f"assistant-gui{EXE}").is_file():
         raise SystemExit(f"no bundle at {bundle}: run `make dist` first")
     before = tree_state(bundle)
     reports = []
