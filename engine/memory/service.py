@@ -189,7 +189,8 @@ class MemoryService:
 
     def status(self) -> dict:
         return {"retrieval": self.retrieval_status(), "embedder": self.embedder.state,
-                "model": self.embedder.model_id, "runtime": self.embedder.runtime_used, "vector_backend": self.vector_backend,
+                "model": self.embedder.model_id, "runtime": self.embedder.runtime_used,
+                "load_s": self.embedder.load_seconds, "vector_backend": self.vector_backend,
                 "sqlite": self.db.driver, "memories": self.store.counts(),
                 "pending_vectors": self.store.pending_count()}
 
