@@ -26,7 +26,7 @@ from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
 from engine.generate import GenerateParams
 from engine.paths import db_path
 from engine.settings import Settings
-from engine.storage import Database
+from engine.storage import Database, StorageError
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -205,7 +205,7 @@ class EngineWorker(QObject):
                 if (now - last) * 1000 >= TOKEN_BATCH_MS:
                     self.tokens.emit(conversation_id, "".join(pending))
                     pending, last = [], now
-        except (InputError, ConversationNotFound) as exc:
+        except (InputError, ConversationNotFound, StorageError) as exc:  # StorageError: disk full, read-only
             self.turn_failed.emit(conversation_id, str(exc))
         except Exception as exc:  # noqa: BLE001 - the window stays usable; the trace goes to the log
             log.error("turn failed: %s", traceback.format_exc())

@@ -50,7 +50,12 @@ def markdown_html(text: str) -> str:
     if len(text) > MAX_RENDER_CHARS or text.count("\n") > 20_000:
         return f"<pre>{html.escape(text)}</pre>"
     try:
-        return _MD.render(text)
+        tokens = _MD.parse(text)
+        # At maxNesting markdown-it stops parsing and silently drops the rest (10 000 nested quotes
+        # showed empty boxes without their text): show such text plain instead.
+        if any(t.level >= _MD.options["maxNesting"] - 1 for t in tokens):
+            return f"<pre>{html.escape(text)}</pre>"
+        return _MD.renderer.render(tokens, _MD.options, {})
     except RecursionError:  # pathological nesting: plain text, never a crash
         return f"<pre>{html.escape(text)}</pre>"
 

@@ -22,7 +22,7 @@ from engine.generate import GenerateParams
 from engine.paths import db_path, user_dir
 from engine.remote import RemoteConfig, RemoteError, validate_base_url
 from engine.settings import Settings
-from engine.storage import Database
+from engine.storage import Database, StorageError
 
 log = logging.getLogger("assistant")
 
@@ -183,7 +183,7 @@ class ChatLoop:
                     else:
                         sys.stdout.write(item.text)
                         sys.stdout.flush()
-        except InputError as exc:
+        except (InputError, StorageError) as exc:  # disk full / read-only: said, and the chat goes on
             self.failures += 1
             self.out.error(str(exc))
         finally:
@@ -242,7 +242,11 @@ def _remote_config(args: argparse.Namespace, settings: Settings) -> RemoteConfig
 
 def cmd_chat(args: argparse.Namespace) -> int:
     out = Output(args.json)
-    db = Database(db_path())
+    try:
+        db = Database(db_path())
+    except StorageError as exc:  # a read-only or full data folder: the user's to fix, not a crash
+        out.error(str(exc))
+        return EXIT_FAILED
     settings = Settings()
     if args.conversation is not None and db.conversation(args.conversation) is None:
         out.error(f"no conversation with id {args.conversation} (see /list)")

@@ -43,7 +43,8 @@ class ModelManager:
 
     Each load is planned (engine.planner): a GPU model gets the VRAM budget and the planner's
     layers / context / KV type; a CPU model gets budget 0. The RAM the plans leave on the host
-    is what the budget limits.
+    is what the budget limits; a model that alone needs more than the budget is refused before
+    anything is evicted.
 
     Args:
         budget_bytes: host memory the loaded models may use together (default: 80 % of available RAM).
@@ -69,7 +70,9 @@ class ModelManager:
         try:
             return plan(model.path, self.vram_budget_mb if gpu else 0, self.params.n_ctx,
                         swa_full=self.params.swa_full, catalog=self.catalog)
-        except (GGUFError, PlanError) as exc:
+        except (GGUFError, PlanError, ValueError) as exc:
+            # ValueError too: a GGUF without its architecture's metadata (no block_count) fails in
+            # kv_math; as a ModelLoadError the facade falls back to another tier instead of crashing.
             raise ModelLoadError(str(exc)) from exc
 
     def get(self, name_or_path: str | None, gpu: bool = True) -> Worker:
@@ -88,6 +91,13 @@ class ModelManager:
                 return self._workers[key][0]
             p = self.plan_for(model, gpu)
             need = ram_bytes(p)
+            if need > self.budget_bytes:
+                # Evicting every other model would not make room: refuse before evicting any, so the
+                # models already loaded (the other tier) keep answering.
+                raise ModelLoadError(
+                    f"model {model.id} needs ~{need >> 20} MiB of memory ({p.offload} load, {p.n_ctx}-token "
+                    f"context), more than the {self.budget_bytes >> 20} MiB budget; choose a smaller model "
+                    "or context, or free some memory")
             self._make_room(need)
             params = replace(self.params, **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"})
             worker = Worker.load(model, params, self.debug)

@@ -10,7 +10,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterator
 from urllib.parse import urlparse
@@ -40,7 +40,7 @@ class RemoteError(RuntimeError):
 @dataclass(frozen=True)
 class RemoteConfig:
     base_url: str
-    api_key: str = ""
+    api_key: str = field(default="", repr=False)  # never in a log line or an error via repr()
     model: str = ""  # empty: the server's default / first model
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 120.0
@@ -96,6 +96,12 @@ class RemoteClient:
     def close(self) -> None:
         self._http.close()
 
+    def _redact(self, text: str) -> str:
+        """Server-sent text for an error message, without our API key: an endpoint or a proxy that
+        echoes the request's headers in its error page would otherwise put the key in our logs."""
+        key = self.config.api_key
+        return text.replace(key, "***") if key else text
+
     def _unreachable(self, exc: httpx.TransportError) -> RemoteError:
         if isinstance(exc, httpx.TimeoutException):
             return RemoteError("unreachable", f"L3 endpoint {self.base_url} timed out ({type(exc).__name__})")
@@ -147,7 +153,7 @@ class RemoteClient:
                 code = response.status_code
                 if code < 400:
                     return response
-                detail = response.read().decode("utf-8", errors="replace")[:300]
+                detail = self._redact(response.read().decode("utf-8", errors="replace"))[:300]
                 response.close()
                 if code in (401, 403):
                     raise RemoteError("auth", f"L3 endpoint refused the API key (HTTP {code}); check it in settings")
@@ -187,7 +193,8 @@ class RemoteClient:
                 if not line or line.startswith(":"):
                     continue  # keep-alive / SSE comment
                 if not line.startswith("data:"):
-                    raise RemoteError("protocol", f"L3 endpoint sent a malformed stream line: {line[:120]!r}")
+                    raise RemoteError("protocol",
+                                      f"L3 endpoint sent a malformed stream line: {self._redact(line)[:120]!r}")
                 data = line[5:].strip()
                 if data == "[DONE]":
                     break
@@ -195,7 +202,8 @@ class RemoteClient:
                     event = json.loads(data)
                     choice = (event.get("choices") or [{}])[0]
                 except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
-                    raise RemoteError("protocol", f"L3 endpoint sent malformed JSON: {data[:120]!r}") from exc
+                    raise RemoteError("protocol",
+                                      f"L3 endpoint sent malformed JSON: {self._redact(data)[:120]!r}") from exc
                 usage = event.get("usage") or usage
                 text = (choice.get("delta") or {}).get("content") or ""
                 if choice.get("finish_reason"):

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from engine.backend import Backend, LoadParams
+from engine.backend import Backend, LoadParams, ModelLoadError
 from engine.catalog import ResolvedModel
 from engine.session import template_for
-from engine.templates import ChatTemplate
+from engine.templates import ChatTemplate, ChatTemplateError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,15 @@ class Worker:
     def load(cls, model: ResolvedModel, params: LoadParams, debug: bool = False) -> "Worker":
         backend = Backend(model.path, params, debug=debug)
         hint = model.entry.chat_template if model.entry else "gguf"
-        return cls(model, backend, template_for(backend, hint))
+        try:
+            template = template_for(backend, hint)
+            # The GGUF's template is untrusted input: one that cannot render a plain exchange makes
+            # the model unusable, said once at load (the facade falls back) rather than on every turn.
+            template.render(["user", "assistant", "user"], add_generation_prompt=True)
+        except ChatTemplateError as exc:
+            backend.close()
+            raise ModelLoadError(f"{model.path.name} cannot be used: {exc}") from exc
+        return cls(model, backend, template)
 
     @property
     def busy(self) -> bool:

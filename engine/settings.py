@@ -93,9 +93,18 @@ class Settings:
             self._values[key] = value
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self._values, indent=2, ensure_ascii=False), encoding="utf-8")
-            os.chmod(tmp, 0o600)  # it may hold the L3 API key: the user's only
-            tmp.replace(self.path)
+            data = json.dumps(self._values, indent=2, ensure_ascii=False).encode("utf-8")
+            # It may hold the L3 API key: the user's only from its creation (a chmod after writing
+            # left a readable window, and a readable half-written file when the disk was full).
+            tmp.unlink(missing_ok=True)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                tmp.replace(self.path)
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                raise
         for listener in list(self._listeners):
             listener(key, value)
 

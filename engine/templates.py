@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from jinja2 import TemplateError as JinjaTemplateError
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 # Private-use code points: they never occur in templates, so a placeholder cannot collide.
@@ -43,6 +43,12 @@ CHATML_TEMPLATE = (
 
 FALLBACKS = {"gemma": GEMMA_TEMPLATE, "chatml": CHATML_TEMPLATE}
 
+# A template renders one conversation's control text around placeholders: a few KB. More is a
+# template gone wrong (or hostile), stopped before it fills memory.
+MAX_RENDERED_CHARS = 200_000
+_MAX_REPEAT = 100_000  # longest string or list a template may build with `*`
+_MAX_EXPONENT = 64     # largest integer exponent a template may use with `**`
+
 
 class ChatTemplateError(ValueError):
     """The model's chat template failed to render this conversation."""
@@ -59,6 +65,22 @@ def _raise(message: str):
     raise ChatTemplateError(message)
 
 
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja's sandbox with `*` and `**` bounded: a GGUF's template is untrusted input, and
+    `'x' * 10**10` or `2 ** (2 ** 40)` would otherwise exhaust memory or CPU on every turn."""
+
+    intercepted_binops = frozenset(["*", "**"])
+
+    def call_binop(self, context, operator, left, right):
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > _MAX_REPEAT:
+                    raise SecurityError(f"the template builds a sequence of {len(seq) * n} items")
+        elif isinstance(right, int) and right > _MAX_EXPONENT and isinstance(left, int) and abs(left) > 1:
+            raise SecurityError(f"the template raises a number to the power {right}")
+        return super().call_binop(context, operator, left, right)
+
+
 def fallback_name_for(arch: str) -> str:
     return "gemma" if arch.startswith("gemma") else "chatml"
 
@@ -73,9 +95,12 @@ class ChatTemplate:
     """
 
     def __init__(self, source: str, name: str, bos_token: str = "", eos_token: str = ""):
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = _Sandbox(trim_blocks=True, lstrip_blocks=True)
         env.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.now().strftime(fmt))
-        self._template = env.from_string(source)
+        try:
+            self._template = env.from_string(source)
+        except Exception as exc:  # noqa: BLE001 - the source comes from a model file: any failure is its own
+            raise ChatTemplateError(f"chat template '{name}' cannot be compiled: {exc}") from exc
         self.name = name
         self.bos_token, self.eos_token = bos_token, eos_token
 
@@ -83,11 +108,21 @@ class ChatTemplate:
         """Render a conversation of the given roles with placeholder contents."""
         messages = [{"role": r, "content": f"{_OPEN}{i}{_CLOSE}"} for i, r in enumerate(roles)]
         try:
-            text = self._template.render(
+            chunks, size = [], 0
+            for chunk in self._template.generate(
                 messages=messages, add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token, eos_token=self.eos_token,
-            )
-        except JinjaTemplateError as exc:
+            ):
+                size += len(chunk)
+                if size > MAX_RENDERED_CHARS:
+                    raise ChatTemplateError(f"chat template '{self.name}' renders more than "
+                                            f"{MAX_RENDERED_CHARS} characters; unsupported")
+                chunks.append(chunk)
+            text = "".join(chunks)
+        except ChatTemplateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - untrusted template: whatever it raises (a sandbox
+            # violation, OverflowError from a huge range, RecursionError, TypeError) is its failure
             raise ChatTemplateError(f"chat template '{self.name}' failed: {exc}") from exc
         parts = _SLOT.split(text)
         pieces: list[str | int] = []

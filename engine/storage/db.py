@@ -38,6 +38,29 @@ DRIVERS = ("sqlean", "sqlite3")
 SQLITE_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((sqlean.Error,) if sqlean else ())
 
 
+# SQLite primary result codes that mean the file system refused: READONLY, IOERR, FULL, CANTOPEN.
+_STORAGE_CODES = {8, 10, 13, 14}
+
+
+class StorageError(OSError):
+    """The database could not be opened or written (disk full, read-only data folder, I/O error);
+    the message says so and what to do. Nothing committed before it is lost."""
+
+
+@contextmanager
+def _storage_errors(path: Path, doing: str):
+    """Turn the file system's refusals into a StorageError for the user; other SQLite errors
+    (bugs) pass unchanged."""
+    try:
+        yield
+    except SQLITE_ERRORS as exc:
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None or code & 0xFF not in _STORAGE_CODES:
+            raise
+        raise StorageError(f"could not {doing} the database {path}: {exc}. Is the disk full or the data "
+                           "folder read-only? Free some space or fix its permissions, then try again") from exc
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -95,27 +118,29 @@ class Database:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.driver = driver
-        conn = _connect(self.path, driver)
-        self.vec_version = _load_sqlite_vec(conn)
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA busy_timeout = 5000")
-        self.db = sqlite_utils.Database(conn)
-        self.db.enable_wal()
-        # WAL + NORMAL: a committed transaction survives a killed process (not a power cut).
-        conn.execute("PRAGMA synchronous = NORMAL")
-        apply_migrations(conn)
+        with _storage_errors(self.path, "open"):
+            conn = _connect(self.path, driver)
+            self.vec_version = _load_sqlite_vec(conn)
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA busy_timeout = 5000")
+            self.db = sqlite_utils.Database(conn)
+            self.db.enable_wal()
+            # WAL + NORMAL: a committed transaction survives a killed process (not a power cut).
+            conn.execute("PRAGMA synchronous = NORMAL")
+            apply_migrations(conn)
         self._conn = conn
 
     @contextmanager
     def transaction(self):
         """All statements inside commit together or not at all. The connection is in autocommit
         mode (isolation_level=None), where `with conn:` alone would not open a transaction."""
-        with self._lock:
+        with self._lock, _storage_errors(self.path, "write to"):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
+                    self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
 
@@ -132,7 +157,7 @@ class Database:
     # ---- conversations
     def create_conversation(self, model: str | None = None, system_prompt: str = "", title: str = "") -> int:
         now = _now()
-        with self._lock:
+        with self._lock, _storage_errors(self.path, "write to"):
             return self.db["conversations"].insert(
                 {"title": title, "created": now, "updated": now, "model": model, "system_prompt": system_prompt}
             ).last_pk
@@ -146,13 +171,15 @@ class Database:
 
     def update_conversation(self, conversation_id: int, **fields: Any) -> None:
         fields["updated"] = _now()
-        with self._lock:
+        with self._lock, _storage_errors(self.path, "write to"):
             self.db["conversations"].update(conversation_id, fields)
 
     def search_conversations(self, query: str, limit: int = 200) -> list[int]:
         """Ids of conversations whose title or messages contain `query` (case-insensitive
         substring), most recently updated first."""
-        query = query.strip()
+        # As stored text is cleaned (engine.facade.clean_text): a NUL ended FTS5's query string
+        # ("unterminated string") and a lone surrogate could not be encoded; both raised.
+        query = query.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "").strip()
         if not query:
             return [r["id"] for r in self.conversations()][:limit]
         like = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
