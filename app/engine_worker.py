@@ -25,6 +25,7 @@ from engine.catalog import ModelNotFound
 from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
 from engine.generate import GenerateParams
 from engine.paths import db_path
+from engine.remote import RemoteError, config_from_settings
 from engine.settings import Settings
 from engine.storage import Database, StorageError
 
@@ -66,10 +67,15 @@ class EngineWorker(QObject):
                 from engine.memory import MemoryService
 
                 self.memory_service = MemoryService.from_settings(self.db, settings).start()
+            try:
+                remote = config_from_settings(settings)
+            except RemoteError as exc:  # a bad URL in settings: run without L3 and say why
+                remote = None
+                self.notice.emit(str(exc))
             vram = settings.get("runtime.vram_budget_mb")
             self.assistant = Assistant(
                 self.db, self.model, LoadParams(n_ctx=self.n_ctx or settings.get("runtime.n_ctx")),
-                tiers={"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")},
+                tiers={"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}, remote=remote,
                 cascade=settings.get("cascade.enabled"), max_switch_s=settings.get("router.max_switch_s"),
                 vram_budget_mb=None if vram < 0 else vram, summary_every=settings.get("summary.every_turns"),
                 memory=self.memory_service, memory_k=settings.get("memory.k"),

@@ -96,6 +96,7 @@ TABLE = {
     ' (demo)': '（演示）',
     'Cancel download': '取消下载',
     'Delete file': '删除文件',
+    'Give up after (no answer)': '无响应时放弃（秒）',
     'Delete {file}?': '删除 {file}？',
     '{file} ships with the app and cannot be deleted.': '{file} 随应用附带，不能删除。',
     'Demo models come with `make models` (assistant fetch).': '演示模型通过 `make models`（assistant fetch）获取。',

@@ -20,7 +20,7 @@ from engine.fetch import main as fetch_main
 from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
 from engine.generate import GenerateParams
 from engine.paths import db_path, user_dir
-from engine.remote import RemoteConfig, RemoteError, validate_base_url
+from engine.remote import RemoteConfig, RemoteError, config_from_settings
 from engine.settings import Settings
 from engine.storage import Database, StorageError
 
@@ -231,13 +231,7 @@ class ChatLoop:
 
 
 def _remote_config(args: argparse.Namespace, settings: Settings) -> RemoteConfig | None:
-    url = args.l3_url if args.l3_url is not None else settings.get("l3.base_url")
-    if not url:
-        return None
-    key = args.l3_key if args.l3_key is not None else settings.get("l3.api_key")
-    model = args.l3_model if args.l3_model is not None else settings.get("l3.model")
-    validate_base_url(url)  # a malformed URL is the user's to fix: fail now, clearly
-    return RemoteConfig(url, key, model, n_ctx=settings.get("l3.n_ctx"))
+    return config_from_settings(settings, args.l3_url, args.l3_key, args.l3_model)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

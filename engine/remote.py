@@ -49,6 +49,22 @@ class RemoteConfig:
     n_ctx: int = 8192  # the endpoint's context as the user configured it (servers rarely say)
 
 
+def config_from_settings(settings, url: str | None = None, key: str | None = None,
+                         model: str | None = None) -> RemoteConfig | None:
+    """The L3 endpoint the user configured (arguments override settings); None when there is none.
+
+    Raises:
+        RemoteError: the URL is not usable (the user's to fix, said before any turn).
+    """
+    url = url if url is not None else settings.get("l3.base_url")
+    if not url:
+        return None
+    validate_base_url(url)
+    return RemoteConfig(url, key if key is not None else settings.get("l3.api_key"),
+                        model if model is not None else settings.get("l3.model"),
+                        read_timeout_s=float(settings.get("l3.timeout_s")), n_ctx=settings.get("l3.n_ctx"))
+
+
 def validate_base_url(url: str) -> str:
     """Normalise a base URL to `scheme://host[:port]/…/v1`; raise RemoteError('bad_url') if unusable."""
     url = (url or "").strip().rstrip("/")
@@ -140,13 +156,18 @@ class RemoteClient:
         return body
 
     def _open(self, body: dict) -> httpx.Response:
-        """POST with retries on connection errors, 429 and 5xx (before any answer text)."""
+        """POST with retries on connection errors, 429 and 5xx (before any answer text); a read
+        timeout is not retried."""
         delay = self.config.backoff_s
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
             try:
                 request = self._http.build_request("POST", "/chat/completions", json=body)
                 response = self._http.send(request, stream=True)
+            except httpx.ReadTimeout as exc:
+                # Connected, sent, and no answer for read_timeout_s: the server is stuck or busy.
+                # Another attempt would only double the user's wait before the local fallback.
+                raise self._unreachable(exc) from exc
             except httpx.TransportError as exc:
                 error = self._unreachable(exc)
             else:

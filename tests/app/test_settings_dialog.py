@@ -92,3 +92,21 @@ def test_the_settings_file_is_the_users_only(assistant_home):
     s = Settings(assistant_home / "settings.json")
     s.set("l3.api_key", "sk-secret")
     assert (assistant_home / "settings.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_window_answers_on_the_l3_endpoint_from_settings(qtbot, assistant_home, model_paths):
+    from app.engine_worker import EngineWorker
+    from app.main import create_main_window
+
+    server = LoopbackServer(model_paths["demo-small"])
+    try:
+        Settings().set("l3.base_url", server.url)
+        w = create_main_window(worker=EngineWorker("demo-small", memory=False), temperature=0.0, max_tokens=8)
+        qtbot.addWidget(w)
+        qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
+        w.send_message("Hello!", route="L3")
+        qtbot.waitUntil(lambda: not w.busy and w.last_done is not None, timeout=120_000)
+        assert w.last_done["level"] == "L3" and not w.last_done["fallback"], w.last_done
+        w.close()
+    finally:
+        server.stop()

@@ -322,8 +322,10 @@ def test_a_hanging_l3_times_out_and_the_turn_falls_back(local_only, caplog):
     finally:
         server.stop()
     assert (done.level, done.model, done.fallback) == ("L2", "demo-small", "L3 unreachable → L2")
-    assert server.connections == config.retries + 1  # each attempt waited read_timeout_s for nothing
-    assert elapsed < 30, elapsed  # a generous stall probe: (retries + 1) x 1 s timeouts, then a local answer
+    # One attempt: a server that accepted the request and stayed silent for read_timeout_s is stuck,
+    # and retrying would only multiply the user's wait (retries are for refused connections, 5xx, 429).
+    assert server.connections == 1
+    assert elapsed < 30, elapsed  # a generous stall probe: one 1 s timeout, then a local answer
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("L3 failed before answering")]
     assert said and "timed out" in said[0], said
     assert [r["role"] for r in a.db.messages(cid)] == ["user", "assistant"]
