@@ -586,9 +586,9 @@ class Assistant:
         ids: list[int] = []
         finished = False
         last_flush = time.monotonic()
+        stream = target.stream(history, user, params, cancel, moved, tiers=self.kv, conversation_id=conv.id)
         try:
-            for item in target.stream(history, user, params, cancel, moved, tiers=self.kv,
-                                      conversation_id=conv.id):
+            for item in stream:
                 if answer.id is None:  # first output: the tier is answering, make the row
                     answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id,
                                                     level=target.level, token_ids=[] if target.identity else None,
@@ -615,6 +615,7 @@ class Assistant:
             exc.partial = answer.id is not None
             raise
         finally:
+            stream.close()  # now, not at garbage collection: an early exit stops the model (Job.__iter__)
             if answer.id is not None and not finished:
                 # Consumer stopped early or an error: keep what was shown, and let the conversation
                 # mirror what was sampled so the next turn's tokens extend the KV cache exactly.

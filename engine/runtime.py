@@ -51,13 +51,20 @@ class Job:
         self.done.set()
 
     def __iter__(self) -> Iterator[Any]:
-        while True:
-            item = self._out.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        try:
+            while True:
+                item = self._out.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not self.done.is_set():
+                # The reader left early (an error on its side, a closed generator): nobody will
+                # read what the model writes next, so stop it rather than decode to max_tokens
+                # while the next turn waits behind it.
+                self.cancel.set()
 
 
 @dataclass
