@@ -90,7 +90,8 @@ class EngineWorker(QObject):
             return
         entry = self.assistant.manager.loaded()[0].model.entry
         self.ready.emit(json.dumps({"model": self.assistant.model_id, "tiers": dict(self.assistant.tiers),
-                                    "demo": bool(entry and entry.demo), "memory": self.memory_service is not None}))
+                                    "demo": bool(entry and entry.demo), "memory": self.memory_service is not None,
+                                    "degraded": self.assistant.degraded}))
         self.refresh()
 
     @Slot()

@@ -190,6 +190,8 @@ class MainWindow(QMainWindow):
         demo = tr(" (demo models: they prove the mechanisms, not answer quality)") if info.get("demo") else ""
         self.status_label.setText(tr("Ready: {tiers}").format(
             tiers=", ".join(f"{k} {v}" for k, v in info["tiers"].items())) + demo)
+        if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
+            self.show_banner(info["degraded"])
         self.composer.set_busy(False)
 
     def _on_failed(self, message: str) -> None:

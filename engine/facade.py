@@ -179,7 +179,18 @@ class Assistant:
         self._summary_jobs: dict[int, SummaryHandle] = {}
         self._conversations: dict[int, Conversation] = {}
         self._warm: dict[int, str] = {}  # conversation -> level whose model last held its tokens
-        self._local("L1")  # load now: fail early with a clear message
+        self.degraded: str | None = None  # why a tier stands in for another since the start
+        try:
+            self._local("L1")  # load now: fail early with a clear message
+        except (ModelNotFound, ModelLoadError) as exc:
+            if self.single_model or self.tiers["L2"] == self.tiers["L1"]:
+                raise
+            # A broken or missing L1 file must not take the app down while L2 works: L2 answers
+            # everything, and the user is told why (window banner, CLI stderr).
+            self.degraded = f"L1 model unavailable ({exc}); the L2 model answers everything"
+            log.warning("%s", self.degraded)
+            self.tiers["L1"] = self.tiers["L2"]
+            self._local("L1")  # L2 broken too: that error is the one the user sees
         if cascade and cascade_threshold is None:
             entry = self._primary.model.entry
             calibrated = entry.confidence_threshold if entry else 0.0

@@ -140,6 +140,45 @@ def test_the_cli_names_the_problem_and_exits_3(bad_files, kind, assistant_home):
     assert "Traceback" not in proc.stderr.decode()
 
 
+@pytest.mark.parametrize("kind", ["missing", "unknown-arch"])
+def test_a_broken_l1_leaves_l2_answering_everything(bad_files, kind, tmp_path):
+    l1 = str(tmp_path / "gone.gguf") if kind == "missing" else str(bad_files[kind])
+    a = Assistant(Database(db_path()), tiers={"L1": l1, "L2": "demo-small"}, load=PARAMS, kv_tiers=False)
+    try:
+        assert a.degraded and a.degraded.startswith("L1 model unavailable") and "L2 model answers" in a.degraded
+        cid = a.new_conversation()
+        for route in ("auto", "L1", "L2"):
+            done = ask(a, cid, "Explain what a hash map is.", route=route)
+            assert done.model == "demo-small" and done.text and done.stats["completion_tokens"] > 0
+        assert [r["role"] for r in a.db.messages(cid)] == ["user", "assistant"] * 3
+    finally:
+        a.close()
+        a.db.close()
+
+
+def test_both_tiers_broken_is_the_l2_error(bad_files):
+    with pytest.raises(ModelLoadError, match="nosucharch"):
+        Assistant(Database(db_path()), tiers={"L1": str(bad_files["random-bytes"]),
+                                              "L2": str(bad_files["unknown-arch"])}, load=PARAMS, kv_tiers=False)
+
+
+@pytest.mark.gui
+def test_the_window_runs_on_l2_when_l1_is_broken_and_says_so(qtbot, bad_files, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_TIER_L1", str(bad_files["truncated"]))  # settings: tier.L1
+    monkeypatch.setenv("ASSISTANT_TIER_L2", "demo-small")
+    w = MainWindow(EngineWorker(None, n_ctx=1024, memory=False), temperature=0.0, max_tokens=6)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: bool(w.engine_ready or w.engine_error), timeout=120_000)
+    try:
+        assert w.engine_ready and w.banner.isVisible() and "L1 model unavailable" in w.banner.text(), w.engine_error
+        w.send_message("Hello!")
+        qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
+        assert w.last_done["model"] == "demo-small" and w.last_done["text"]
+    finally:
+        w.close()
+
+
 def test_a_model_larger_than_the_ram_budget_is_refused_and_l1_stays(model_paths):
     params = PARAMS
     probe = ModelManager(params=params, vram_budget_mb=0)
