@@ -24,6 +24,13 @@ def since_launch_ms() -> int:
     return round((time.time() - psutil.Process().create_time()) * 1000)
 
 
+def listening_sockets() -> list[str]:
+    """Addresses this process listens on: an offline app opens none (L3 is an outgoing client)."""
+    import psutil
+
+    return [str(c.laddr) for c in psutil.Process().net_connections(kind="all") if c.status == psutil.CONN_LISTEN]
+
+
 def run_selftest(model: str | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     t0 = time.perf_counter()
@@ -70,6 +77,7 @@ def run_selftest(model: str | None = None) -> int:
                 state["error"] = f"timed out after {TIMEOUT_S} s"
                 app.quit()
             elif state["sent"] and not window.busy and memory_settled():
+                checks["no_listening_socket"] = not listening_sockets()
                 app.quit()  # closes the shown window: the engine saves its state and closes the database
 
         def memory_settled() -> bool:
