@@ -9,7 +9,6 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
 from engine.paths import install_dir
 from engine.settings import Settings
