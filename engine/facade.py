@@ -36,7 +36,7 @@ from engine.risk import caution_text, risk_flags
 from engine.router import RouteDecision, apply_stickiness, classify
 from engine.runtime import BACKGROUND, ModelUnloaded, Worker
 from engine.session import Message, Session
-from engine.storage import Database
+from engine.storage import Database, clean_text
 from engine.summaries import SummaryHandle, pending_task, submit_summary
 from engine.targets import InputError, LocalTarget, RemoteTarget
 
@@ -118,11 +118,6 @@ class Conversation:
 
     def history(self) -> list[Message]:
         return self.system() + self.messages
-
-
-def clean_text(text: str) -> str:
-    """Text that SQLite and the tokenizer accept: lone surrogates replaced, NULs dropped."""
-    return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "")
 
 
 class Assistant:

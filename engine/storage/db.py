@@ -61,6 +61,11 @@ def _storage_errors(path: Path, doing: str):
                            "folder read-only? Free some space or fix its permissions, then try again") from exc
 
 
+def clean_text(text: str) -> str:
+    """Text that SQLite and the tokenizer accept: lone surrogates replaced, NULs dropped."""
+    return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "")
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -177,9 +182,9 @@ class Database:
     def search_conversations(self, query: str, limit: int = 200) -> list[int]:
         """Ids of conversations whose title or messages contain `query` (case-insensitive
         substring), most recently updated first."""
-        # As stored text is cleaned (engine.facade.clean_text): a NUL ended FTS5's query string
-        # ("unterminated string") and a lone surrogate could not be encoded; both raised.
-        query = query.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "").strip()
+        # Cleaned as stored text is: a NUL ended FTS5's query string ("unterminated string") and a
+        # lone surrogate could not be encoded; both raised.
+        query = clean_text(query).strip()
         if not query:
             return [r["id"] for r in self.conversations()][:limit]
         like = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
