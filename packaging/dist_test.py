@@ -98,8 +98,8 @@ def main() -> int:
             log.info("selftest %d: ok, window %d ms, first token %d ms after launch", i + 1,
                      reports[-1]["launch_to_window_ms"], reports[-1]["launch_to_first_token_ms"])
         check_cli(bundle, Path(tmp) / "home0")
-    changed = sorted(k for k, v in tree_state(bundle).items() if before.get(k) != v)
-    changed += sorted(set(before) - set(tree_state(bundle)))
+    after = tree_state(bundle)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     if changed:
         raise SystemExit(f"the app wrote inside its install folder: {changed[:10]}")
 

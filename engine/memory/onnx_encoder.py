@@ -58,11 +58,13 @@ def usable_export(model_id: str, model_dir: Path) -> Path | None:
         if not path.is_file():
             return None
         meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-        if not any((model_dir / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
+        try:
+            weights = weights_file(model_dir)
+        except FileNotFoundError:
             # An installed bundle ships the checked graph and the tokenizer but not the torch weights
             # (90 MB it would never read): the graph is then the model itself, exported at build time.
             return path if meta.get("model_id") == model_id else None
-        stat = weights_file(model_dir).stat()
+        stat = weights.stat()
         if (meta["weights_size"], meta["weights_mtime_ns"]) == (stat.st_size, stat.st_mtime_ns):
             return path
         # Same bytes under a new mtime (a reinstall) still count: compare the digest.
