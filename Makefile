@@ -20,7 +20,7 @@ $(BIN)/.installed: pyproject.toml
 venv $(VENV): $(BIN)/.installed
 
 $(DEMO_MODELS): $(BIN)/.installed models/catalog.toml
-	$(BIN)/python -m engine.fetch
+	$(BIN)/python -m engine.models.fetch
 
 $(EMBEDDER_ONNX): $(BIN)/.installed
 	$(BIN)/python -m engine.memory.export

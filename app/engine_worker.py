@@ -20,13 +20,13 @@ import traceback
 
 from PySide6.QtCore import QCoreApplication, QObject, Signal, Slot
 
-from engine.backend import LoadParams, ModelLoadError, SamplingParams
-from engine.catalog import ModelNotFound
-from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
-from engine.generate import GenerateParams
-from engine.paths import db_path
-from engine.remote import RemoteError, config_from_settings
-from engine.settings import Settings
+from engine.inference.backend import LoadParams, ModelLoadError, SamplingParams
+from engine.models.catalog import ModelNotFound
+from engine.chat.assistant import Assistant, ConversationNotFound, InputError, TurnDone
+from engine.inference.generate import GenerateParams
+from engine.config.paths import db_path
+from engine.inference.remote import RemoteError, config_from_settings
+from engine.config.settings import Settings
 from engine.storage import Database, StorageError
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class EngineWorker(QObject):
 
     @Slot(int, str, str)
     def export(self, conversation_id: int, path: str, fmt: str) -> None:
-        from engine.export import conversation_json, conversation_markdown
+        from engine.chat.export import conversation_json, conversation_markdown
 
         try:
             text = (conversation_json if fmt == "json" else conversation_markdown)(self.db, conversation_id)

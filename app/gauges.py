@@ -11,7 +11,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout, QWidget
 
 from app.i18n import tr
-from engine.devices import snapshot
+from engine.models.devices import snapshot
 
 log = logging.getLogger(__name__)
 GAUGE_MS = 500

@@ -10,8 +10,8 @@ import logging
 import os
 import sys
 
-from engine.paths import install_dir
-from engine.settings import Settings
+from engine.config.paths import install_dir
+from engine.config.settings import Settings
 
 log = logging.getLogger("assistant.gui")
 ASSETS = install_dir() / "assets"

@@ -106,7 +106,7 @@ class MainWindow(QMainWindow):
             actions.addWidget(b)
         actions.addStretch(1)
         self.composer.set_busy(True)  # until the engine is ready
-        from engine.settings import Settings
+        from engine.config.settings import Settings
 
         mode = Settings().get("router.mode")  # the settings' routing mode is the composer's default
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
@@ -420,14 +420,14 @@ class MainWindow(QMainWindow):
 
     def open_models(self) -> None:
         from app.model_manager import ModelManagerDialog
-        from engine.settings import Settings
+        from engine.config.settings import Settings
 
         ModelManagerDialog(Settings(), self).exec()
 
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog
         from app.theme import apply_theme
-        from engine.settings import Settings
+        from engine.config.settings import Settings
 
         settings = Settings()
         dialog = SettingsDialog(settings, self)

@@ -41,7 +41,7 @@ def run_selftest(model: str | None = None) -> int:
         from PySide6.QtWidgets import QApplication
 
         from app.main import create_main_window
-        from engine.paths import db_path, user_dir
+        from engine.config.paths import db_path, user_dir
         from engine.storage import Database
 
         app = QApplication.instance() or QApplication([sys.argv[0]])
@@ -124,7 +124,7 @@ def run_selftest(model: str | None = None) -> int:
         print(text)
     else:  # a windowed Windows executable started without handles has no stdout: leave the report on disk
         try:
-            from engine.paths import user_dir
+            from engine.config.paths import user_dir
 
             (user_dir() / "selftest.json").write_text(text, encoding="utf-8")
         except OSError:

@@ -1,4 +1,4 @@
-"""Settings, persisted in the data dir's settings.json (engine/settings.py): VRAM budget with a
+"""Settings, persisted in the data dir's settings.json (engine/config/settings.py): VRAM budget with a
 live planner preview, models per tier, the optional L3 endpoint, routing, cascade, memory, KV
 budgets, summary interval, theme and language. Changes that need a restart of the engine say so."""
 
@@ -12,11 +12,11 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QVBoxLayout)
 
 from app.i18n import tr
-from engine.catalog import load_catalog
-from engine.devices import snapshot
-from engine.planner import PlanError, plan
-from engine.remote import RemoteClient, RemoteConfig, RemoteError
-from engine.settings import Settings
+from engine.models.catalog import load_catalog
+from engine.models.devices import snapshot
+from engine.models.planner import PlanError, plan
+from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError
+from engine.config.settings import Settings
 
 log = logging.getLogger(__name__)
 

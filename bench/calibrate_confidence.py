@@ -33,11 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.backend import LoadParams, SamplingParams  # noqa: E402
-from engine.confidence import confidence_report  # noqa: E402
-from engine.facade import Assistant, TurnDone  # noqa: E402
-from engine.generate import GenerateParams  # noqa: E402
-from engine.paths import HOME_ENV  # noqa: E402
+from engine.inference.backend import LoadParams, SamplingParams  # noqa: E402
+from engine.routing.confidence import confidence_report  # noqa: E402
+from engine.chat.assistant import Assistant, TurnDone  # noqa: E402
+from engine.inference.generate import GenerateParams  # noqa: E402
+from engine.config.paths import HOME_ENV  # noqa: E402
 from engine.storage import Database  # noqa: E402
 
 log = logging.getLogger("bench.calibrate_confidence")

@@ -20,11 +20,11 @@ sys.path.insert(0, str(ROOT))
 
 from llama_cpp import Llama  # noqa: E402 - the bare baseline, deliberately outside the engine
 
-from engine.backend import Backend, LoadParams, SamplingParams  # noqa: E402
-from engine.catalog import resolve_model  # noqa: E402
-from engine.facade import Assistant, TurnDone  # noqa: E402
-from engine.generate import GenerateParams, TurnResult, generate  # noqa: E402
-from engine.session import Message  # noqa: E402
+from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
+from engine.models.catalog import resolve_model  # noqa: E402
+from engine.chat.assistant import Assistant, TurnDone  # noqa: E402
+from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
+from engine.chat.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402
 
 log = logging.getLogger("bench.kv_reuse")

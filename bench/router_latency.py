@@ -1,4 +1,4 @@
-"""Latency of `engine.router.classify` on every prompt of the labelled TSVs, per language.
+"""Latency of `engine.routing.router.classify` on every prompt of the labelled TSVs, per language.
 
 Run: `.venv/bin/python bench/router_latency.py [--reps 300]`. Prints a markdown table.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.router import classify  # noqa: E402
-from engine.router_eval import EvalFileError, load_tsv, split_by_language  # noqa: E402
+from engine.routing.router import classify  # noqa: E402
+from engine.routing.router_eval import EvalFileError, load_tsv, split_by_language  # noqa: E402
 
 log = logging.getLogger("bench.router_latency")
 

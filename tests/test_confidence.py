@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from engine.confidence import confidence_report, geometric_mean_prob, split_sentences, token_offsets
+from engine.routing.confidence import confidence_report, geometric_mean_prob, split_sentences, token_offsets
 
 
 def _geo(lps):
@@ -140,7 +140,7 @@ def test_report_is_json_serialisable():
 
 
 def test_demo_models_carry_a_calibrated_warn_threshold():
-    from engine.catalog import load_catalog
+    from engine.models.catalog import load_catalog
 
     cat = load_catalog()
     for model_id in ("demo-small", "demo-int4"):

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from engine import devices
-from engine.devices import MIB, DeviceMonitor, default_vram_budget_mb, snapshot
+from engine.models import devices
+from engine.models.devices import MIB, DeviceMonitor, default_vram_budget_mb, snapshot
 
 
 class FakeNvml:

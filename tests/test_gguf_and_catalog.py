@@ -2,8 +2,8 @@ import struct
 
 import pytest
 
-from engine.catalog import ModelNotFound, load_catalog, resolve_model
-from engine.gguf_info import GGUFError, read_gguf
+from engine.models.catalog import ModelNotFound, load_catalog, resolve_model
+from engine.models.gguf_info import GGUFError, read_gguf
 
 
 def _gguf_bytes(kv: dict, tensors: list[tuple[str, int]] = ()) -> bytes:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from engine.kv_tiers import ColdTier, Snapshot, WarmTier
+from engine.kv.tiers import ColdTier, Snapshot, WarmTier
 
 FACTS = {"model_name": "m.gguf", "n_ctx": 2048}
 
@@ -53,7 +53,7 @@ def test_foreign_facts_are_rejected_and_deleted(tmp_path):
 
 WRITER = """
 import sys
-from engine.kv_tiers import ColdTier, Snapshot
+from engine.kv.tiers import ColdTier, Snapshot
 cold = ColdTier(sys.argv[1], budget_bytes=10**10)
 i = 0
 while True:

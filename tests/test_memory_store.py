@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import engine.memory.embedder as embedder_mod
-from engine import cli_memory
+from engine.cli import memory as cli_memory
 from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService, MemoryStore, parse_remember
 from engine.memory.chunking import chunk_text
 from engine.memory.service import MAX_MEMORY_CHARS, RRF_K
@@ -478,14 +478,14 @@ def test_cli_bad_input_exit_codes(capsys, monkeypatch, fake_model, argv, stdin, 
 
 
 def test_importing_the_memory_package_loads_no_torch():
-    code = "import sys, engine.memory, engine.cli_memory; print(sorted({'torch', 'sentence_transformers'} & set(sys.modules)))"
+    code = "import sys, engine.memory, engine.cli.memory; print(sorted({'torch', 'sentence_transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent).stdout
     assert out.strip() == "[]"
 
 
 def test_an_optional_embedder_not_downloaded_says_so(tmp_path, monkeypatch):
-    from engine.settings import Settings
+    from engine.config.settings import Settings
 
     monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("ASSISTANT_MEMORY_EMBEDDER", "paraphrase-multilingual-MiniLM-L12-v2")

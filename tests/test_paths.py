@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from engine import paths
-from engine.catalog import load_catalog
+from engine.config import paths
+from engine.models.catalog import load_catalog
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import kv_math
-from engine.catalog import load_catalog
-from engine.cli_plan import cmd_plan, parse_budget
-from engine.gguf_info import read_gguf
-from engine.kv_math import MIB, facts_from_catalog, facts_from_gguf, kv_bytes, kv_bytes_per_token, kv_cells
-from engine.planner import Plan, PlanError, plan
+from engine.models import kv_math
+from engine.models.catalog import load_catalog
+from engine.cli.plan import cmd_plan, parse_budget
+from engine.models.gguf_info import read_gguf
+from engine.models.kv_math import MIB, facts_from_catalog, facts_from_gguf, kv_bytes, kv_bytes_per_token, kv_cells
+from engine.models.planner import Plan, PlanError, plan
 
 from tests.conftest import MODELS
 from tests.util import cli, cli_env

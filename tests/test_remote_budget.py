@@ -2,10 +2,10 @@
 
 import pytest
 
-from engine.generate import GenerateParams
-from engine.remote import RemoteClient, RemoteConfig, estimate_prompt, estimate_tokens
-from engine.session import Message
-from engine.targets import InputError, RemoteTarget
+from engine.inference.generate import GenerateParams
+from engine.inference.remote import RemoteClient, RemoteConfig, estimate_prompt, estimate_tokens
+from engine.chat.session import Message
+from engine.chat.targets import InputError, RemoteTarget
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.risk import caution_text, risk_flags, risk_terms
+from engine.routing.risk import caution_text, risk_flags, risk_terms
 
 POSITIVES = [
     # medical

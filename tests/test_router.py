@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli_route import EXIT_OK, EXIT_USAGE, add_route_parser
-from engine.router import RouteDecision, apply_stickiness, classify, override
-from engine.router_eval import EvalFileError, evaluate, load_tsv, render_report, report_dict
+from engine.cli.route import EXIT_OK, EXIT_USAGE, add_route_parser
+from engine.routing.router import RouteDecision, apply_stickiness, classify, override
+from engine.routing.router_eval import EvalFileError, evaluate, load_tsv, render_report, report_dict
 
 DATA = Path(__file__).resolve().parent / "data"
 PUBLIC = Path("/work/shared/eval/router_public.tsv")

@@ -1,8 +1,8 @@
 import pytest
 
-from engine.facade import clean_text
-from engine.generate import _stop_hold
-from engine.templates import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError
+from engine.chat.assistant import clean_text
+from engine.inference.generate import _stop_hold
+from engine.inference.templates import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError
 
 
 def test_gemma_fallback_folds_system_into_first_user_turn():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def cli(*args: str) -> list[str]:
     """argv for running the CLI in a subprocess with this interpreter."""
-    return [sys.executable, "-m", "engine.cli", *args]
+    return [sys.executable, "-m", "engine.cli.main", *args]
 
 
 def cli_env(home: Path) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.paths import find_model_file, models_dir
+from engine.config.paths import find_model_file, models_dir
 
 log = logging.getLogger(__name__)
 

@@ -135,7 +135,7 @@ class MemoryService:
         Raises:
             ValueError: `memory.embedder` names no embedder of the catalog.
         """
-        from engine.catalog import load_catalog
+        from engine.models.catalog import load_catalog
 
         chosen = settings.get("memory.embedder")
         entry = load_catalog().embedder(chosen)

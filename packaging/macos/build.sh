@@ -20,7 +20,7 @@ if [ ! -x "$PY" ]; then
     .venv/bin/pip install -U pip
     .venv/bin/pip install -e '.[memory,dist]' pillow   # pillow: PyInstaller makes the .icns from icon.png
 fi
-"$PY" -m engine.fetch
+"$PY" -m engine.models.fetch
 "$PY" -m engine.memory.export
 "$PY" -m PyInstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/assistant.spec
 APP="dist/$NAME.app"

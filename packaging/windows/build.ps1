@@ -12,7 +12,7 @@ if (-not $env:CMAKE_ARGS) { $env:CMAKE_ARGS = "-DGGML_NATIVE=OFF" }  # portable 
 if (-not (Test-Path .venv)) { py -3.11 -m venv .venv }
 .venv\Scripts\python -m pip install -U pip
 .venv\Scripts\python -m pip install -e ".[memory,dist]" pillow   # pillow: PyInstaller makes the .ico from icon.png
-.venv\Scripts\python -m engine.fetch                # the demo models (ASSISTANT_BUNDLE_DEMO=0 leaves them out)
+.venv\Scripts\python -m engine.models.fetch                # the demo models (ASSISTANT_BUNDLE_DEMO=0 leaves them out)
 .venv\Scripts\python -m engine.memory.export        # the embedder's ONNX graph
 .venv\Scripts\python -c "from PIL import Image; Image.open('assets/icon.png').save('assets/icon.ico', sizes=[(16,16),(32,32),(48,48),(256,256)])"
 .venv\Scripts\python -m PyInstaller --noconfirm --distpath dist --workpath build\pyinstaller packaging\assistant.spec

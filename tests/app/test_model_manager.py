@@ -5,7 +5,7 @@ import json
 
 
 from app.model_manager import ModelManagerDialog
-from engine.settings import Settings
+from engine.config.settings import Settings
 from tests.hub_server import HubServer
 
 QWEN = "qwen2.5-1.5b-instruct-q4_k_m"

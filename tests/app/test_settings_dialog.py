@@ -9,8 +9,8 @@ from PySide6.QtWidgets import QApplication
 from app.i18n import install, tr
 from app.settings_dialog import SettingsDialog
 from app.theme import apply_theme
-from engine.devices import snapshot
-from engine.settings import Settings
+from engine.models.devices import snapshot
+from engine.config.settings import Settings
 from tests.model.l3_server import LoopbackServer
 
 

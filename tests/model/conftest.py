@@ -1,9 +1,9 @@
 import pytest
 
-from engine.backend import Backend, LoadParams
-from engine.facade import Assistant
+from engine.inference.backend import Backend, LoadParams
+from engine.chat.assistant import Assistant
 from engine.storage import Database
-from engine.paths import db_path
+from engine.config.paths import db_path
 
 
 @pytest.fixture(params=["demo-small", "demo-int4"])

@@ -1,8 +1,8 @@
 """Shared steps for model tests: run a turn to completion, greedy parameters."""
 
-from engine.backend import SamplingParams
-from engine.facade import Assistant, TurnDone
-from engine.generate import GenerateParams, TurnResult, generate
+from engine.inference.backend import SamplingParams
+from engine.chat.assistant import Assistant, TurnDone
+from engine.inference.generate import GenerateParams, TurnResult, generate
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
 

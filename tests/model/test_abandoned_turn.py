@@ -3,10 +3,10 @@ it must not decode on to max_tokens while the next turn waits behind it."""
 
 import time
 
-from engine.backend import LoadParams, SamplingParams
-from engine.facade import Assistant
-from engine.generate import GenerateParams
-from engine.paths import db_path
+from engine.inference.backend import LoadParams, SamplingParams
+from engine.chat.assistant import Assistant
+from engine.inference.generate import GenerateParams
+from engine.config.paths import db_path
 from engine.storage import Database
 
 

@@ -3,8 +3,8 @@ a clear error or a faithful record, never a crash, never a half-written turn."""
 
 import pytest
 
-from engine.backend import LoadParams
-from engine.facade import Assistant, InputError
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant, InputError
 from engine.memory import MemoryService
 from engine.storage import Database
 

@@ -5,9 +5,10 @@ in order, and the window only moves forward."""
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from engine.backend import Backend, LoadParams
-from engine.context import fit_window, session_counter, turn_starts
-from engine.session import Message, Session, template_for
+from engine.inference.backend import Backend, LoadParams
+from engine.chat.window import fit_window, session_counter, turn_starts
+from engine.chat.session import Message, Session
+from engine.inference.templates import template_for
 
 # Any printable text, emoji, CJK, RTL, combining marks; no lone surrogates (cleaned before this).
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300)

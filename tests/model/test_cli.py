@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from engine.backend import LoadParams, SamplingParams
-from engine.generate import GenerateParams
-from engine.facade import Assistant
+from engine.inference.backend import LoadParams, SamplingParams
+from engine.inference.generate import GenerateParams
+from engine.chat.assistant import Assistant
 from engine.storage import Database
 
 from tests.util import cli, cli_env

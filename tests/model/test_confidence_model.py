@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.confidence import confidence_report
-from engine.session import Message, Session
+from engine.routing.confidence import confidence_report
+from engine.chat.session import Message, Session
 
 from .conftest import open_backend
 from .helpers import run_prompt

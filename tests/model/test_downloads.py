@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.catalog import load_catalog
-from engine.downloads import DownloadCancelled, DownloadError, download, part_path
+from engine.models.catalog import load_catalog
+from engine.models.downloads import DownloadCancelled, DownloadError, download, part_path
 from tests.hub_server import HubServer
 
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from engine.backend import SamplingParams
-from engine.generate import GenerateParams, TurnResult, generate, prefill
-from engine.session import Message, Session
+from engine.inference.backend import SamplingParams
+from engine.inference.generate import GenerateParams, TurnResult, generate, prefill
+from engine.chat.session import Message, Session
 
 from .helpers import GREEDY
 

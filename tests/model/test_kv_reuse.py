@@ -4,10 +4,10 @@ import threading
 
 import numpy as np
 
-from engine.backend import Backend, LoadParams
+from engine.inference.backend import Backend, LoadParams
 
-from engine.generate import prefill
-from engine.session import Message, Session
+from engine.inference.generate import prefill
+from engine.chat.session import Message, Session
 
 from .conftest import open_backend
 from .helpers import USER_TURNS, run_prompt, turn

@@ -6,13 +6,13 @@ import struct
 
 import pytest
 
-from engine.backend import LoadParams
-from engine.facade import Assistant
-from engine.kv_tiers import MAGIC
-from engine.paths import db_path, user_dir
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant
+from engine.kv.tiers import MAGIC
+from engine.config.paths import db_path, user_dir
 from engine.storage import Database
 
-from engine.facade import TurnDone
+from engine.chat.assistant import TurnDone
 
 from .helpers import greedy, turn
 
@@ -154,7 +154,7 @@ def test_switching_while_evicted_states_are_written_in_the_background(assistant_
 
 
 def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
-    from engine.model_manager import ModelManager, ram_bytes
+    from engine.inference.manager import ModelManager, ram_bytes
 
     params = LoadParams(n_ctx=2048)
     probe = ModelManager(params=params)

@@ -3,10 +3,10 @@ prefix), pinned facts in the stable block, finished messages indexed, citations 
 
 import pytest
 
-from engine.backend import LoadParams
-from engine.facade import Assistant
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant
 from engine.memory import Embedder, MemoryService
-from engine.paths import db_path
+from engine.config.paths import db_path
 from engine.storage import Database
 
 from .helpers import turn

@@ -2,9 +2,9 @@
 
 import logging
 
-from engine.backend import LoadParams
-from engine.facade import Assistant
-from engine.paths import db_path
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant
+from engine.config.paths import db_path
 from engine.storage import Database
 
 from .helpers import turn

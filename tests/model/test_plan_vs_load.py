@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-from engine.backend import Backend, LoadParams
-from engine.kv_math import MIB, kv_cells
-from engine.planner import load_facts, plan
+from engine.inference.backend import Backend, LoadParams
+from engine.models.kv_math import MIB, kv_cells
+from engine.models.planner import load_facts, plan
 
 log = logging.getLogger(__name__)
 

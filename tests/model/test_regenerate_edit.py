@@ -1,9 +1,9 @@
 """Regenerate the last answer and edit-and-resend the last message: the old turn stays in the
 record (superseded), leaves the context, and the cache keeps what still matches."""
 
-from engine.backend import LoadParams
-from engine.facade import Assistant, InputError, TurnDone
-from engine.paths import db_path
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant, InputError, TurnDone
+from engine.config.paths import db_path
 from engine.storage import Database
 
 import pytest

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
-from engine.backend import SamplingParams
-from engine.generate import Chunk, GenerateParams, TurnResult
-from engine.remote import RemoteClient, RemoteConfig, RemoteError, validate_base_url
+from engine.inference.backend import SamplingParams
+from engine.inference.generate import Chunk, GenerateParams, TurnResult
+from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError, validate_base_url
 
 from .l3_server import LoopbackServer, free_port
 

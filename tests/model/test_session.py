@@ -1,8 +1,8 @@
 """Stored token ids, not re-tokenized text, rebuild a conversation for the model that made them."""
 
-from engine.backend import LoadParams
-from engine.facade import Assistant
-from engine.session import Message
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant
+from engine.chat.session import Message
 
 from .helpers import turn
 

@@ -1,6 +1,6 @@
 """Text that looks like template control tokens stays text: it never changes roles."""
 
-from engine.session import Message
+from engine.chat.session import Message
 
 from .helpers import turn
 

@@ -1,8 +1,8 @@
 """The summary chain: background jobs on the L1 model that never cost the chat its KV cache."""
 
-from engine.backend import LoadParams
-from engine.facade import Assistant
-from engine.paths import db_path
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant
+from engine.config.paths import db_path
 from engine.storage import Database
 
 from .helpers import USER_TURNS, turn

@@ -2,7 +2,7 @@
 
 import math
 
-from engine.risk import risk_flags
+from engine.routing.risk import risk_flags
 
 from .helpers import turn
 

@@ -4,12 +4,12 @@ import threading
 
 import pytest
 
-from engine.backend import LoadParams
-from engine.facade import Assistant, InputError, TurnDone
-from engine.model_manager import ModelManager, ram_bytes
-from engine.paths import db_path
-from engine.remote import RemoteConfig
-from engine.runtime import BACKGROUND, FOREGROUND
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant, InputError, TurnDone
+from engine.inference.manager import ModelManager, ram_bytes
+from engine.config.paths import db_path
+from engine.inference.remote import RemoteConfig
+from engine.inference.runtime import BACKGROUND, FOREGROUND
 from engine.storage import Database
 
 from .helpers import greedy

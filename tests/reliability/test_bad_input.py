@@ -24,11 +24,11 @@ from app.chat_view import ChatView  # noqa: E402
 from app.engine_worker import EngineWorker  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from app.render import markdown_html  # noqa: E402
-from engine.backend import LoadParams  # noqa: E402
-from engine.export import conversation_json, conversation_markdown  # noqa: E402
-from engine.facade import Assistant, TurnDone, clean_text  # noqa: E402
-from engine.paths import db_path  # noqa: E402
-from engine.session import Message  # noqa: E402
+from engine.inference.backend import LoadParams  # noqa: E402
+from engine.chat.export import conversation_json, conversation_markdown  # noqa: E402
+from engine.chat.assistant import Assistant, TurnDone, clean_text  # noqa: E402
+from engine.config.paths import db_path  # noqa: E402
+from engine.chat.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402
 from tests.model.helpers import greedy  # noqa: E402
 

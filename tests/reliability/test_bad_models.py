@@ -22,11 +22,11 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from app.engine_worker import EngineWorker  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
-from engine.backend import LoadParams, ModelLoadError  # noqa: E402
-from engine.catalog import ModelNotFound  # noqa: E402
-from engine.facade import Assistant, TurnDone  # noqa: E402
-from engine.model_manager import ModelManager, ram_bytes  # noqa: E402
-from engine.paths import db_path  # noqa: E402
+from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
+from engine.models.catalog import ModelNotFound  # noqa: E402
+from engine.chat.assistant import Assistant, TurnDone  # noqa: E402
+from engine.inference.manager import ModelManager, ram_bytes  # noqa: E402
+from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402
 from tests.model.helpers import greedy  # noqa: E402
 from tests.util import cli, cli_env  # noqa: E402

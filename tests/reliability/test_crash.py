@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.kv_tiers import MAGIC, ColdTier
+from engine.kv.tiers import MAGIC, ColdTier
 from tests.conftest import MODELS
 from tests.util import cli
 
@@ -92,7 +92,7 @@ def check_cold_files(home: Path) -> tuple[list[str], list[str], int]:
             copy = Path(shutil.copy(path, scratch))
             try:
                 with open(copy, "rb") as f:
-                    magic, n = struct.unpack("<4sI", f.read(8))  # engine/kv_tiers.py's file layout
+                    magic, n = struct.unpack("<4sI", f.read(8))  # engine/kv/tiers.py's file layout
                     header = json.loads(f.read(n)) if magic == MAGIC else {}
             except (OSError, ValueError, struct.error):
                 header = {}

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.backend import LoadParams
-from engine.facade import Assistant, InputError, TurnDone
-from engine.paths import db_path
-from engine.remote import RemoteConfig
+from engine.inference.backend import LoadParams
+from engine.chat.assistant import Assistant, InputError, TurnDone
+from engine.config.paths import db_path
+from engine.inference.remote import RemoteConfig
 from engine.storage import Database
 from tests.model.helpers import greedy
 from tests.util import cli, cli_env
@@ -46,10 +46,10 @@ PRELUDE = r'''
 import json, os, resource, signal, sys
 from pathlib import Path
 
-from engine.backend import LoadParams, SamplingParams
-from engine.facade import Assistant, TurnDone
-from engine.generate import GenerateParams
-from engine.paths import db_path, user_dir
+from engine.inference.backend import LoadParams, SamplingParams
+from engine.chat.assistant import Assistant, TurnDone
+from engine.inference.generate import GenerateParams
+from engine.config.paths import db_path, user_dir
 from engine.storage import Database
 
 MODE = sys.argv[1]

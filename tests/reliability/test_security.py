@@ -28,15 +28,15 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from app.settings_dialog import SettingsDialog  # noqa: E402
-from engine.backend import LoadParams, ModelLoadError  # noqa: E402
-from engine.catalog import load_catalog  # noqa: E402
-from engine.downloads import DownloadError, download, part_path  # noqa: E402
-from engine.facade import Assistant, InputError, TurnDone  # noqa: E402
-from engine.paths import db_path  # noqa: E402
-from engine.remote import RemoteConfig  # noqa: E402
-from engine.settings import Settings  # noqa: E402
+from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
+from engine.models.catalog import load_catalog  # noqa: E402
+from engine.models.downloads import DownloadError, download, part_path  # noqa: E402
+from engine.chat.assistant import Assistant, InputError, TurnDone  # noqa: E402
+from engine.config.paths import db_path  # noqa: E402
+from engine.inference.remote import RemoteConfig  # noqa: E402
+from engine.config.settings import Settings  # noqa: E402
 from engine.storage import Database  # noqa: E402
-from engine.templates import MAX_RENDERED_CHARS, ChatTemplate, ChatTemplateError  # noqa: E402
+from engine.inference.templates import MAX_RENDERED_CHARS, ChatTemplate, ChatTemplateError  # noqa: E402
 from tests.hub_server import HubServer  # noqa: E402
 from tests.model.helpers import greedy  # noqa: E402
 from tests.util import cli, cli_env  # noqa: E402
@@ -168,7 +168,7 @@ def test_the_key_saved_from_the_settings_dialog_is_the_users_only(qtbot, assista
 SAVE_ON_FULL_DISK = r'''
 import resource, signal, sys
 from pathlib import Path
-from engine.settings import Settings
+from engine.config.settings import Settings
 
 s = Settings(Path(sys.argv[1]))
 s.set("l3.base_url", "http://127.0.0.1:9/v1")
@@ -323,7 +323,7 @@ def test_a_sandboxed_read_renders_as_nothing(kind):
 
 
 def test_the_output_cap_leaves_real_templates_alone():
-    from engine.templates import CHATML_TEMPLATE
+    from engine.inference.templates import CHATML_TEMPLATE
 
     roles = ["system"] + ["user", "assistant"] * 2000
     rendered = ChatTemplate(CHATML_TEMPLATE, "chatml").render(roles, add_generation_prompt=True)

@@ -18,12 +18,12 @@ import time
 import psutil
 import pytest
 
-from engine.backend import LoadParams, SamplingParams
-from engine.facade import Assistant, TurnDone
-from engine.generate import GenerateParams
+from engine.inference.backend import LoadParams, SamplingParams
+from engine.chat.assistant import Assistant, TurnDone
+from engine.inference.generate import GenerateParams
 from engine.memory import MemoryService
-from engine.paths import db_path
-from engine.settings import Settings
+from engine.config.paths import db_path
+from engine.config.settings import Settings
 from engine.storage import Database
 
 from .frontends import answered

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.backend import Backend
-from engine.templates import FALLBACKS, ChatTemplate, fallback_name_for
+from engine.inference.backend import Backend
+from engine.inference.templates import ChatTemplate
 
 
 @dataclass
@@ -26,17 +26,6 @@ class Message:
     @property
     def text_for_model(self) -> str:
         return self.content if self.model_text is None else self.model_text
-
-
-def template_for(backend: Backend, hint: str = "gguf") -> ChatTemplate:
-    """The GGUF's own template when it has one (and the catalog does not override it), else a fallback."""
-    bos = backend.token_text(backend.bos_id) if backend.bos_id >= 0 else ""
-    eos = backend.token_text(backend.eos_id) if backend.eos_id >= 0 else ""
-    source = backend.chat_template_source
-    if hint == "gguf" and source:
-        return ChatTemplate(source, "gguf", bos, eos)
-    name = hint if hint in FALLBACKS else fallback_name_for(backend.arch)
-    return ChatTemplate(FALLBACKS[name], name, bos, eos)
 
 
 class Session:

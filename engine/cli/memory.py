@@ -9,8 +9,8 @@ import sys
 import time
 
 from engine.memory import MemoryInputError, MemoryNotFound, MemoryService
-from engine.paths import db_path
-from engine.settings import Settings
+from engine.config.paths import db_path
+from engine.config.settings import Settings
 from engine.storage import Database
 
 log = logging.getLogger("assistant.memory")
@@ -197,8 +197,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.cli_memory add|search|forget|list …`: the same as `assistant memory …`."""
-    parser = argparse.ArgumentParser(prog="python -m engine.cli_memory")
+    """`python -m engine.cli.memory add|search|forget|list …`: the same as `assistant memory …`."""
+    parser = argparse.ArgumentParser(prog="python -m engine.cli.memory")
     add_memory_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["memory", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

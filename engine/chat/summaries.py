@@ -12,10 +12,10 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from engine.backend import SamplingParams
-from engine.generate import GenerateParams, TurnResult, generate
-from engine.runtime import BACKGROUND, Job, Worker
-from engine.session import Message, Session
+from engine.inference.backend import SamplingParams
+from engine.inference.generate import GenerateParams, TurnResult, generate
+from engine.inference.runtime import BACKGROUND, Job, Worker
+from engine.chat.session import Message, Session
 from engine.storage import Database
 
 log = logging.getLogger(__name__)

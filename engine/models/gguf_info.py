@@ -1,7 +1,7 @@
 """Read a GGUF file's header, metadata and tensor table without loading weights.
 
 Used to give a clear error for files that are not GGUF or are truncated before llama.cpp
-ever sees them, and for memory accounting (engine/kv_math.py): per-tensor shapes, ggml types
+ever sees them, and for memory accounting (engine/models/kv_math.py): per-tensor shapes, ggml types
 and byte sizes come from the tensor table, never from the weights themselves.
 """
 

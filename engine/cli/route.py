@@ -7,8 +7,8 @@ import json
 import logging
 import sys
 
-from engine.router import RouteDecision, classify
-from engine.router_eval import (EvalFileError, evaluate, load_tsv, render_report, report_dict,
+from engine.routing.router import RouteDecision, classify
+from engine.routing.router_eval import (EvalFileError, evaluate, load_tsv, render_report, report_dict,
                                 split_by_language)
 
 log = logging.getLogger("assistant.route")
@@ -96,8 +96,8 @@ def _run_eval(path: str, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.cli_route [TEXT] [--eval FILE] [--json]`: the same as `assistant route`."""
-    parser = argparse.ArgumentParser(prog="python -m engine.cli_route")
+    """`python -m engine.cli.route [TEXT] [--eval FILE] [--json]`: the same as `assistant route`."""
+    parser = argparse.ArgumentParser(prog="python -m engine.cli.route")
     add_route_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["route", *(sys.argv[1:] if argv is None else argv)])
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

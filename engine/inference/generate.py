@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
-from engine.backend import Backend, ContextFull, SamplingParams
+from engine.inference.backend import Backend, ContextFull, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class TurnStats:
     decode_ms: float = 0.0
     tokens_estimated: bool = False  # remote models: counts from tiktoken, not the model's tokenizer
     context_shift: str | None = None  # window moved this turn: "kv" (cache shifted) | "reeval"
-    restored_from: str | None = None  # KV state came from "hot" | "warm" | "cold" (engine/kv_tiers.py)
+    restored_from: str | None = None  # KV state came from "hot" | "warm" | "cold" (engine/kv/tiers.py)
     restore_ms: float = 0.0  # time to restore it (included in ttft_ms)
     park_ms: float = 0.0  # copying the previous conversation's state to RAM first (included in ttft_ms)
 

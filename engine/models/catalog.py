@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.paths import catalog_path, find_model_file, models_dir
+from engine.config.paths import catalog_path, find_model_file, models_dir
 
 
 class ModelNotFound(LookupError):

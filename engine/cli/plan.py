@@ -1,6 +1,6 @@
 """`assistant devices` and `assistant plan`: what this machine has, and how a model would fit it.
 
-Registered into engine/cli.py's subcommands by `add_plan_parsers`. Neither command loads weights.
+Registered into engine/cli/main.py's subcommands by `add_plan_parsers`. Neither command loads weights.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import json
 import math
 import sys
 
-from engine.catalog import ModelNotFound
-from engine.devices import DEFAULT_MARGIN_MB, DeviceSnapshot, default_vram_budget_mb, snapshot
-from engine.gguf_info import GGUFError
-from engine.kv_math import MIB
-from engine.planner import DEFAULT_N_CTX, Plan, PlanError, plan
+from engine.models.catalog import ModelNotFound
+from engine.models.devices import DEFAULT_MARGIN_MB, DeviceSnapshot, default_vram_budget_mb, snapshot
+from engine.models.gguf_info import GGUFError
+from engine.models.kv_math import MIB
+from engine.models.planner import DEFAULT_N_CTX, Plan, PlanError, plan
 
-# Same values as engine/cli.py (which imports this module, so they cannot be imported from there).
+# Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
 EXIT_OK, EXIT_USAGE, EXIT_MODEL = 0, 2, 3
 GIB = 1024 * MIB
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.router import LEVELS, RouteDecision, classify
+from engine.routing.router import LEVELS, RouteDecision, classify
 
 _RANK = {lvl: i for i, lvl in enumerate(LEVELS)}
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")

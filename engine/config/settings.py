@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.paths import user_dir
+from engine.config.paths import user_dir
 
 log = logging.getLogger(__name__)
 

@@ -70,7 +70,7 @@ def token_offsets(token_pieces: list[str | bytes]) -> tuple[str, list[int]]:
 
     Pieces may be `bytes` (e.g. `Backend.token_bytes`, possibly part of a UTF-8 character) or
     `str`; both are decoded as one UTF-8 byte stream with invalid bytes replaced, exactly as
-    `engine.generate` builds an answer's text. A token whose bytes end inside a character starts
+    `engine.inference.generate` builds an answer's text. A token whose bytes end inside a character starts
     where that character starts.
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -20,25 +20,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from engine.backend import LoadParams, ModelLoadError
-from engine.catalog import Catalog, ModelNotFound
-from engine.confidence import confidence_report, geometric_mean_prob
-from engine.context import Window
-from engine.generate import Chunk, GenerateParams, TurnResult
-from engine.kv_tiers import KVTiers
+from engine.inference.backend import LoadParams, ModelLoadError
+from engine.models.catalog import Catalog, ModelNotFound
+from engine.routing.confidence import confidence_report, geometric_mean_prob
+from engine.chat.window import Window
+from engine.inference.generate import Chunk, GenerateParams, TurnResult
+from engine.kv.tiers import KVTiers
 from engine.memory.prompt import pinned_facts, pinned_text, recalled_turn
 from engine.memory.remember import parse_remember
 from engine.memory.service import Hits, MemoryInputError, MemoryService
-from engine.model_manager import ModelManager
-from engine.paths import user_dir
-from engine.remote import RemoteClient, RemoteConfig, RemoteError
-from engine.risk import caution_text, risk_flags
-from engine.router import RouteDecision, apply_stickiness, classify
-from engine.runtime import BACKGROUND, ModelUnloaded, Worker
-from engine.session import Message, Session
+from engine.inference.manager import ModelManager
+from engine.config.paths import user_dir
+from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError
+from engine.routing.risk import caution_text, risk_flags
+from engine.routing.router import RouteDecision, apply_stickiness, classify
+from engine.inference.runtime import BACKGROUND, ModelUnloaded, Worker
+from engine.chat.session import Message, Session
 from engine.storage import Database, clean_text
-from engine.summaries import SummaryHandle, pending_task, submit_summary
-from engine.targets import InputError, LocalTarget, RemoteTarget
+from engine.chat.summaries import SummaryHandle, pending_task, submit_summary
+from engine.chat.targets import InputError, LocalTarget, RemoteTarget
 
 log = logging.getLogger(__name__)
 _CJK = re.compile(r"[\u3400-\u9fff]")
@@ -138,7 +138,7 @@ class Assistant:
         memory_k: memories retrieved per message.
         warn_threshold: flag answers whose geometric-mean token probability is below this, at
             any temperature (None: the model's catalog calibration, applied to greedy answers only).
-        kv_warm_mb, kv_cold_mb: RAM and disk budgets of the KV state tiers (engine/kv_tiers.py;
+        kv_warm_mb, kv_cold_mb: RAM and disk budgets of the KV state tiers (engine/kv/tiers.py;
             None: 10 % of RAM up to 1 GB, and 2 GB); kv_tiers=False keeps no state across switches.
 
     Raises:

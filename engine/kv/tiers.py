@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.backend import LLAMA_CPP_VERSION, Backend
+from engine.inference.backend import LLAMA_CPP_VERSION, Backend
 
 log = logging.getLogger(__name__)
 

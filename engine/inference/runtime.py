@@ -15,10 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from engine.backend import Backend, LoadParams, ModelLoadError
-from engine.catalog import ResolvedModel
-from engine.session import template_for
-from engine.templates import ChatTemplate, ChatTemplateError
+from engine.inference.backend import Backend, LoadParams, ModelLoadError
+from engine.models.catalog import ResolvedModel
+from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.backend import Backend
-from engine.session import Message, Session
+from engine.inference.backend import Backend
+from engine.chat.session import Message, Session
 
 WARN_LEVEL = 0.8  # the UI warns when the window is this full
 REFILL = 0.6  # after an overflow the window is refilled only to this share of the budget

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.catalog import ModelEntry
-from engine.gguf_info import GGUFInfo
+from engine.models.catalog import ModelEntry
+from engine.models.gguf_info import GGUFInfo
 
 MIB = 1024 * 1024
 CELL_PAD = 256  # llama.cpp pads n_ctx and the SWA cache to this many cells

@@ -10,11 +10,11 @@ import psutil
 
 from dataclasses import replace
 
-from engine.backend import LoadParams, ModelLoadError
-from engine.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
-from engine.gguf_info import GGUFError
-from engine.planner import Plan, PlanError, plan
-from engine.runtime import Worker
+from engine.inference.backend import LoadParams, ModelLoadError
+from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
+from engine.models.gguf_info import GGUFError
+from engine.models.planner import Plan, PlanError, plan
+from engine.inference.runtime import Worker
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def plan_error(p: Plan, report: dict) -> dict:
 class ModelManager:
     """Owns every loaded `Worker`; one per model file, never two copies.
 
-    Each load is planned (engine.planner): a GPU model gets the VRAM budget and the planner's
+    Each load is planned (engine.models.planner): a GPU model gets the VRAM budget and the planner's
     layers / context / KV type; a CPU model gets budget 0. The RAM the plans leave on the host
     is what the budget limits; a model that alone needs more than the budget is refused before
     anything is evicted.

@@ -9,13 +9,13 @@ from __future__ import annotations
 import threading
 from typing import Iterator
 
-from engine.backend import ContextFull
-from engine.context import Window, apply_shift, fit_window, session_counter
-from engine.generate import Chunk, GenerateParams, TurnResult, generate
-from engine.kv_tiers import KVTiers
-from engine.remote import RemoteClient, estimate_prompt
-from engine.runtime import FOREGROUND, Job, Worker
-from engine.session import Message, Session
+from engine.inference.backend import ContextFull
+from engine.chat.window import Window, apply_shift, fit_window, session_counter
+from engine.inference.generate import Chunk, GenerateParams, TurnResult, generate
+from engine.kv.tiers import KVTiers
+from engine.inference.remote import RemoteClient, estimate_prompt
+from engine.inference.runtime import FOREGROUND, Job, Worker
+from engine.chat.session import Message, Session
 
 
 class InputError(ValueError):

@@ -134,3 +134,14 @@ class ChatTemplate:
                     raise ChatTemplateError(f"chat template '{self.name}' alters message contents; unsupported")
                 pieces.append(part)
         return Rendered(pieces)
+
+
+def template_for(backend, hint: str = "gguf") -> ChatTemplate:
+    """The GGUF's own template when it has one (and the catalog does not override it), else a fallback."""
+    bos = backend.token_text(backend.bos_id) if backend.bos_id >= 0 else ""
+    eos = backend.token_text(backend.eos_id) if backend.eos_id >= 0 else ""
+    source = backend.chat_template_source
+    if hint == "gguf" and source:
+        return ChatTemplate(source, "gguf", bos, eos)
+    name = hint if hint in FALLBACKS else fallback_name_for(backend.arch)
+    return ChatTemplate(FALLBACKS[name], name, bos, eos)

@@ -20,8 +20,8 @@ from typing import Callable
 import httpx
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
-from engine.catalog import ModelEntry
-from engine.gguf_info import GGUFError, read_gguf
+from engine.models.catalog import ModelEntry
+from engine.models.gguf_info import GGUFError, read_gguf
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20

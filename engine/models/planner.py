@@ -3,7 +3,7 @@
 Policy (docs/planner.md): put everything on the GPU if it fits; otherwise shrink, in this order,
 KV cache to q8_0 (flash attention on), context down to a floor, KV cache to q4_0, then fewer GPU
 layers, and finally CPU only. A budget <= 0 means "no GPU": CPU only, f16 KV, the asked context.
-Every number is computed from metadata (engine/kv_math.py); the plan never exceeds the budget.
+Every number is computed from metadata (engine/models/kv_math.py); the plan never exceeds the budget.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine import kv_math
-from engine.catalog import Catalog, ModelEntry, load_catalog, resolve_model
-from engine.devices import default_vram_budget_mb, snapshot
-from engine.gguf_info import read_gguf
-from engine.kv_math import MIB, ModelFacts
+from engine.models import kv_math
+from engine.models.catalog import Catalog, ModelEntry, load_catalog, resolve_model
+from engine.models.devices import default_vram_budget_mb, snapshot
+from engine.models.gguf_info import read_gguf
+from engine.models.kv_math import MIB, ModelFacts
 
 log = logging.getLogger(__name__)
 
 CTX_FLOOR = 2048  # context is not shrunk below this (or below what was asked, if less)
 DEFAULT_N_CTX = 4096
-DEFAULT_N_UBATCH = 512  # engine.backend.LoadParams.n_batch (also used as n_ubatch)
+DEFAULT_N_UBATCH = 512  # engine.inference.backend.LoadParams.n_batch (also used as n_ubatch)
 
 
 class PlanError(ValueError):
@@ -63,7 +63,7 @@ class Plan:
         return d
 
     def load_kwargs(self) -> dict:
-        """Keyword arguments for engine.backend.LoadParams."""
+        """Keyword arguments for engine.inference.backend.LoadParams."""
         return dict(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, n_batch=self.n_ubatch,
                     type_k=self.type_k, type_v=self.type_v, flash_attn=self.flash_attn, swa_full=self.swa_full)
 

@@ -14,8 +14,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from engine.catalog import Catalog, ModelEntry, load_catalog
-from engine.paths import models_dir
+from engine.models.catalog import Catalog, ModelEntry, load_catalog
+from engine.config.paths import models_dir
 
 log = logging.getLogger(__name__)
 

@@ -11,17 +11,17 @@ import threading
 from typing import Iterator
 
 from engine import __version__
-from engine.backend import LoadParams, ModelLoadError, SamplingParams
-from engine.catalog import ModelNotFound, load_catalog
-from engine.cli_memory import add_memory_parser
-from engine.cli_plan import add_plan_parsers
-from engine.cli_route import add_route_parser
-from engine.fetch import main as fetch_main
-from engine.facade import Assistant, ConversationNotFound, InputError, TurnDone
-from engine.generate import GenerateParams
-from engine.paths import db_path, user_dir
-from engine.remote import RemoteConfig, RemoteError, config_from_settings
-from engine.settings import Settings
+from engine.inference.backend import LoadParams, ModelLoadError, SamplingParams
+from engine.models.catalog import ModelNotFound, load_catalog
+from engine.cli.memory import add_memory_parser
+from engine.cli.plan import add_plan_parsers
+from engine.cli.route import add_route_parser
+from engine.models.fetch import main as fetch_main
+from engine.chat.assistant import Assistant, ConversationNotFound, InputError, TurnDone
+from engine.inference.generate import GenerateParams
+from engine.config.paths import db_path, user_dir
+from engine.inference.remote import RemoteConfig, RemoteError, config_from_settings
+from engine.config.settings import Settings
 from engine.storage import Database, StorageError
 
 log = logging.getLogger("assistant")
@@ -324,7 +324,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """What is kept on disk between runs: KV snapshot files per conversation (pages of 256 tokens)."""
-    from engine.kv_tiers import PAGE_TOKENS, ColdTier
+    from engine.kv.tiers import PAGE_TOKENS, ColdTier
 
     settings = Settings()
     cold = ColdTier(user_dir() / "kv", int(settings.get("kv.cold_budget_mb") * 1e6))

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 import httpx
 import tiktoken
 
-from engine.generate import Chunk, GenerateParams, TurnResult, TurnStats
+from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats
 
 log = logging.getLogger(__name__)
 

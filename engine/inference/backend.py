@@ -22,7 +22,7 @@ import llama_cpp
 from llama_cpp import Llama
 from llama_cpp import _logger as llama_logger
 
-from engine.gguf_info import GGUFError, read_gguf
+from engine.models.gguf_info import GGUFError, read_gguf
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The `assistant` command: one entry point with sub-commands."""

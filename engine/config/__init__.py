@@ -1,0 +1,1 @@
+"""Settings (defaults, persisted JSON, validated reads) and where files live."""

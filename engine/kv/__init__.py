@@ -1,0 +1,1 @@
+"""KV state tiers: hot (the live context), warm (RAM) and cold (disk)."""
