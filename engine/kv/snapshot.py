@@ -1,0 +1,54 @@
+"""One conversation's KV state as a value (token ids + llama.cpp's sequence state), and what a
+stored state must match to be loaded into a context."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+from engine.inference.backend import LLAMA_CPP_VERSION, Backend
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def tokens_digest(tokens: list[int]) -> str:
+    return hashlib.sha256(struct.pack(f"<{len(tokens)}i", *tokens)).hexdigest()
+
+
+@dataclass
+class Snapshot:
+    """One conversation's KV state for one model: its token ids and llama.cpp's sequence state."""
+
+    identity: str
+    conversation_id: int | None
+    tokens: list[int]
+    data: bytearray
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data) + 4 * len(self.tokens)
+
+
+def take_snapshot(backend: Backend, conversation_id: int | None) -> Snapshot:
+    """The context's sequence state as a snapshot (model thread)."""
+    data, tokens = backend.save_sequence()
+    return Snapshot(backend.identity, conversation_id, tokens, data)
+
+
+def cache_facts(backend: Backend) -> dict:
+    """What a snapshot must match to be loaded into this context."""
+    stat = backend.path.stat()
+    with open(backend.path, "rb") as f:
+        head = hashlib.sha256(f.read(1 << 20)).hexdigest()  # the GGUF header + metadata region
+    p = backend.params
+    return {"model_name": backend.path.name, "model_size": stat.st_size, "model_mtime_ns": stat.st_mtime_ns,
+            "model_head_sha256": head, "llama_cpp": LLAMA_CPP_VERSION, "n_ctx": backend.n_ctx,
+            "type_k": p.type_k, "type_v": p.type_v, "swa_full": p.swa_full, "flash_attn": p.flash_attn}
