@@ -13,6 +13,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from engine.kv.snapshot import Snapshot, common_prefix, tokens_digest
 
@@ -45,15 +46,16 @@ class ColdTier:
         self.budget_bytes = budget_bytes
         self.min_tokens = min_tokens
         self.stats = ColdStats()
-        self._lock = threading.Lock()  # one writer or pruner at a time
+        self._lock = threading.Lock()  # renames, deletes and pruning one at a time
         self._counts: dict[str, tuple[float, int]] = {}  # file name -> (mtime, n_tokens) from headers
 
     def path(self, conversation_id: int, identity: str) -> Path:
         tag = hashlib.sha1(identity.encode()).hexdigest()[:12]
         return self.folder / f"c{conversation_id}-{tag}.kvs"
 
-    def write(self, snap: Snapshot, facts: dict) -> Path | None:
-        """Write atomically (temp file, fsync, rename); None when the chat is too short to keep."""
+    def write(self, snap: Snapshot, facts: dict, wanted: Callable[[int], bool] | None = None) -> Path | None:
+        """Write atomically (temp file, fsync, rename); None when the chat is too short to keep,
+        the disk refused, or `wanted(conversation_id)` is False at the rename (deleted meanwhile)."""
         if snap.conversation_id is None or len(snap.tokens) < self.min_tokens:
             return None
         payload_tokens = struct.pack(f"<{len(snap.tokens)}i", *snap.tokens)
@@ -63,25 +65,46 @@ class ColdTier:
                              "payload_bytes": len(payload_tokens) + len(snap.data), "crc32": crc}).encode()
         path = self.path(snap.conversation_id, snap.identity)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:  # outside the lock: a delete need not wait for a large write (the temp name is this thread's)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(_HEAD.pack(MAGIC, len(header)))
+                f.write(header)
+                f.write(payload_tokens)
+                f.write(snap.data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            return self._write_failed(path, tmp, exc)
         with self._lock:
-            try:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                with open(tmp, "wb") as f:
-                    f.write(_HEAD.pack(MAGIC, len(header)))
-                    f.write(header)
-                    f.write(payload_tokens)
-                    f.write(snap.data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-                self.stats.written += 1
-            except OSError as exc:  # disk full, read-only: the snapshot is only a cache
-                self.stats.write_errors += 1
-                log.warning("could not write KV snapshot %s: %s", path.name, exc)
+            # Asked under the lock `delete` holds: a conversation deleted during the write gets no file.
+            if wanted is not None and not wanted(snap.conversation_id):
                 tmp.unlink(missing_ok=True)
                 return None
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                return self._write_failed(path, tmp, exc)
+            self.stats.written += 1
             self._prune_locked()
         return path
+
+    def _write_failed(self, path: Path, tmp: Path, exc: OSError) -> None:
+        # Disk full, read-only: the snapshot is only a cache.
+        self.stats.write_errors += 1
+        log.warning("could not write KV snapshot %s: %s", path.name, exc)
+        tmp.unlink(missing_ok=True)
+
+    def delete(self, conversation_id: int) -> None:
+        """Remove a conversation's files, every model's. A write racing with this either renamed
+        its file before (removed here) or finds its `wanted` False after."""
+        with self._lock:
+            for path in self.folder.glob(f"c{conversation_id}-*.kvs"):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    log.warning("could not delete KV snapshot %s: %s", path.name, exc)
+                self._counts.pop(path.name, None)
 
     def _reject(self, path: Path, reason: str) -> None:
         self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1

@@ -59,6 +59,9 @@ class KVTiers:
         self.warm = WarmTier(warm_budget_bytes, on_evict=self._to_cold_later)
         self.hot: dict[str, int | None] = {}  # backend identity -> conversation in its context
         self._facts: dict[str, dict] = {}     # backend identity -> cache_facts
+        # Deleted conversations: never written to disk again (their ids are never handed out again:
+        # migration 0008_autoincrement_ids).
+        self._forgotten: set[int] = set()
         self._writes: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-cold-writer", daemon=True)
         self._writer.start()
@@ -91,7 +94,8 @@ class KVTiers:
             loaded = self.cold.load(conversation_id, ident, facts)
             if loaded is not None:
                 snap, usable, source = loaded, min(cold_n, common_prefix(loaded.tokens, prompt)), "cold"
-        leaving = hot is not None and hot != conversation_id and len(kv) >= MIN_WARM_TOKENS
+        leaving = (hot is not None and hot != conversation_id and len(kv) >= MIN_WARM_TOKENS
+                   and self._wanted(hot))
         park_ms = 0.0
         if leaving and (source is not None or common < len(kv)) and not self.warm.holds(ident, hot, kv):
             # Not parked after its last turn (the usual case parks then, off this path): copy it now.
@@ -130,20 +134,24 @@ class KVTiers:
             self.warm.put(take_snapshot(backend, cid))
 
     def forget(self, conversation_id: int) -> None:
-        """A deleted conversation: drop its warm snapshots and cold files (its hot state is
-        simply overwritten by the next turn)."""
+        """A deleted conversation: drop its warm snapshots, the cold writes queued or under way for
+        it, and its cold files (its hot state is simply overwritten by the next turn)."""
+        self._forgotten.add(conversation_id)  # first: the writer checks it before every rename
         for snap in self.warm.entries():
             if snap.conversation_id == conversation_id:
                 self.warm.take(snap)
         for ident, cid in list(self.hot.items()):
             if cid == conversation_id:
                 self.hot[ident] = None
-        for path in self.cold.folder.glob(f"c{conversation_id}-*.kvs"):
-            path.unlink(missing_ok=True)
+        self.cold.delete(conversation_id)
+
+    def _wanted(self, conversation_id: int | None) -> bool:
+        return conversation_id not in self._forgotten
 
     # ---- background writes
     def _to_cold_later(self, snap: Snapshot) -> None:
-        self._writes.put(snap)
+        if self._wanted(snap.conversation_id):
+            self._writes.put(snap)
 
     def _write_loop(self) -> None:
         while True:
@@ -153,8 +161,8 @@ class KVTiers:
                 return
             try:
                 facts = self._facts.get(snap.identity)
-                if facts is not None:
-                    self.cold.write(snap, facts)
+                if facts is not None and self._wanted(snap.conversation_id):  # not deleted while queued
+                    self.cold.write(snap, facts, self._wanted)
             except Exception:  # noqa: BLE001 - a cache write must never take the app down
                 log.exception("writing a KV snapshot failed")
             finally:
@@ -167,7 +175,7 @@ class KVTiers:
     def close(self) -> None:
         """Write every warm snapshot to cold and stop the writer (after the models were released)."""
         for snap in self.warm.drain():
-            self._writes.put(snap)
+            self._to_cold_later(snap)
         self._writes.put(None)
         self._writer.join()
 
