@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import engine.memory.embedder as embedder_mod
-from engine.cli import memory as cli_memory
+from engine.cli.main import main as assistant_main
 from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService, MemoryStore, parse_remember
 from engine.memory.chunking import chunk_text
 from engine.memory.service import MAX_MEMORY_CHARS, RRF_K
@@ -258,6 +258,36 @@ def test_start_drops_chunks_of_deleted_conversations(tmp_path, fake_model):
     again.close()
 
 
+def assert_not_stored(svc, message_id, word):
+    assert [c for c in svc.list(("message",)) if c.message_id == message_id] == []
+    assert svc.store.keyword_search(word, 5) == []
+    assert svc.store.read("INSERT INTO memories_fts (memories_fts) VALUES ('integrity-check')") == []
+
+
+def test_a_message_deleted_while_its_index_job_waits_is_never_stored(service):
+    text = "the lighthouse key hangs behind the blue door"
+    cid, (mid,) = conversation_with(service.db, text)
+    # Holding the database lock keeps the indexer from writing until the delete is done, as a
+    # busy indexer (a long message, a batch being embedded) does in the app.
+    with service.db._lock:
+        service.index_message(cid, mid, "user", text)
+        service.db.delete_conversation(cid)
+        service.forget_message(mid)  # what Assistant.delete_conversation does
+    assert service.flush(20)
+    assert_not_stored(service, mid, "lighthouse")
+
+
+def test_an_answer_superseded_while_its_index_job_waits_is_never_stored(service):
+    cid, (_, weak) = conversation_with(service.db, "which lamp?", "the red lantern by the gate")
+    better = service.db.add_message(cid, "assistant", "the green one")
+    with service.db._lock:
+        service.index_message(cid, weak, "assistant", "the red lantern by the gate")
+        service.db.supersede(weak, better)
+        service.forget_message(weak)
+    assert service.flush(20)
+    assert_not_stored(service, weak, "lantern")
+
+
 # ---- the two vector paths
 def clustered(n, seed=0, clusters=40):
     rng = np.random.default_rng(seed)
@@ -439,7 +469,7 @@ def test_chunks_cover_the_text_within_budget_with_overlap():
 def run_cli(capsys, *argv, stdin=None, monkeypatch=None):
     if stdin is not None:
         monkeypatch.setattr("sys.stdin", SimpleNamespace(buffer=io.BytesIO(stdin)))
-    code = cli_memory.main(list(argv))
+    code = assistant_main(["memory", *argv])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -229,7 +229,8 @@ class MemoryService:
 
         The indexing thread splits it into ~500-character overlapping chunks, stores them (again:
         re-indexing a message replaces its chunks) and embeds them once the embedder is ready.
-        System messages and empty texts are ignored.
+        System messages and empty texts are ignored, and so is a message deleted or superseded
+        before its turn comes.
 
         Raises:
             MemoryInputError: text longer than MAX_MESSAGE_CHARS, or a role that is not a
@@ -259,7 +260,8 @@ class MemoryService:
         return len(self.store.delete(ids))
 
     def forget_message(self, message_id: int) -> int:
-        """Delete a message's chunks (e.g. the message was superseded); how many there were."""
+        """Delete the chunks of a message deleted or superseded in the database; how many there
+        were. An index job still queued for it stores nothing (it finds the message gone)."""
         return len(self.store.delete(self.store.message_chunk_ids(message_id)))
 
     # ---- reads
@@ -404,9 +406,10 @@ class MemoryService:
     def _store_message(self, job: _IndexJob) -> None:
         try:
             chunks = chunk_text(clean(job.text).replace("\x00", ""))
+            # live_only: the message may have been deleted or superseded since it was queued.
             self.store.insert("message", chunks, conversation_id=job.conversation_id,
                               message_id=job.message_id, role=job.role, created=job.created,
-                              replace_message=True)
+                              replace_message=True, live_only=True)
         except Exception:  # noqa: BLE001 - one bad message must not stop the indexer
             log.exception("indexing message %s of conversation %s failed", job.message_id, job.conversation_id)
 

@@ -181,10 +181,12 @@ class MemoryStore:
     # ---- rows
     def insert(self, kind: str, texts: list[str], *, conversation_id: int | None = None,
                message_id: int | None = None, role: str | None = None, created: str | None = None,
-               replace_message: bool = False) -> list[int]:
+               replace_message: bool = False, live_only: bool = False) -> list[int]:
         """Store texts (chunks 0..n-1 of one source) with their keyword entries; their ids.
 
         With `replace_message`, the message's earlier chunks go first (re-indexing is idempotent).
+        With `live_only`, nothing is stored when the message is deleted or superseded: checked in
+        the same transaction, so a delete committed before this call is always seen.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -196,6 +198,9 @@ class MemoryStore:
                 if replace_message and message_id is not None:
                     removed = self._delete_in(conn, [r[0] for r in conn.execute(
                         "SELECT id FROM memories WHERE message_id = ? AND kind = 'message'", (message_id,))])
+                if live_only and not conn.execute("SELECT 1 FROM messages WHERE id = ? AND superseded_by IS NULL",
+                                                  (message_id,)).fetchone():
+                    texts = []
                 for chunk, text in enumerate(texts):
                     cur = conn.execute(
                         "INSERT INTO memories (kind, text, conversation_id, message_id, role, chunk, created)"
