@@ -109,6 +109,111 @@ MIGRATIONS: list[tuple[str, str]] = [
             INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
         END;
     """),
+    ("0008_autoincrement_ids", """
+        -- Ids are never handed out twice. Without AUTOINCREMENT SQLite gives the largest id again
+        -- once its row is deleted, and a stale reference (a queued memory job, a KV file named by
+        -- conversation id, a chunk naming a deleted message) would point at the new row.
+        -- A table cannot gain AUTOINCREMENT in place: each is rebuilt (new table, copy with ids,
+        -- drop, rename: foreign keys are off meanwhile, see apply_migrations) and its indexes and
+        -- triggers are made again. The FTS tables are keyed by the same ids and stay as they are.
+        CREATE TABLE conversations_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            title TEXT NOT NULL DEFAULT '',
+            created TEXT NOT NULL,
+            updated TEXT NOT NULL,
+            model TEXT,
+            system_prompt TEXT NOT NULL DEFAULT '',
+            route TEXT NOT NULL DEFAULT 'auto'
+        );
+        INSERT INTO conversations_new (id, title, created, updated, model, system_prompt, route)
+            SELECT id, title, created, updated, model, system_prompt, route FROM conversations;
+        DROP TABLE conversations;
+        ALTER TABLE conversations_new RENAME TO conversations;
+
+        CREATE TABLE messages_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+            content TEXT NOT NULL,
+            created TEXT NOT NULL,
+            model TEXT,
+            level TEXT,
+            stats TEXT,                -- JSON TurnStats of the turn that produced it
+            token_count INTEGER,
+            status TEXT NOT NULL DEFAULT 'done' CHECK (status IN ('streaming', 'done')),
+            token_ids BLOB,            -- content token ids, int32 little-endian, valid for token_model
+            token_model TEXT,          -- backend identity the ids belong to
+            logprobs BLOB,             -- float32 per sampled token (assistant messages)
+            superseded_by INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+            model_text TEXT            -- what the model read, when it differs from content
+        );
+        INSERT INTO messages_new (id, conversation_id, role, content, created, model, level, stats, token_count,
+                                  status, token_ids, token_model, logprobs, superseded_by, model_text)
+            SELECT id, conversation_id, role, content, created, model, level, stats, token_count,
+                   status, token_ids, token_model, logprobs, superseded_by, model_text FROM messages;
+        DROP TABLE messages;
+        ALTER TABLE messages_new RENAME TO messages;
+        CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+
+        CREATE TABLE summaries_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            first_message_id INTEGER NOT NULL,
+            last_message_id INTEGER NOT NULL,
+            text TEXT NOT NULL,
+            model TEXT,
+            created TEXT NOT NULL,
+            edited INTEGER NOT NULL DEFAULT 0,   -- 1 when the user rewrote it
+            previous_id INTEGER REFERENCES summaries(id) ON DELETE SET NULL
+        );
+        INSERT INTO summaries_new (id, conversation_id, first_message_id, last_message_id, text, model, created,
+                                   edited, previous_id)
+            SELECT id, conversation_id, first_message_id, last_message_id, text, model, created, edited, previous_id
+            FROM summaries;
+        DROP TABLE summaries;
+        ALTER TABLE summaries_new RENAME TO summaries;
+        CREATE INDEX summaries_by_conversation ON summaries (conversation_id, id);
+
+        CREATE TABLE memories_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            kind TEXT NOT NULL CHECK (kind IN ('pinned', 'note', 'message')),
+            text TEXT NOT NULL,
+            conversation_id INTEGER,
+            message_id INTEGER,
+            role TEXT,
+            chunk INTEGER NOT NULL DEFAULT 0,   -- position of this chunk within its message
+            created TEXT NOT NULL               -- the message's time, or when the memory was added
+        );
+        INSERT INTO memories_new (id, kind, text, conversation_id, message_id, role, chunk, created)
+            SELECT id, kind, text, conversation_id, message_id, role, chunk, created FROM memories;
+        DROP TABLE memories;
+        ALTER TABLE memories_new RENAME TO memories;
+        CREATE INDEX memories_by_message ON memories (message_id, chunk);
+        CREATE INDEX memories_by_kind ON memories (kind, id);
+
+        -- Counting goes on above every id still named in the file, not only the largest left: a
+        -- deleted newest message may live on in a memory chunk or a summary's range.
+        DELETE FROM sqlite_sequence WHERE name IN ('conversations', 'messages', 'summaries', 'memories');
+        INSERT INTO sqlite_sequence (name, seq) VALUES
+            ('conversations', max(coalesce((SELECT max(id) FROM conversations), 0),
+                                  coalesce((SELECT max(conversation_id) FROM memories), 0))),
+            ('messages', max(coalesce((SELECT max(id) FROM messages), 0),
+                             coalesce((SELECT max(message_id) FROM memories), 0),
+                             coalesce((SELECT max(last_message_id) FROM summaries), 0))),
+            ('summaries', coalesce((SELECT max(id) FROM summaries), 0)),
+            ('memories', max(coalesce((SELECT max(id) FROM memories), 0),
+                             coalesce((SELECT max(memory_id) FROM memory_vectors), 0)));
+    """),
 ]
 
 
@@ -126,23 +231,41 @@ def statements(sql: str) -> list[str]:
 
 
 def apply_migrations(conn: sqlite3.Connection) -> list[str]:
-    """Apply pending migrations; return the names applied now."""
+    """Apply pending migrations; return the names applied now.
+
+    Foreign keys are off while they run (rebuilding a table drops the old one, which would
+    otherwise cascade to its children) and checked before each commits: a migration that leaves
+    a reference dangling is rolled back.
+    """
     conn.execute("CREATE TABLE IF NOT EXISTS migrations (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, applied TEXT NOT NULL)")
     done = {row[0] for row in conn.execute("SELECT name FROM migrations")}
+    pending = [(name, sql) for name, sql in MIGRATIONS if name not in done]
+    if not pending:
+        return []
+    enforced = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")  # ignored inside a transaction: set before BEGIN
     applied = []
-    for name, sql in MIGRATIONS:
-        if name in done:
-            continue
-        # One transaction per migration, all of it or none (the connection is in autocommit mode).
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in statements(sql):
-                conn.execute(statement)
-            conn.execute("INSERT INTO migrations (name, applied) VALUES (?, ?)",
-                         (name, datetime.now(timezone.utc).isoformat()))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        applied.append(name)
+    try:
+        for name, sql in pending:
+            # One transaction per migration, all of it or none (the connection is in autocommit mode).
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                broken = set(conn.execute("PRAGMA foreign_key_check").fetchall())  # only new ones count
+                for statement in statements(sql):
+                    conn.execute(statement)
+                dangling = set(conn.execute("PRAGMA foreign_key_check").fetchall()) - broken
+                if dangling:
+                    raise sqlite3.IntegrityError(f"migration {name} would leave {len(dangling)} references "
+                                                 f"dangling, e.g. {sorted(dangling)[:3]}")
+                conn.execute("INSERT INTO migrations (name, applied) VALUES (?, ?)",
+                             (name, datetime.now(timezone.utc).isoformat()))
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            applied.append(name)
+    finally:
+        if enforced:
+            conn.execute("PRAGMA foreign_keys = ON")
     return applied
