@@ -1,2 +1,2 @@
-"""The desktop app (Qt only). It talks to the engine through `engine.chat.assistant.Assistant`, which runs on
+"""The desktop app (Qt only). It talks to the engine through `engine.api.Assistant`, which runs on
 its own QThread (`app/engine_worker.py`); `engine/` never imports Qt."""

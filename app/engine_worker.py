@@ -4,10 +4,11 @@ Structured payloads cross threads as JSON text, not as Python dicts/lists: shibo
 of Python containers in queued signals crashed the interpreter at exit now and then (a refcount
 error on a bool, `bool_dealloc`), and plain strings avoid that conversion altogether.
 
-`EngineWorker` lives in a QThread and owns the `Assistant`; the window calls its slots through
-queued connections and hears back through signals. Tokens are batched: the worker emits at most
-one `tokens` signal per TOKEN_BATCH_MS, so a fast model cannot flood the GUI's event queue.
-Stop is a `threading.Event` the GUI sets directly (the generator checks it every token).
+`EngineWorker` lives in a QThread and owns the `Assistant` (engine.api); the window calls its
+slots through queued connections and hears back through signals. Tokens are batched: the worker
+emits at most one `tokens` signal per TOKEN_BATCH_MS, so a fast model cannot flood the GUI's event
+queue. The GUI thread calls only `stop`, `count_tokens` and `status`: none touches a model or waits
+on an engine lock (Stop acts within one prompt piece or token).
 """
 
 from __future__ import annotations
@@ -20,14 +21,8 @@ import traceback
 
 from PySide6.QtCore import QCoreApplication, QObject, Signal, Slot
 
-from engine.inference.backend import LoadParams, ModelLoadError, SamplingParams
-from engine.models.catalog import ModelNotFound
-from engine.chat.assistant import Assistant, ConversationNotFound, InputError, TurnDone
-from engine.inference.generate import GenerateParams
-from engine.config.paths import db_path
-from engine.inference.remote import RemoteError, config_from_settings
-from engine.config.settings import Settings
-from engine.storage import Database, StorageError
+from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
+                        SamplingParams, StorageError, TurnDone)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -52,57 +47,33 @@ class EngineWorker(QObject):
         super().__init__()
         self.model, self.n_ctx, self.use_memory = model, n_ctx, memory
         self.assistant: Assistant | None = None
-        self.memory_service = None
-        self.db: Database | None = None
         self.cancel = threading.Event()  # set from the GUI thread: stops the answer being written
 
     # ---- lifecycle
     @Slot()
     def start(self) -> None:
-        settings = Settings()
         try:
-            self.db = Database(db_path())
-            use_memory = settings.get("memory.enabled") if self.use_memory is None else self.use_memory
-            if use_memory:
-                from engine.memory import MemoryService
-
-                self.memory_service = MemoryService.from_settings(self.db, settings).start()
-            try:
-                remote = config_from_settings(settings)
-            except RemoteError as exc:  # a bad URL in settings: run without L3 and say why
-                remote = None
-                self.notice.emit(str(exc))
-            vram = settings.get("runtime.vram_budget_mb")
-            self.assistant = Assistant(
-                self.db, self.model, LoadParams(n_ctx=self.n_ctx or settings.get("runtime.n_ctx")),
-                tiers={"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}, remote=remote,
-                cascade=settings.get("cascade.enabled"), max_switch_s=settings.get("router.max_switch_s"),
-                vram_budget_mb=None if vram < 0 else vram, summary_every=settings.get("summary.every_turns"),
-                memory=self.memory_service, memory_k=settings.get("memory.k"),
-                kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
-                warn_threshold=settings.get("confidence.warn_threshold") or None)
-        except (ModelNotFound, ModelLoadError, ValueError, OSError) as exc:
+            self.assistant = Assistant.from_settings(model=self.model, n_ctx=self.n_ctx, memory=self.use_memory)
+        except (ModelNotFound, ModelLoadError, ValueError, OSError) as exc:  # OSError: StorageError too
             self.failed.emit(str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - reported in the window, with the trace in the log
             log.exception("engine failed to start")
             self.failed.emit(f"internal error: {type(exc).__name__}: {exc}")
             return
-        entry = self.assistant.manager.loaded()[0].model.entry
-        self.ready.emit(json.dumps({"model": self.assistant.model_id, "tiers": dict(self.assistant.tiers),
-                                    "demo": bool(entry and entry.demo), "memory": self.memory_service is not None,
-                                    "degraded": self.assistant.degraded}))
+        a = self.assistant
+        for warning in a.warnings:
+            self.notice.emit(warning)
+        models = a.status().get("models") or [{}]
+        self.ready.emit(json.dumps({"model": a.model_id, "tiers": dict(a.tiers), "demo": bool(models[0].get("demo")),
+                                    "memory": a.memory is not None, "degraded": a.degraded}))
         self.refresh()
 
     @Slot()
     def shutdown(self) -> None:
         if self.assistant is not None:
-            self.assistant.close()
+            self.assistant.close()  # models, memory and database, background threads joined
             self.assistant = None
-        if self.memory_service is not None:
-            self.memory_service.close()
-        if self.db is not None:
-            self.db.close()
         # Back to the GUI thread: deleting a QObject whose thread has finished crashed the
         # interpreter at exit now and then.
         self.moveToThread(QCoreApplication.instance().thread())
@@ -110,11 +81,11 @@ class EngineWorker(QObject):
     # ---- conversations
     @Slot()
     def refresh(self) -> None:
-        if self.db is None:
+        if self.assistant is None:
             return
-        rows = sorted(self.db.conversations(), key=lambda r: r["updated"], reverse=True)
         self.conversations.emit(json.dumps([{"id": r["id"], "title": r["title"] or "(new chat)",
-                                             "updated": r["updated"]} for r in rows], ensure_ascii=False))
+                                             "updated": r["updated"]} for r in self.assistant.conversations()],
+                                           ensure_ascii=False))
 
     @Slot(str)
     def new_conversation(self, system_prompt: str = "") -> None:
@@ -126,16 +97,19 @@ class EngineWorker(QObject):
 
     @Slot(str)
     def search(self, query: str) -> None:
-        if self.db is not None:
-            self.found.emit(query, json.dumps(self.db.search_conversations(query)))
+        if self.assistant is not None:
+            self.found.emit(query, json.dumps(self.assistant.search_conversations(query)))
 
     @Slot(int)
     def load(self, conversation_id: int) -> None:
-        if self.db is None:
+        if self.assistant is None:
             return
-        rows = self.db.messages(conversation_id)
-        self.history.emit(conversation_id, json.dumps([{"role": r["role"], "content": r["content"], "stats": r["stats"] or {},
-                                             "superseded": r["superseded_by"] is not None} for r in rows], ensure_ascii=False))
+        try:
+            rows = self.assistant.transcript(conversation_id)
+        except ConversationNotFound as exc:
+            self.notice.emit(str(exc))
+            return
+        self.history.emit(conversation_id, json.dumps(rows, ensure_ascii=False))
 
     @Slot(int, str)
     def rename(self, conversation_id: int, title: str) -> None:
@@ -155,22 +129,31 @@ class EngineWorker(QObject):
 
     @Slot(int, str, str)
     def export(self, conversation_id: int, path: str, fmt: str) -> None:
-        from engine.chat.export import conversation_json, conversation_markdown
-
         try:
-            text = (conversation_json if fmt == "json" else conversation_markdown)(self.db, conversation_id)
+            text = self.assistant.export(conversation_id, "json" if fmt == "json" else "markdown")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
-        except (OSError, LookupError) as exc:
+        except (OSError, LookupError, InputError) as exc:
             self.notice.emit(f"export failed: {exc}")
             return
         self.notice.emit(f"exported to {path}")
 
     @Slot()
     def forget_all_memories(self) -> None:
-        if self.memory_service is not None:
-            n = self.memory_service.forget_all()
-            log.info("forgot %d memories", n)
+        if self.assistant is not None:
+            log.info("forgot %d memories", self.assistant.forget_all_memories())
+
+    @Slot(str)
+    def apply_settings(self, keys_json: str) -> None:
+        """Settings changed in the dialog: apply what can be applied live, say what waits for a restart."""
+        if self.assistant is None:
+            return
+        settings = self.assistant.settings
+        if settings is not None:
+            settings.reload()  # the dialog wrote the file through its own Settings
+        later = [k for k in json.loads(keys_json) if settings is None or not self.assistant.apply_setting(k, settings.get(k))]
+        self.notice.emit("settings applied" if not later else
+                         "settings saved; these apply at the next start: " + ", ".join(sorted(later)))
 
     # ---- turns
     @Slot(int, str, str, float, int)
@@ -220,20 +203,19 @@ class EngineWorker(QObject):
         finally:
             self.refresh()
 
-    # ---- called from the GUI thread: read-only
-    def count_tokens(self, text: str) -> int | None:
-        """Exact tokens of `text` for the L1 model (a vocabulary lookup, safe beside its thread)."""
-        a = self.assistant
-        if a is None:
-            return None
-        try:
-            return len(a.backend.tokenize(text, special=False))
-        except Exception:  # noqa: BLE001 - a model being swapped: no count this time
-            return None
+    # ---- called from the GUI thread: never waits on the engine
+    def stop(self) -> None:
+        self.cancel.set()
 
-    def kv_pages(self) -> dict:
+    def count_tokens(self, text: str) -> int | None:
+        """Exact tokens of `text` for the L1 model (its vocabulary alone, no model lock)."""
         a = self.assistant
-        return a.kv_pages() if a is not None else {}
+        return a.count_tokens(text) if a is not None else None
+
+    def status(self) -> dict:
+        """The engine's latest published status (gauges)."""
+        a = self.assistant
+        return a.status() if a is not None else {}
 
 
 def _done_dict(item: TurnDone) -> dict:

@@ -1,6 +1,7 @@
 """Live gauges: VRAM per GPU (or "no GPU"), RAM of the app and the system, KV pages per loaded
-model with this conversation's share, and the conversation's context water level. Updated every
-GAUGE_MS from the engine's device snapshot and KV page accounting (measured, never estimated)."""
+model with this conversation's share, and the conversation's context water level. Redrawn every
+GAUGE_MS from the status snapshot the engine publishes (measured, never estimated): the GUI
+thread reads that dict and never asks a model or a device itself."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout, QWidget
 
 from app.i18n import tr
-from engine.models.devices import snapshot
 
 log = logging.getLogger(__name__)
 GAUGE_MS = 500
@@ -26,10 +26,10 @@ def _bar(maximum: int = 100) -> QProgressBar:
 
 
 class GaugePanel(QGroupBox):
-    def __init__(self, kv_source, parent=None):
-        """`kv_source()` returns the engine's `kv_pages()` dict (empty until it is ready)."""
+    def __init__(self, status_source, parent=None):
+        """`status_source()` returns the engine's published status dict (empty until it is ready)."""
         super().__init__(tr("Resources"), parent)
-        self.kv_source = kv_source
+        self.status_source = status_source
         self.conversation_id: int | None = None
         self.water: dict | None = None
         self._proc = psutil.Process()
@@ -73,20 +73,25 @@ class GaugePanel(QGroupBox):
 
     def update_now(self) -> None:
         try:
-            snap = snapshot()
-            gpus = snap.gpus
+            status = self.status_source() or {}
+            devices = status.get("devices") or {}
+            gpus = devices.get("gpus") or ()
             if gpus:
-                self.vram.setText("; ".join(f"{g.name}: {g.used_bytes / 2**20:.0f} / {g.total_bytes / 2**20:.0f} MiB"
+                self.vram.setText("; ".join(f"{g['name']}: {g['used_bytes'] / 2**20:.0f} / {g['total_bytes'] / 2**20:.0f} MiB"
                                             for g in gpus))
             else:
                 self.vram.setText(tr("no GPU"))
-            vm = psutil.virtual_memory()
-            rss = self._proc.memory_info().rss
-            self.ram_app.setValue(int(100 * rss / vm.total))
+            if devices:  # the engine's reading; psutil here only until the engine is up
+                total, available, rss = (devices["ram_total_bytes"], devices["ram_available_bytes"],
+                                         devices["process_rss_bytes"])
+            else:
+                vm = psutil.virtual_memory()
+                total, available, rss = vm.total, vm.available, self._proc.memory_info().rss
+            self.ram_app.setValue(int(100 * rss / total))
             self.ram_app.setFormat(f"{rss / 2**20:.0f} MiB")
-            self.ram_sys.setValue(int(vm.percent))
-            self.ram_sys.setFormat(f"{(vm.total - vm.available) / 2**30:.1f} / {vm.total / 2**30:.1f} GiB")
-            self._draw_kv(self.kv_source() or {})
+            self.ram_sys.setValue(int(100 * (total - available) / total))
+            self.ram_sys.setFormat(f"{(total - available) / 2**30:.1f} / {total / 2**30:.1f} GiB")
+            self._draw_kv(status.get("kv") or {})
         except Exception:  # noqa: BLE001 - a gauge must never take the window down
             log.exception("gauge update failed")
 

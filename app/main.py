@@ -10,8 +10,7 @@ import logging
 import os
 import sys
 
-from engine.config.paths import install_dir
-from engine.config.settings import Settings
+from engine.api import Settings, install_dir
 
 log = logging.getLogger("assistant.gui")
 ASSETS = install_dir() / "assets"

@@ -17,6 +17,7 @@ from app.composer import Composer
 from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
 from app.i18n import tr
+from engine.api import Settings
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class MainWindow(QMainWindow):
     _resend = Signal(int, str, str, float, int)
     _shutdown = Signal()
     _forget_all = Signal()
+    _apply_settings = Signal(str)  # JSON list of changed setting keys
     _rename = Signal(int, str)
     _delete = Signal(int)
     _export = Signal(int, str, str)
@@ -106,8 +108,6 @@ class MainWindow(QMainWindow):
             actions.addWidget(b)
         actions.addStretch(1)
         self.composer.set_busy(True)  # until the engine is ready
-        from engine.config.settings import Settings
-
         mode = Settings().get("router.mode")  # the settings' routing mode is the composer's default
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
         center = QWidget()
@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         self.thread = QThread(self)
         self.thread.setObjectName("engine")
         self.worker.moveToThread(self.thread)
-        self.gauges = GaugePanel(self.worker.kv_pages)
+        self.gauges = GaugePanel(self.worker.status)
 
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(side)
@@ -150,6 +150,7 @@ class MainWindow(QMainWindow):
         self._resend.connect(w.resend_edited)
         self._shutdown.connect(w.shutdown, Qt.BlockingQueuedConnection)
         self._forget_all.connect(w.forget_all_memories)
+        self._apply_settings.connect(w.apply_settings)
         self._rename.connect(w.rename)
         self._delete.connect(w.delete)
         self._export.connect(w.export)
@@ -333,7 +334,7 @@ class MainWindow(QMainWindow):
         self._send.emit(cid, text, route, self.temperature, self.max_tokens)
 
     def stop(self) -> None:
-        self.worker.cancel.set()  # a threading.Event: safe from this thread
+        self.worker.stop()  # a threading.Event: safe from this thread
 
     def _set_busy(self, busy: bool) -> None:
         self.busy = busy
@@ -420,29 +421,30 @@ class MainWindow(QMainWindow):
 
     def open_models(self) -> None:
         from app.model_manager import ModelManagerDialog
-        from engine.config.settings import Settings
 
         ModelManagerDialog(Settings(), self).exec()
 
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog
         from app.theme import apply_theme
-        from engine.config.settings import Settings
 
         settings = Settings()
         dialog = SettingsDialog(settings, self)
+        changed: list[str] = []
+        settings.on_change(lambda key, _value: changed.append(key))
         if dialog.exec():
             apply_theme(settings.get("ui.theme"))
             self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
             self.view._cache.clear()
             self.view._render()
-            self.status_label.setText(tr("Settings saved; model and budget changes apply at the next start"))
+            if changed:
+                self._apply_settings.emit(json.dumps(changed))
         if dialog.forget_requested:
             self._forget_all.emit()
 
     # ---- shutdown
     def closeEvent(self, event):  # noqa: N802 - Qt's name
-        self.worker.cancel.set()
+        self.worker.stop()
         self.gauges.timer.stop()
         if self.thread.isRunning():
             self._shutdown.emit()  # blocks until the engine saved its state and closed

@@ -14,12 +14,8 @@ from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QMessa
                                QTableWidget, QTableWidgetItem, QVBoxLayout)
 
 from app.i18n import tr
-from engine.models.catalog import ModelEntry, load_catalog
-from engine.models.downloads import DownloadCancelled, DownloadError, download, part_path
-from engine.models.gguf_info import GGUFError, read_gguf
-from engine.inference.manager import ram_bytes
-from engine.models.planner import PlanError, plan
-from engine.config.settings import Settings
+from engine.api import (DownloadCancelled, DownloadError, GGUFError, ModelEntry, PlanError, Settings, download,
+                        load_catalog, part_path, plan, ram_bytes, read_gguf)
 
 log = logging.getLogger(__name__)
 COLUMNS = ("Model", "Tier", "Size", "Quant", "Needs", "On this machine", "Status")

@@ -41,8 +41,7 @@ def run_selftest(model: str | None = None) -> int:
         from PySide6.QtWidgets import QApplication
 
         from app.main import create_main_window
-        from engine.config.paths import db_path, user_dir
-        from engine.storage import Database
+        from engine.api import database_check, user_dir
 
         app = QApplication.instance() or QApplication([sys.argv[0]])
         data = user_dir()
@@ -82,13 +81,13 @@ def run_selftest(model: str | None = None) -> int:
 
         def memory_settled() -> bool:
             """Memory on (the default): its embedder must load in an installed app too."""
-            memory = window.worker.memory_service
+            memory = window.worker.status().get("memory")
             if memory is None:
                 return True
-            if memory.embedder.state == "loading":
+            if memory["embedder"] == "loading":
                 return False
-            report["memory"] = memory.status()
-            checks["memory_ready"] = memory.embedder.ready
+            report["memory"] = memory
+            checks["memory_ready"] = memory["embedder"] == "ready"
             return True
 
         timer = QTimer()
@@ -105,14 +104,11 @@ def run_selftest(model: str | None = None) -> int:
             report["ttft_ms"] = round(done["stats"].get("ttft_ms", 0))
             report["model"] = done.get("model")
         window.close()  # already closed by quit() when it was shown; closing twice is harmless
-        db = Database(db_path())
-        try:
-            checks["db_integrity"] = db.integrity_check() == "ok"
-            rows = [m for c in db.conversations() for m in db.messages(c["id"])]
-            checks["turn_stored"] = any(m["role"] == "user" and m["content"] == PROMPT for m in rows) and \
-                any(m["role"] == "assistant" and m["status"] == "done" for m in rows)
-        finally:
-            db.close()
+        stored = database_check()
+        checks["db_integrity"] = stored["integrity"] == "ok"
+        rows = stored["messages"]
+        checks["turn_stored"] = any(m["role"] == "user" and m["content"] == PROMPT for m in rows) and \
+            any(m["role"] == "assistant" and m["status"] == "done" for m in rows)
         if state["error"]:
             report["error"] = state["error"]
     except Exception as exc:  # noqa: BLE001 - the report says what broke; exit 1
@@ -124,7 +120,7 @@ def run_selftest(model: str | None = None) -> int:
         print(text)
     else:  # a windowed Windows executable started without handles has no stdout: leave the report on disk
         try:
-            from engine.config.paths import user_dir
+            from engine.api import user_dir
 
             (user_dir() / "selftest.json").write_text(text, encoding="utf-8")
         except OSError:

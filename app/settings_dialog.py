@@ -12,11 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QVBoxLayout)
 
 from app.i18n import tr
-from engine.models.catalog import load_catalog
-from engine.models.devices import snapshot
-from engine.models.planner import PlanError, plan
-from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError
-from engine.config.settings import Settings
+from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +37,7 @@ class SettingsDialog(QDialog):
             combo.setCurrentIndex(max(0, combo.findData(settings.get(key))))
         form.addRow(tr("CPU model (L1)"), self.l1)
         form.addRow(tr("GPU model (L2)"), self.l2)
-        snap = snapshot()
+        snap = device_snapshot()
         gpu = snap.best_gpu
         total_mb = int(gpu.total_bytes / 2**20) if gpu else 0
         self.vram = QSlider(Qt.Horizontal)
@@ -177,12 +173,7 @@ class SettingsDialog(QDialog):
             self.l3_result.setText(tr("no URL"))
             return
         try:
-            client = RemoteClient(RemoteConfig(url, self.l3_key.text(), self.l3_model.text(),
-                                               connect_timeout_s=3, read_timeout_s=5, retries=0))
-            try:
-                models = client.list_models()
-            finally:
-                client.close()
+            models = check_remote(url, self.l3_key.text(), self.l3_model.text())
             self.l3_result.setText(tr("connected: {models}").format(models=", ".join(models[:3]) or "?"))
         except RemoteError as exc:
             self.l3_result.setText(str(exc))

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from llama_cpp import Llama  # noqa: E402 - the bare baseline, deliberately outside the engine
 
 from engine.inference.backend import LoadParams, SamplingParams  # noqa: E402
-from engine.chat.assistant import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, TurnDone  # noqa: E402
 from engine.inference.generate import GenerateParams  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402

@@ -1,6 +1,6 @@
 import pytest
 
-from engine.chat.assistant import clean_text
+from engine.storage import clean_text
 from engine.inference.generate import _stop_hold
 from engine.inference.templates import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from engine.inference.backend import SamplingParams
 from engine.inference.generate import GenerateParams, TurnResult, generate
-from engine.inference.runtime import BACKGROUND, Job, Worker
+from engine.inference.runtime import BACKGROUND, Job, ModelUnloaded, Worker
 from engine.chat.session import Message, Session
 from engine.storage import Database
 
@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 SUMMARY_EVERY_TURNS = 5
 SUMMARY_CHARS = 200
 KEEP_RECENT_TURNS = 2  # the newest turns are still in the window: not summarised yet
+MAX_PREEMPTIONS = 2  # then a summary runs to the end: the chain must keep up under steady use
 _PARAMS = GenerateParams(SamplingParams(temperature=0.0, repeat_penalty=1.1, seed=0), max_tokens=96)
 
 
@@ -56,44 +57,73 @@ def summary_messages(task: SummaryTask, max_chars: int = SUMMARY_CHARS) -> list[
 
 
 class SummaryHandle:
-    """Tracks one summary across pre-emptions: `done` is set once it is written or has failed."""
+    """Tracks one summary across pre-emptions: `done` is set once it is written, has failed, or its
+    model was unloaded before it could run."""
 
     def __init__(self):
         self.done = threading.Event()
         self.summary_id: int | None = None
         self.preemptions = 0
+        self.urgent = threading.Event()  # a turn waits for it: it no longer yields to chat requests
 
 
 def submit_summary(worker: Worker, db: Database, task: SummaryTask, max_chars: int = SUMMARY_CHARS) -> SummaryHandle:
-    """Queue a background summary on `worker`; it re-queues itself if a chat request pre-empts it."""
+    """Queue a background summary on `worker`.
+
+    A chat request pre-empts it (within one prompt piece or token) and it queues itself again, but
+    only MAX_PREEMPTIONS times: after that it runs to the end, so the chain keeps up under steady
+    use at the cost of one delayed turn. `handle.urgent` makes it run to the end at once.
+    """
     handle = SummaryHandle()
+    preempted = threading.Event()  # the last run yielded to a chat request
 
     def run(w: Worker, job: Job) -> None:
-        requeued = False
+        preempted.clear()
+        saved = w.backend.save_sequence()  # the foreground conversation's KV: borrowed, then returned
         try:
-            saved = w.backend.save_sequence()  # the foreground conversation's KV: borrowed, then returned
-            try:
-                prompt = Session(w.backend, w.template, summary_messages(task, max_chars)).prompt()
-                result = None
-                for item in generate(w.backend, prompt, _PARAMS, cancel=job.preempt):
-                    if isinstance(item, TurnResult):
-                        result = item
-            finally:
-                if not w.backend.restore_sequence(saved):
-                    log.warning("could not restore the KV sequence after a summary; the next turn re-evaluates")
-            if result is None or result.stats.finish_reason == "cancelled":
-                handle.preemptions += 1
-                log.info("summary of conversation %d pre-empted; queued again", task.conversation_id)
-                w.submit(run, BACKGROUND)
-                requeued = True
-                return
-            text = result.text.strip()[: max_chars * 2] or "(empty summary)"
-            handle.summary_id = db.add_summary(task.conversation_id, task.messages[0].id, task.messages[-1].id,
-                                               text, model=w.model.id,
-                                               previous_id=task.previous["id"] if task.previous else None)
+            prompt = Session(w.backend, w.template, summary_messages(task, max_chars)).prompt()
+            result = None
+            for item in generate(w.backend, prompt, _PARAMS, _StopWhen(job, handle), w.prefill_piece()):
+                if isinstance(item, TurnResult):
+                    result = item
         finally:
-            if not requeued:
-                handle.done.set()
+            if not w.backend.restore_sequence(saved):
+                log.warning("could not restore the KV sequence after a summary; the next turn re-evaluates")
+        if result is None or result.stats.finish_reason == "cancelled":
+            if not job.cancel.is_set():  # pre-empted, not stopped by quitting or unloading
+                handle.preemptions += 1
+                preempted.set()
+                log.info("summary of conversation %d pre-empted (%d); queued again", task.conversation_id,
+                         handle.preemptions)
+            return
+        text = result.text.strip()[: max_chars * 2] or "(empty summary)"
+        handle.summary_id = db.add_summary(task.conversation_id, task.messages[0].id, task.messages[-1].id,
+                                           text, model=w.model.id,
+                                           previous_id=task.previous["id"] if task.previous else None)
 
-    worker.submit(run, BACKGROUND)
+    def on_done(job: Job) -> None:
+        if preempted.is_set() and job.error is None:
+            try:
+                worker.submit(run, BACKGROUND).add_done_callback(on_done)
+                return
+            except ModelUnloaded:
+                pass
+        handle.done.set()  # written, failed, or dropped with its model: never leave a waiter hanging
+
+    worker.submit(run, BACKGROUND).add_done_callback(on_done)
     return handle
+
+
+class _StopWhen:
+    """A summary stops when told to (quit, unload) or, while it still yields, when a chat request
+    waits behind it (pre-emption). Past MAX_PREEMPTIONS, or once a turn waits for it, it no
+    longer yields."""
+
+    def __init__(self, job: Job, handle: SummaryHandle):
+        self.job, self.handle = job, handle
+
+    def is_set(self) -> bool:
+        if self.job.cancel.is_set():
+            return True
+        yielding = self.handle.preemptions < MAX_PREEMPTIONS and not self.handle.urgent.is_set()
+        return yielding and self.job.preempt.is_set()

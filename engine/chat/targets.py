@@ -71,7 +71,7 @@ class LocalTarget:
             if window_moved:  # the oldest turns left the window: shift the cache, else re-evaluate
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
             try:
-                for item in generate(worker.backend, prompt, params, job.cancel):
+                for item in generate(worker.backend, prompt, params, job.cancel, worker.prefill_piece()):
                     if isinstance(item, TurnResult):
                         item.stats.context_shift = shift
                         if restore is not None:
@@ -83,6 +83,8 @@ class LocalTarget:
                     job.emit(item)
             except ContextFull as exc:
                 raise InputError(f"this conversation is full: {exc}; start a new one") from exc
+            finally:
+                worker.publish(conversation_id)
 
         yield from self.worker.submit(run, FOREGROUND, cancel)
 

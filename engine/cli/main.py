@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import os
 import logging
 import signal
 import sys
@@ -11,18 +13,14 @@ import threading
 from typing import Iterator
 
 from engine import __version__
-from engine.inference.backend import LoadParams, ModelLoadError, SamplingParams
-from engine.models.catalog import ModelNotFound, load_catalog
+from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
+                        RemoteError, SamplingParams, Settings, StorageError, TurnDone, db_path, load_catalog,
+                        user_dir)
 from engine.cli.memory import add_memory_parser
 from engine.cli.plan import add_plan_parsers
 from engine.cli.route import add_route_parser
 from engine.models.fetch import main as fetch_main
-from engine.chat.assistant import Assistant, ConversationNotFound, InputError, TurnDone
-from engine.inference.generate import GenerateParams
-from engine.config.paths import db_path, user_dir
-from engine.inference.remote import RemoteConfig, RemoteError, config_from_settings
-from engine.config.settings import Settings
-from engine.storage import Database, StorageError
+from engine.storage import Database
 
 log = logging.getLogger("assistant")
 
@@ -129,7 +127,7 @@ class ChatLoop:
         elif cmd == "/switch":
             try:
                 target = int(arg)
-                self.assistant.session(target)
+                self.assistant.conversation(target)
             except ValueError:
                 self.out.error("usage: /switch ID")
                 self.failures += 1
@@ -141,7 +139,7 @@ class ChatLoop:
             self.conversation_id = target
             self.out.notice("conversation", f"[conversation {target}]", conversation_id=target)
         elif cmd == "/list":
-            rows = self.assistant.db.conversations()
+            rows = self.assistant.conversations()
             if self.out.json:
                 self.out.event(event="conversations", conversations=[
                     {k: r[k] for k in ("id", "title", "updated", "model")} for r in rows])
@@ -230,49 +228,50 @@ class ChatLoop:
             sys.stdout.write(f"\n{self.assistant.tiers['L2']}> ")
 
 
-def _remote_config(args: argparse.Namespace, settings: Settings) -> RemoteConfig | None:
-    return config_from_settings(settings, args.l3_url, args.l3_key, args.l3_model)
+def _guard_stdout() -> None:
+    """Keep fd 1 for our own output when it is a pipe: fd 1 then points at stderr, so whatever
+    native code writes there (llama.cpp, a crash handler, ONNX Runtime) never lands in the JSON
+    lines, and our events go to a private duplicate of the original stdout."""
+    if sys.stdout is not sys.__stdout__ or sys.stdout.isatty():
+        return
+    try:
+        sys.stdout.flush()
+        private = os.dup(1)
+        os.dup2(2, 1)
+    except (OSError, ValueError):
+        return
+    sys.stdout = io.TextIOWrapper(os.fdopen(private, "wb"), encoding="utf-8", errors="replace",
+                                  line_buffering=True)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    _guard_stdout()
     out = Output(args.json)
     try:
-        db = Database(db_path())
+        assistant = Assistant.from_settings(
+            model=args.model, n_ctx=args.n_ctx, debug=args.debug, memory=False if args.no_memory else None,
+            cascade=False if args.no_cascade else None, cascade_threshold=args.cascade_threshold,
+            vram_budget_mb=args.vram_budget_mb, l3_url=args.l3_url, l3_key=args.l3_key, l3_model=args.l3_model)
     except StorageError as exc:  # a read-only or full data folder: the user's to fix, not a crash
         out.error(str(exc))
         return EXIT_FAILED
-    settings = Settings()
-    if args.conversation is not None and db.conversation(args.conversation) is None:
-        out.error(f"no conversation with id {args.conversation} (see /list)")
-        return EXIT_NOT_FOUND
-    try:
-        remote = _remote_config(args, settings)
     except RemoteError as exc:
         out.error(str(exc))
         return EXIT_USAGE
-    threshold = args.cascade_threshold if args.cascade_threshold is not None else (
-        settings.get("cascade.threshold") or None)
-    tiers = {"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}
-    vram = args.vram_budget_mb if args.vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
-    memory = _start_memory(db, settings) if settings.get("memory.enabled") and not args.no_memory else None
-    try:
-        assistant = Assistant(db, args.model, LoadParams(n_ctx=args.n_ctx), debug=args.debug, tiers=tiers,
-                              remote=remote, cascade=settings.get("cascade.enabled") and not args.no_cascade,
-                              cascade_threshold=threshold, max_switch_s=settings.get("router.max_switch_s"),
-                              vram_budget_mb=None if vram < 0 else vram,
-                              summary_every=settings.get("summary.every_turns"),
-                              memory=memory, memory_k=settings.get("memory.k"),
-                              kv_warm_mb=settings.get("kv.warm_budget_mb") or None,
-                              kv_cold_mb=settings.get("kv.cold_budget_mb"),
-                              warn_threshold=settings.get("confidence.warn_threshold") or None)
     except (ModelNotFound, ModelLoadError) as exc:
         out.error(str(exc))
-        if memory is not None:
-            memory.close()
-        db.close()
         return EXIT_MODEL
     try:
+        for warning in assistant.warnings:
+            out.notice("warning", f"warning: {warning}", message=warning)
+        if assistant.degraded:
+            log.warning("%s", assistant.degraded)
         if args.conversation is not None:
+            try:
+                assistant.conversation(args.conversation)
+            except ConversationNotFound:
+                out.error(f"no conversation with id {args.conversation} (see /list)")
+                return EXIT_NOT_FOUND
             if args.system:
                 log.warning("--system applies to new conversations; conversation %d keeps its own", args.conversation)
             conversation_id = args.conversation
@@ -287,18 +286,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return EXIT_OK
     finally:
-        assistant.close()
-        if memory is not None:
-            memory.close()  # stores the messages still queued; their vectors follow on the next start
-        db.close()
-
-
-def _start_memory(db: Database, settings: Settings):
-    """The memory service with its embedder loading in the background (never on the start path):
-    turns skip retrieval, and say so, until it is ready."""
-    from engine.memory import MemoryService
-
-    return MemoryService.from_settings(db, settings).start()
+        assistant.close()  # models, memory (queued messages stored), database; threads joined
 
 
 def cmd_summary(args: argparse.Namespace) -> int:

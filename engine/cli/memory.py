@@ -194,22 +194,3 @@ def cmd_list(args: argparse.Namespace) -> int:
             where = f" (conversation {r.conversation_id}, message {r.message_id})" if r.kind == "message" else ""
             sys.stdout.write(f"#{r.id:<6} {r.kind:<7} {r.created[:10]}  {r.text}{where}\n")
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.cli.memory add|search|forget|list …`: the same as `assistant memory …`."""
-    parser = argparse.ArgumentParser(prog="python -m engine.cli.memory")
-    add_memory_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["memory", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        return args.func(args)
-    except BrokenPipeError:
-        return EXIT_OK
-    except Exception as exc:  # noqa: BLE001 - last resort: logged with context, reported, never a bare traceback
-        log.exception("internal error in `memory %s`", args.memory_command)
-        return _error(f"internal error: {type(exc).__name__}: {exc}", EXIT_FAILED, getattr(args, "json", False))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

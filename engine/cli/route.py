@@ -93,19 +93,3 @@ def _run_eval(path: str, as_json: bool) -> int:
                          f"under-routing {r.under_rate:.1%}, over-routing {r.over_rate:.1%}")
         sys.stdout.write("\n".join(lines) + "\n")
     return EXIT_OK
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.cli.route [TEXT] [--eval FILE] [--json]`: the same as `assistant route`."""
-    parser = argparse.ArgumentParser(prog="python -m engine.cli.route")
-    add_route_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["route", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    try:
-        return args.func(args)
-    except BrokenPipeError:
-        return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ def install_dir() -> Path:
     """The read-only root holding `models/` and `assets/`: the bundle, or the repository."""
     if frozen():
         return Path(getattr(sys, "_MEIPASS", Path(sys.executable).resolve().parent))
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parent.parent.parent  # engine/config/paths.py → the repository
 
 
 def install_models_dir() -> Path:

@@ -61,33 +61,68 @@ class Settings:
         self._values: dict[str, Any] = {}
         self._listeners: list[Callable[[str, Any], None]] = []
         self._lock = threading.Lock()
+        self._problems: list[str] = []
         self._load()
 
     def _load(self) -> None:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(data, dict):
-                self._values = {k: v for k, v in data.items() if k in DEFAULTS}
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            self._values = {k: v for k, v in data.items() if k in DEFAULTS}
         except FileNotFoundError:
             pass
         except (OSError, ValueError) as exc:
             # A damaged settings file must not stop the app: keep it aside, start from defaults.
-            log.warning("settings file %s unreadable (%s); using defaults", self.path, exc)
+            self._problem(f"settings file {self.path} is unreadable ({exc}); it was kept as "
+                          f"{self.path.with_suffix('.json.bad').name} and the defaults are used")
             try:
                 self.path.replace(self.path.with_suffix(".json.bad"))
             except OSError:
                 pass
 
     def get(self, key: str) -> Any:
-        env = os.environ.get(_env_name(key))
+        """The setting's value, of its default's type; a value of the wrong type or out of range
+        (a hand-edited file, a bad environment variable) gives the default and a problem note."""
         default = DEFAULTS[key]
+        env = os.environ.get(_env_name(key))
         if env is not None:
-            return type(default)(env) if not isinstance(default, bool) else env.lower() in ("1", "true", "yes")
-        return self._values.get(key, default)
+            value, where = _from_env(env, default), f"environment variable {_env_name(key)}"
+        elif key in self._values:
+            value, where = self._values[key], str(self.path)
+        else:
+            return default
+        checked = _checked(key, value)
+        if checked is _INVALID:
+            self._problem(f"setting {key} = {value!r} in {where} is not valid "
+                          f"({_expected(key)}); using the default {default!r}")
+            return default
+        return checked
+
+    def reload(self) -> None:
+        """Read the file again (another Settings object, e.g. a settings dialog's, wrote it)."""
+        with self._lock:
+            self._values = {}
+        self._load()
+
+    def problems(self) -> list[str]:
+        """What was wrong with the settings file or environment, in words for the user."""
+        with self._lock:
+            return list(self._problems)
+
+    def _problem(self, text: str) -> None:
+        with self._lock:
+            if text not in self._problems:
+                self._problems.append(text)
+                log.warning("%s", text)
 
     def set(self, key: str, value: Any) -> None:
+        """Store a value (ValueError if it is not valid for `key`) and tell the listeners."""
         if key not in DEFAULTS:
             raise KeyError(f"unknown setting {key}")
+        value = _checked(key, value)
+        if value is _INVALID:
+            raise ValueError(f"setting {key}: {_expected(key)}")
         with self._lock:
             if self.get(key) == value:
                 return
@@ -111,3 +146,60 @@ class Settings:
 
     def on_change(self, listener: Callable[[str, Any], None]) -> None:
         self._listeners.append(listener)
+
+
+# Allowed values beyond the default's type.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "router.mode": ("auto", "L1", "L2", "L3"),
+    "memory.vector_backend": ("auto", "numpy", "sqlite-vec"),
+    "ui.language": ("auto", "zh_CN", "en"),
+    "ui.theme": ("light", "dark"),
+}
+# Inclusive numeric ranges.
+RANGES: dict[str, tuple[float, float]] = {
+    "l3.n_ctx": (256, 10_000_000), "l3.timeout_s": (1, 3600), "router.max_switch_s": (0, 600),
+    "cascade.threshold": (0, 1), "confidence.warn_threshold": (0, 1), "summary.every_turns": (0, 1000),
+    "memory.k": (0, 50), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000),
+    "kv.warm_budget_mb": (0, 10_000_000), "kv.cold_budget_mb": (0, 100_000_000),
+    "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
+}
+_INVALID = object()
+
+
+def _checked(key: str, value: Any) -> Any:
+    """`value` as the type of the key's default, or _INVALID."""
+    default = DEFAULTS[key]
+    if isinstance(default, bool):
+        return value if isinstance(value, bool) else _INVALID
+    if isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
+            return _INVALID
+        if isinstance(default, int) and not float(value).is_integer():
+            return _INVALID
+        value = type(default)(value)
+        low, high = RANGES.get(key, (float("-inf"), float("inf")))
+        return value if low <= value <= high else _INVALID
+    if not isinstance(value, str):
+        return _INVALID
+    return value if key not in CHOICES or value in CHOICES[key] else _INVALID
+
+
+def _expected(key: str) -> str:
+    default = DEFAULTS[key]
+    if key in CHOICES:
+        return "one of " + ", ".join(CHOICES[key])
+    if key in RANGES:
+        low, high = RANGES[key]
+        return f"a number from {low:g} to {high:g}"
+    return f"a {type(default).__name__}"
+
+
+def _from_env(text: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, (int, float)):
+        try:
+            return float(text)
+        except ValueError:
+            return text  # reported as invalid by _checked
+    return text

@@ -15,14 +15,19 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-import llama_cpp
-from llama_cpp import Llama
-from llama_cpp import _logger as llama_logger
+# ggml's crash handler runs gdb when it finds one and prints its output to stdout, into the CLI's
+# JSON lines; a crash must say what it says on stderr only.
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
-from engine.models.gguf_info import GGUFError, read_gguf
+import llama_cpp  # noqa: E402 - after the environment it reads
+from llama_cpp import Llama  # noqa: E402
+from llama_cpp import _logger as llama_logger  # noqa: E402
+
+from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -332,12 +337,38 @@ class Backend:
         self._llama.n_tokens = len(tokens)
         return True
 
-    def eval(self, tokens: list[int]) -> None:
-        """Evaluate tokens after the current KV contents (batched by n_batch)."""
+    def eval(self, tokens: list[int], piece: int | None = None, stop: Callable[[], bool] | None = None) -> int:
+        """Evaluate tokens after the current KV contents, `piece` tokens per decode (default n_batch).
+
+        `stop()` is asked between pieces: a true answer leaves the rest unevaluated, so Stop and
+        pre-emption act within one piece, never after a whole prompt. `kv_tokens` then holds exactly
+        what was evaluated; a decode that fails leaves it (and the cache) at the last whole piece.
+
+        Returns:
+            How many of `tokens` were evaluated (all of them unless `stop` said so).
+        """
         if len(self._kv) + len(tokens) > self.n_ctx:
             raise ContextFull(len(self._kv) + len(tokens), self.n_ctx)
-        self._llama.eval(tokens)
-        self._kv.extend(tokens)
+        step = max(1, min(piece or self.params.n_batch, self.params.n_batch))
+        done = 0
+        while done < len(tokens):
+            if stop is not None and stop():
+                break
+            part = tokens[done:done + step]
+            try:
+                self._llama.eval(part)
+            except BaseException:
+                self._resync()
+                raise
+            self._kv.extend(part)
+            done += len(part)
+        return done
+
+    def _resync(self) -> None:
+        # A decode failed part-way: drop whatever llama.cpp kept past the ids we know are there.
+        n = len(self._kv)
+        self._ctx.kv_cache_seq_rm(-1, n, -1)
+        self._llama.n_tokens = n
 
     # ---- sampling
     def make_sampler(self, p: SamplingParams):
@@ -371,6 +402,46 @@ class Backend:
 
     def close(self) -> None:
         self._llama.close()
+
+
+class VocabTokenizer:
+    """A model's vocabulary alone (no weights, no context): exact token counts from any thread.
+
+    It shares nothing with the model's `Backend`, so counting never waits for, or races with, the
+    model's own thread; llama.cpp's tokenizer only reads the vocabulary. Loading reads the GGUF's
+    vocabulary (tens of ms): do it off the GUI thread.
+
+    Raises:
+        ModelLoadError: the file cannot be read as a GGUF vocabulary.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        with _LoadLogCapture():  # keeps llama.cpp's load chatter off stdout/stderr
+            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
+        if not self._model:
+            raise ModelLoadError(f"could not read the vocabulary of {self.path.name}")
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._lock = threading.Lock()  # close() must not free the vocabulary under a count
+
+    def count(self, text: str) -> int:
+        """Tokens of `text` as message content (control-token text counts as plain text)."""
+        data = text.encode("utf-8", errors="replace")
+        if not data:
+            return 0
+        with self._lock:
+            if not self._model:
+                raise ValueError("tokenizer closed")
+            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), None, 0, False, False)
+            return -n if n < 0 else n
+
+    def close(self) -> None:
+        with self._lock:
+            if self._model:
+                llama_cpp.llama_model_free(self._model)
+                self._model = None
 
 
 class ContextFull(RuntimeError):

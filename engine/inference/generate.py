@@ -10,7 +10,7 @@ import codecs
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from engine.inference.backend import Backend, ContextFull, SamplingParams
 
@@ -71,10 +71,14 @@ def _stop_hold(text: str, stops: tuple[str, ...]) -> int:
     return hold
 
 
-def prefill(backend: Backend, prompt: list[int]) -> tuple[int, str]:
+def prefill(backend: Backend, prompt: list[int], stop: Callable[[], bool] | None = None,
+            piece: int | None = None) -> tuple[int, str, bool]:
     """Bring the KV cache to hold `prompt` with fresh logits for its last token.
 
-    Returns (tokens reused from the cache, cache_mode).
+    `stop()` is asked between pieces of `piece` tokens; when it says so, the cache keeps exactly
+    the part evaluated so far (the next turn reuses it) and nothing can be sampled.
+
+    Returns (tokens reused from the cache, cache_mode, complete).
     """
     if len(prompt) >= backend.n_ctx:
         raise ContextFull(len(prompt) + 1, backend.n_ctx)
@@ -94,22 +98,32 @@ def prefill(backend: Backend, prompt: list[int]) -> tuple[int, str]:
         mode = "rollback"
     if not backend.keep_prefix(keep):
         keep, mode = 0, "reeval"
-    backend.eval(prompt[keep:])
-    return keep, mode
+    rest = prompt[keep:]
+    done = backend.eval(rest, piece, stop)
+    return keep, mode, done == len(rest)
 
 
 def generate(
     backend: Backend, prompt: list[int], params: GenerateParams = GenerateParams(),
-    cancel: threading.Event | None = None,
+    cancel: threading.Event | None = None, piece: int | None = None,
 ) -> Iterator[Chunk | TurnResult]:
     """Stream an answer to `prompt` (the full token sequence of the conversation so far).
+
+    `cancel` is checked between prompt pieces of `piece` tokens (default n_batch) and between
+    decoded tokens.
 
     Raises:
         ContextFull: the prompt alone does not fit the context.
     """
     t0 = time.perf_counter()
-    cached, mode = prefill(backend, prompt)
+    cached, mode, complete = prefill(backend, prompt, cancel.is_set if cancel is not None else None, piece)
     t_prompt = time.perf_counter()
+    if not complete:  # stopped while reading the prompt: nothing to sample from
+        n_eval = len(backend.kv_tokens) - cached
+        ms = round((t_prompt - t0) * 1000, 2)
+        yield TurnResult([], "", [], TurnStats(len(prompt), n_eval, cached, 0, ms, 0.0, 0.0, "cancelled",
+                                               mode, prompt_ms=ms))
+        return
     sampler = backend.make_sampler(params.sampling)
     max_tokens = min(params.max_tokens, backend.n_ctx - len(prompt))
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -13,16 +13,10 @@ from dataclasses import replace
 from engine.inference.backend import LoadParams, ModelLoadError
 from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
 from engine.models.gguf_info import GGUFError
-from engine.models.planner import Plan, PlanError, plan
+from engine.models.planner import Plan, PlanError, plan, ram_bytes
 from engine.inference.runtime import Worker
 
 log = logging.getLogger(__name__)
-
-
-def ram_bytes(p: Plan) -> int:
-    """Host memory a planned load takes: weights and KV left on the CPU, plus CPU compute buffers."""
-    cpu_compute = p.compute_buffer_bytes_estimate if p.offload == "cpu" else 0
-    return (p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu) + cpu_compute
 
 
 def plan_error(p: Plan, report: dict) -> dict:
@@ -60,8 +54,10 @@ class ModelManager:
         self.debug = debug
         self.catalog = catalog
         self._workers: dict[str, tuple[Worker, int]] = {}  # resolved path -> (worker, bytes)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # held through a load (seconds): never take it from a GUI thread
         self.evictions = 0
+        # The loaded workers, republished on every change: status readers take this, not the lock.
+        self.published: tuple[Worker, ...] = ()
 
     def resolve(self, name_or_path: str | None) -> ResolvedModel:
         return resolve_model(name_or_path, self.catalog)
@@ -104,6 +100,7 @@ class ModelManager:
             worker.plan = p
             worker.plan_error = plan_error(p, worker.backend.memory_report)
             self._workers[key] = (worker, need)
+            self._publish()
             log.info("loaded %s (%s, ~%d MiB host memory); %d model(s) resident", model.id, p.offload,
                      need >> 20, len(self._workers))
             return worker
@@ -114,6 +111,7 @@ class ModelManager:
         while used + need > self.budget_bytes and idle:
             _, key = idle.pop(0)
             worker, size = self._workers.pop(key)
+            self._publish()
             worker.close()  # close before loading the next: never both in memory
             used -= size
             self.evictions += 1
@@ -121,6 +119,9 @@ class ModelManager:
         if used + need > self.budget_bytes:
             log.warning("model needs ~%d MB, %d MB of %d MB budget in use by busy models; loading anyway",
                         need >> 20, used >> 20, self.budget_bytes >> 20)
+
+    def _publish(self) -> None:
+        self.published = tuple(w for w, _ in self._workers.values())
 
     def loaded(self) -> list[Worker]:
         with self._lock:
@@ -140,6 +141,8 @@ class ModelManager:
 
     def close(self) -> None:
         with self._lock:
-            for worker, _ in self._workers.values():
-                worker.close()
+            workers = [w for w, _ in self._workers.values()]
             self._workers.clear()
+            self._publish()
+            for worker in workers:
+                worker.close()

@@ -23,10 +23,31 @@ log = logging.getLogger(__name__)
 
 FOREGROUND, BACKGROUND = 0, 10
 _END = object()
+# Prompt pieces: Stop, pre-emption and quitting wait at most about one piece.
+PIECE_S = 0.15  # seconds of prompt evaluation per piece, at the model's measured speed
+MIN_PIECE = 32  # smaller pieces waste more than they save
+DEFAULT_PIECE = 128  # before the model's prompt speed is measured
 
 
 class ModelUnloaded(RuntimeError):
     """The model was closed before this job could run."""
+
+
+class CancelFlag:
+    """A job's own stop flag, also raised by the caller's event it was chained to.
+
+    Each job owns its flag: a reader that leaves early stops its job only, never the caller's event
+    (a cascade's L2 re-ask shares that event and must not start out cancelled)."""
+
+    def __init__(self, parent: threading.Event | None = None):
+        self._own = threading.Event()
+        self._parent = parent
+
+    def set(self) -> None:
+        self._own.set()
+
+    def is_set(self) -> bool:
+        return self._own.is_set() or (self._parent is not None and self._parent.is_set())
 
 
 class Job:
@@ -35,19 +56,36 @@ class Job:
     def __init__(self, fn: Callable[["Worker", "Job"], None], priority: int, cancel: threading.Event | None):
         self.fn = fn
         self.priority = priority
-        self.cancel = cancel or threading.Event()
+        self.cancel = CancelFlag(cancel)
         self.preempt = threading.Event()  # set when a foreground job is waiting behind this one
         self.done = threading.Event()  # set when the job has finished (or failed)
+        self.error: BaseException | None = None
         self._out: queue.Queue = queue.Queue()
+        self._callbacks: list[Callable[["Job"], None]] = []
 
     def emit(self, item: Any) -> None:
         self._out.put(item)
 
+    def stopping(self) -> bool:
+        """Stop asked (cancel) or a foreground job waits behind this background one (pre-empt)."""
+        return self.cancel.is_set() or self.preempt.is_set()
+
+    def add_done_callback(self, fn: Callable[["Job"], None]) -> None:
+        """Call `fn(job)` once the job has finished, failed or was dropped unrun (on the thread that
+        finished it)."""
+        self._callbacks.append(fn)
+
     def _finish(self, error: BaseException | None = None) -> None:
+        self.error = error
         if error is not None:
             self._out.put(error)
         self._out.put(_END)
         self.done.set()
+        for fn in self._callbacks:
+            try:
+                fn(self)
+            except Exception:  # noqa: BLE001 - a callback must not stop the model's thread
+                log.exception("job callback failed")
 
     def __iter__(self) -> Iterator[Any]:
         try:
@@ -64,6 +102,17 @@ class Job:
                 # read what the model writes next, so stop it rather than decode to max_tokens
                 # while the next turn waits behind it.
                 self.cancel.set()
+
+
+@dataclass(frozen=True)
+class ContextView:
+    """What a model's context holds, published by its own thread after each job: others read
+    this, never the context itself (it may be closing)."""
+
+    identity: str
+    n_ctx: int
+    kv_tokens: tuple[int, ...]
+    conversation_id: int | None = None
 
 
 @dataclass
@@ -88,6 +137,7 @@ class Worker:
         # Run on the model's own thread after the last job, before the backend is freed (the KV
         # tiers keep the context's conversation state).
         self.before_close: Callable[["Worker"], None] | None = None
+        self.view = ContextView(self.backend.identity, self.backend.n_ctx, ())
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         self._thread.start()
 
@@ -123,6 +173,14 @@ class Worker:
         self.last_used = time.monotonic()
         return job
 
+    def prefill_piece(self) -> int:
+        """Prompt tokens per decode call: as many as take about PIECE_S at the measured prompt speed
+        (Stop and pre-emption act between pieces), at least MIN_PIECE, at most n_batch."""
+        n_batch = self.backend.params.n_batch
+        if self.prompt_tps is None:
+            return min(n_batch, DEFAULT_PIECE)
+        return max(MIN_PIECE, min(n_batch, int(self.prompt_tps * PIECE_S)))
+
     def note_prompt_speed(self, tokens: int, seconds: float) -> None:
         if tokens >= 16 and seconds > 0:  # tiny batches say little about prompt throughput
             tps = tokens / seconds
@@ -148,16 +206,30 @@ class Worker:
                 log.debug("job on %s failed: %s", self.model.id, exc)
                 job._finish(exc)
             finally:
+                self._publish()
                 with self._lock:
                     self.current = None
                 self.last_used = time.monotonic()
 
+    def publish(self, conversation_id: int | None = None) -> None:
+        """Publish what the context holds now (model thread only); `conversation_id` names whose
+        tokens they are, when the caller knows."""
+        self._publish(conversation_id)
+
+    def _publish(self, conversation_id: int | None = None) -> None:
+        b = self.backend
+        cid = conversation_id if conversation_id is not None else self.view.conversation_id
+        self.view = ContextView(b.identity, b.n_ctx, tuple(b.kv_tokens), cid)
+
     def close(self) -> None:
-        """Stop the thread after the running job; pending jobs fail with ModelUnloaded; free the model."""
+        """Stop the running job within one prompt piece or token; pending jobs fail with
+        ModelUnloaded; free the model once its thread has ended."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            if self.current is not None:
+                self.current.cancel.set()
             drained = []
             while True:
                 try:

@@ -244,3 +244,9 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
         compute_buffer_bytes_estimate=kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa),
         gpu_bytes_total=w_gpu + kv_gpu + compute, fits=offload == "full", offload=offload,
         mha_ratio=kv_math.mha_ratio(f), explanation=explanation, notes=f.notes)
+
+
+def ram_bytes(p: Plan) -> int:
+    """Host memory a planned load takes: weights and KV left on the CPU, plus CPU compute buffers."""
+    cpu_compute = p.compute_buffer_bytes_estimate if p.offload == "cpu" else 0
+    return (p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu) + cpu_compute

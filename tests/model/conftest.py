@@ -1,7 +1,7 @@
 import pytest
 
 from engine.inference.backend import Backend, LoadParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.storage import Database
 from engine.config.paths import db_path
 

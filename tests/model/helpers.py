@@ -1,7 +1,7 @@
 """Shared steps for model tests: run a turn to completion, greedy parameters."""
 
 from engine.inference.backend import SamplingParams
-from engine.chat.assistant import Assistant, TurnDone
+from engine.api import Assistant, TurnDone
 from engine.inference.generate import GenerateParams, TurnResult, generate
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)

@@ -4,7 +4,7 @@ it must not decode on to max_tokens while the next turn waits behind it."""
 import time
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.inference.generate import GenerateParams
 from engine.config.paths import db_path
 from engine.storage import Database

@@ -4,7 +4,7 @@ a clear error or a faithful record, never a crash, never a half-written turn."""
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant, InputError
+from engine.api import Assistant, InputError
 from engine.memory import MemoryService
 from engine.storage import Database
 

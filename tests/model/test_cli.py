@@ -10,7 +10,7 @@ import pytest
 
 from engine.inference.backend import LoadParams, SamplingParams
 from engine.inference.generate import GenerateParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.storage import Database
 
 from tests.util import cli, cli_env

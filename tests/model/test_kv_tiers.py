@@ -7,12 +7,12 @@ import struct
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.kv.tiers import MAGIC
 from engine.config.paths import db_path, user_dir
 from engine.storage import Database
 
-from engine.chat.assistant import TurnDone
+from engine.api import TurnDone
 
 from .helpers import greedy, turn
 

@@ -4,7 +4,7 @@ prefix), pinned facts in the stable block, finished messages indexed, citations 
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.memory import Embedder, MemoryService
 from engine.config.paths import db_path
 from engine.storage import Database

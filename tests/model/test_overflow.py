@@ -3,7 +3,7 @@
 import logging
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.config.paths import db_path
 from engine.storage import Database
 

@@ -2,7 +2,7 @@
 record (superseded), leaves the context, and the cache keeps what still matches."""
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant, InputError, TurnDone
+from engine.api import Assistant, InputError, TurnDone
 from engine.config.paths import db_path
 from engine.storage import Database
 

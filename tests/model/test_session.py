@@ -1,7 +1,7 @@
 """Stored token ids, not re-tokenized text, rebuild a conversation for the model that made them."""
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.chat.session import Message
 
 from .helpers import turn

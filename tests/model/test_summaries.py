@@ -1,7 +1,7 @@
 """The summary chain: background jobs on the L1 model that never cost the chat its KV cache."""
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant
+from engine.api import Assistant
 from engine.config.paths import db_path
 from engine.storage import Database
 

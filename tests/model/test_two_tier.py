@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant, InputError, TurnDone
+from engine.api import Assistant, InputError, TurnDone
 from engine.inference.manager import ModelManager, ram_bytes
 from engine.config.paths import db_path
 from engine.inference.remote import RemoteConfig

@@ -26,7 +26,8 @@ from app.main_window import MainWindow  # noqa: E402
 from app.render import markdown_html  # noqa: E402
 from engine.inference.backend import LoadParams  # noqa: E402
 from engine.chat.export import conversation_json, conversation_markdown  # noqa: E402
-from engine.chat.assistant import Assistant, TurnDone, clean_text  # noqa: E402
+from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.storage import clean_text  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.chat.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402

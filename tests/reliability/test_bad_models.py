@@ -24,7 +24,7 @@ from app.engine_worker import EngineWorker  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
 from engine.models.catalog import ModelNotFound  # noqa: E402
-from engine.chat.assistant import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, TurnDone  # noqa: E402
 from engine.inference.manager import ModelManager, ram_bytes  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402

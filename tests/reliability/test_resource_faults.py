@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.chat.assistant import Assistant, InputError, TurnDone
+from engine.api import Assistant, InputError, TurnDone
 from engine.config.paths import db_path
 from engine.inference.remote import RemoteConfig
 from engine.storage import Database
@@ -47,7 +47,7 @@ import json, os, resource, signal, sys
 from pathlib import Path
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.chat.assistant import Assistant, TurnDone
+from engine.api import Assistant, TurnDone
 from engine.inference.generate import GenerateParams
 from engine.config.paths import db_path, user_dir
 from engine.storage import Database

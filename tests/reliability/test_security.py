@@ -31,7 +31,7 @@ from app.settings_dialog import SettingsDialog  # noqa: E402
 from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
 from engine.models.catalog import load_catalog  # noqa: E402
 from engine.models.downloads import DownloadError, download, part_path  # noqa: E402
-from engine.chat.assistant import Assistant, InputError, TurnDone  # noqa: E402
+from engine.api import Assistant, InputError, TurnDone  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.inference.remote import RemoteConfig  # noqa: E402
 from engine.config.settings import Settings  # noqa: E402

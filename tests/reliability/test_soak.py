@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.chat.assistant import Assistant, TurnDone
+from engine.api import Assistant, TurnDone
 from engine.inference.generate import GenerateParams
 from engine.memory import MemoryService
 from engine.config.paths import db_path

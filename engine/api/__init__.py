@@ -1,0 +1,74 @@
+"""The engine's one front door. Front-ends (the window, the terminal, the coming local server and
+documents watcher) import from here and nothing else from `engine`.
+
+    from engine.api import Assistant, GenerateParams, SamplingParams, TurnDone
+
+    assistant = Assistant.from_settings()          # the only place settings become an engine
+    cid = assistant.new_conversation()
+    for event in assistant.send(cid, "hello", GenerateParams(max_tokens=64)):
+        ...                                        # Chunk …, then TurnDone
+    assistant.close()
+
+Names resolve on first use (PEP 562): a front-end's first screen can import settings and paths
+from here without paying for llama.cpp, which loads with the first engine name it asks for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    # the engine and its events
+    "Assistant": "engine.api.assistant",
+    "LIVE_SETTINGS": "engine.api.assistant",
+    "TurnDone": "engine.chat.conversation",
+    "Chunk": "engine.inference.generate",
+    "GenerateParams": "engine.inference.generate",
+    "SamplingParams": "engine.inference.backend",
+    "LoadParams": "engine.inference.backend",
+    "MAX_MESSAGE_CHARS": "engine.chat.turns",
+    # errors a front-end reports to the user
+    "InputError": "engine.chat.targets",
+    "ConversationNotFound": "engine.chat.conversation",
+    "ModelNotFound": "engine.models.catalog",
+    "ModelLoadError": "engine.inference.backend",
+    "StorageError": "engine.storage",
+    "RemoteError": "engine.inference.remote",
+    "PlanError": "engine.models.planner",
+    "GGUFError": "engine.models.gguf_info",
+    "DownloadError": "engine.models.downloads",
+    "DownloadCancelled": "engine.models.downloads",
+    # settings and where files live
+    "Settings": "engine.config.settings",
+    "user_dir": "engine.config.paths",
+    "install_dir": "engine.config.paths",
+    "db_path": "engine.config.paths",
+    # stateless helpers: catalog, plans, devices, downloads, model files, the L3 connection test
+    "ModelEntry": "engine.models.catalog",
+    "load_catalog": "engine.models.catalog",
+    "plan": "engine.models.planner",
+    "ram_bytes": "engine.models.planner",
+    "device_snapshot": "engine.models.devices",
+    "download": "engine.models.downloads",
+    "part_path": "engine.models.downloads",
+    "read_gguf": "engine.models.gguf_info",
+    "check_remote": "engine.api.helpers",
+    "database_check": "engine.api.helpers",
+}
+_RENAMED = {"device_snapshot": "snapshot"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,254 @@
+"""The Assistant every front-end uses: built from settings in one place, owning what it opens.
+
+Threads (docs/architecture.md): a front-end calls `send`/`regenerate`/… from its own engine thread
+(never a GUI thread); each loaded model runs on its own thread; `count_tokens` and `status` are the
+two calls a GUI thread may make, and neither touches a model nor waits on an engine lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Iterator
+
+from engine.api.status import StatusPublisher
+from engine.chat.core import AssistantCore, TurnDone
+from engine.chat.export import conversation_json, conversation_markdown
+from engine.chat.targets import InputError
+from engine.config.paths import db_path
+from engine.config.settings import Settings
+from engine.inference.backend import LoadParams, ModelLoadError, VocabTokenizer
+from engine.inference.generate import Chunk, GenerateParams
+from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
+from engine.models.catalog import ModelNotFound
+from engine.storage import Database
+
+log = logging.getLogger(__name__)
+
+EMBEDDER_JOIN_S = 60.0  # longest close() waits for an embedder still loading
+
+# Settings a running engine picks up at once; any other change applies on the next start.
+LIVE_SETTINGS = frozenset({
+    "cascade.enabled", "cascade.threshold", "router.max_switch_s", "summary.every_turns", "memory.k",
+    "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
+    "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
+})
+
+
+class Assistant(AssistantCore):
+    """The engine's front door: conversations, turns as event streams, stop, token counts, status.
+
+    Build it with `Assistant.from_settings`; the constructor (AssistantCore's) is for tests that
+    wire parts by hand.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._owned: list[Any] = []  # closed, in order, after the models
+        self._stop = threading.Event()  # the running turn's Stop (a front-end runs one turn at a time)
+        self._tokenizer: VocabTokenizer | None = None
+        self.warnings: list[str] = []  # problems met while starting, for the front-end to show
+        self.water: dict[int, dict] = {}  # conversation -> its context water level after its last turn
+        self._status = StatusPublisher(self)
+        self._status.start()
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, model: str | None = None,
+                      n_ctx: int | None = None, n_threads: int | None = None, debug: bool = False,
+                      memory: bool | None = None, cascade: bool | None = None,
+                      cascade_threshold: float | None = None, vram_budget_mb: float | None = None,
+                      l3_url: str | None = None, l3_key: str | None = None, l3_model: str | None = None,
+                      database: Database | None = None) -> "Assistant":
+        """The one place where settings become an engine; keyword arguments override settings.
+
+        Args:
+            settings: the user's settings (default: the settings file in the data dir).
+            model: one model (catalog id or .gguf path) for both local tiers instead of tier.L1/L2.
+            memory: False runs without the vector memory (default: memory.enabled).
+            database: an open database to use (closed by the caller), else the data dir's own.
+
+        Raises:
+            ModelNotFound, ModelLoadError: no local model could be loaded (a message for the user).
+            RemoteError: `l3_url` is not a usable URL (a bad URL in the settings only warns).
+            StorageError: the database cannot be opened (disk full, read-only data folder).
+        """
+        settings = settings or Settings()
+        warnings: list[str] = []
+        try:
+            remote = config_from_settings(settings, l3_url, l3_key, l3_model)
+        except RemoteError as exc:
+            if l3_url is not None:
+                raise
+            remote = None  # a bad URL in settings: run without L3 and say why
+            warnings.append(str(exc))
+        owned: list[Any] = []
+        db = database if database is not None else Database(db_path())
+        if database is None:
+            owned.append(db)
+        service = None
+        try:
+            if memory if memory is not None else settings.get("memory.enabled"):
+                from engine.memory import MemoryService  # the embedder's stack loads only when memory is on
+
+                service = MemoryService.from_settings(db, settings)  # started once a model is loaded
+                owned.insert(0, service)  # closed before the database it writes to
+            if cascade_threshold is None:
+                cascade_threshold = settings.get("cascade.threshold") or None
+            vram = vram_budget_mb if vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
+            load = LoadParams(n_ctx=n_ctx or settings.get("runtime.n_ctx"), n_threads=n_threads)
+            assistant = cls(
+                db, model, load, debug=debug,
+                tiers={"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}, remote=remote,
+                cascade=settings.get("cascade.enabled") if cascade is None else cascade,
+                cascade_threshold=cascade_threshold, max_switch_s=settings.get("router.max_switch_s"),
+                vram_budget_mb=None if vram < 0 else vram, summary_every=settings.get("summary.every_turns"),
+                memory=service, memory_k=settings.get("memory.k"),
+                kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
+                warn_threshold=settings.get("confidence.warn_threshold") or None)
+        except BaseException:
+            for thing in owned:
+                thing.close()
+            raise
+        if service is not None:
+            # Only now: a start that fails on its model exits without an embedder half-loaded in
+            # native code (an exit then ended in std::terminate).
+            service.start()
+        assistant._owned = owned
+        assistant.warnings = warnings + settings.problems()
+        assistant.settings = settings
+        assistant.load_tokenizer()
+        return assistant
+
+    # ---- lifecycle
+    def close(self) -> None:
+        """Stop the running turn, unload the models (their KV state goes to the tiers), then close
+        the memory and the database this assistant opened. Background threads are joined."""
+        self._stop.set()
+        self._status.close()
+        super().close()
+        for thing in self._owned:
+            thing.close()
+            embedder = getattr(thing, "embedder", None)
+            if embedder is not None:  # never leave the interpreter while ONNX Runtime is still loading
+                embedder.wait(EMBEDDER_JOIN_S)
+        self._owned = []
+        tokenizer, self._tokenizer = self._tokenizer, None
+        if tokenizer is not None:
+            tokenizer.close()
+
+    def stop(self) -> None:
+        """Stop the answer being written (within one prompt piece or token); any thread may call it."""
+        self._stop.set()
+
+    # ---- lock-free reads (any thread, the GUI's included)
+    def load_tokenizer(self) -> None:
+        """(Re)load the vocabulary that `count_tokens` uses: the L1 model's (engine thread)."""
+        try:
+            path = self.manager.resolve(self.tiers["L1"]).path
+            fresh = VocabTokenizer(path)
+        except (ModelNotFound, ModelLoadError, OSError) as exc:
+            log.warning("no token counter: %s", exc)
+            fresh = None
+        old, self._tokenizer = self._tokenizer, fresh
+        if old is not None:
+            old.close()
+
+    def count_tokens(self, text: str) -> int | None:
+        """Exact tokens of `text` as a message for the L1 model; None while no vocabulary is loaded.
+        Never waits on a model or the engine."""
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            return None
+        try:
+            return tokenizer.count(text)
+        except ValueError:  # replaced meanwhile
+            return None
+
+    def status(self) -> dict:
+        """The latest status snapshot, published by the engine every STATUS_S: loaded models, KV
+        pages, devices, RAM, memory, context water levels. Never blocks."""
+        return self._status.latest
+
+    # ---- conversations (reads)
+    def conversations(self) -> list[dict]:
+        """Every conversation, newest first: {"id", "title", "updated", "model"}."""
+        rows = sorted(self.db.conversations(), key=lambda r: r["updated"], reverse=True)
+        return [{"id": r["id"], "title": r["title"], "updated": r["updated"], "model": r["model"]} for r in rows]
+
+    def search_conversations(self, query: str) -> list[int]:
+        return self.db.search_conversations(query)
+
+    def transcript(self, conversation_id: int) -> list[dict]:
+        """Every stored message (superseded ones flagged): {"id", "role", "content", "stats", "superseded"}."""
+        self.conversation(conversation_id)  # ConversationNotFound for an unknown id
+        return [{"id": r["id"], "role": r["role"], "content": r["content"], "stats": r["stats"] or {},
+                 "superseded": r["superseded_by"] is not None} for r in self.db.messages(conversation_id)]
+
+    def export(self, conversation_id: int, fmt: str = "markdown") -> str:
+        """The conversation as Markdown or JSON text."""
+        if fmt not in ("markdown", "json"):
+            raise InputError(f"export format must be markdown or json, not {fmt!r}")
+        self.conversation(conversation_id)
+        return (conversation_json if fmt == "json" else conversation_markdown)(self.db, conversation_id)
+
+    def forget_all_memories(self) -> int:
+        return self.memory.forget_all() if self.memory is not None else 0
+
+    # ---- turns: the caller's stop event, or the assistant's own Stop
+    def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
+             cancel: threading.Event | None = None, route: str = "auto",
+             flush_s: float = 1.0, _replaces: list[int] | None = None) -> Iterator[Chunk | TurnDone]:
+        return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
+                                          _replaces))
+
+    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
+                   cancel: threading.Event | None = None, route: str = "auto",
+                   flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+        return self._observe(super().regenerate(conversation_id, params, self._stop_for(cancel), route, flush_s))
+
+    def _stop_for(self, cancel: threading.Event | None) -> threading.Event:
+        if cancel is not None:
+            return cancel
+        self._stop.clear()
+        return self._stop
+
+    def _observe(self, events: Iterator[Chunk | TurnDone]) -> Iterator[Chunk | TurnDone]:
+        for item in events:
+            if isinstance(item, TurnDone) and item.stats.get("context"):
+                self.water[item.conversation_id] = item.stats["context"]
+            yield item
+
+    # ---- settings
+    def apply_setting(self, key: str, value: Any) -> bool:
+        """Apply a changed setting to the running engine (engine thread). True: in effect now;
+        False: it applies on the next start (the front-end says so)."""
+        if key not in LIVE_SETTINGS:
+            return False
+        if key == "cascade.enabled" or key == "cascade.threshold":
+            s = self.settings
+            self.configure_cascade(s.get("cascade.enabled"), s.get("cascade.threshold") or None)
+        elif key == "router.max_switch_s":
+            self.max_switch_s = float(value)
+        elif key == "summary.every_turns":
+            self.summary_every = int(value)
+        elif key == "memory.k":
+            self.memory_k = int(value)
+        elif key == "confidence.warn_threshold":
+            self.warn_threshold = float(value) or None
+        elif key.startswith("l3."):
+            self._reconnect_remote()
+        elif key in ("tier.L1", "tier.L2") and not self.single_model:
+            self.tiers[key[5:]] = value  # loaded on the next turn that needs it
+            if key == "tier.L1":
+                self.load_tokenizer()
+        return True
+
+    def _reconnect_remote(self) -> None:
+        try:
+            config = config_from_settings(self.settings)
+        except RemoteError as exc:
+            self.warnings.append(str(exc))
+            config = None
+        old, self.remote = self.remote, RemoteClient(config) if config and config.base_url else None
+        if old is not None:
+            old.close()

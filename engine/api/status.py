@@ -1,0 +1,77 @@
+"""The status snapshot: what the gauges show, published by a thread of the engine's own.
+
+Readers (a GUI timer) take `latest`, a plain dict replaced whole every STATUS_S; building it reads
+only what the owners published (each model's `ContextView`, the manager's `published` workers, the
+KV tiers' own accounting), so no reader ever touches a native object or waits on an engine lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from engine.models.devices import snapshot
+
+if TYPE_CHECKING:  # the publisher belongs to the Assistant; only its type is needed here
+    from engine.api.assistant import Assistant
+
+log = logging.getLogger(__name__)
+
+STATUS_S = 0.5  # the gauges redraw at 2 Hz
+
+
+class StatusPublisher:
+    def __init__(self, assistant: "Assistant"):
+        self.assistant = assistant
+        self.latest: dict = {"ready": False}
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-status", daemon=True)
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._closing.wait(STATUS_S):
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - a gauge must never stop the engine
+                log.exception("status snapshot failed")
+
+    def refresh(self) -> None:
+        a = self.assistant
+        workers = a.manager.published
+        views = [w.view for w in workers]
+        models = []
+        for w in workers:
+            v = w.view
+            levels = [lvl for lvl, name in a.tiers.items() if name and _same(a, name, w)]
+            models.append({"id": w.model.id, "identity": v.identity, "levels": levels, "n_ctx": v.n_ctx,
+                           "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
+                           "offload": w.plan.offload if w.plan else None,
+                           "demo": bool(w.model.entry and w.model.entry.demo)})
+        kv = {}
+        if a.kv is not None:
+            per_token = {w.view.identity: (w.plan.kv_bytes_per_token if w.plan else 0) for w in workers}
+            kv = a.kv.pages([(v, per_token[v.identity]) for v in views])
+        devices = snapshot()
+        memory = a.memory.status() if a.memory is not None else None
+        self.latest = {"ready": True, "time": time.time(), "models": models, "kv": kv,
+                       "devices": asdict(devices), "memory": memory, "degraded": a.degraded,
+                       "tiers": dict(a.tiers), "remote": a.remote.model_name if a.remote else None,
+                       "water": dict(a.water), "warnings": list(a.warnings)}
+
+
+def _same(assistant: "Assistant", name: str, worker) -> bool:
+    try:
+        return assistant.manager.resolve(name).path == worker.model.path
+    except Exception:  # noqa: BLE001 - a tier naming a missing model matches nothing
+        return False

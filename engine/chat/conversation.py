@@ -1,0 +1,93 @@
+"""A conversation as the models see it, and what a turn carries through the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.chat.session import Message
+from engine.memory.prompt import pinned_text
+from engine.memory.service import Hits
+from engine.storage import Database
+
+
+class ConversationNotFound(LookupError):
+    pass
+
+
+@dataclass
+class TurnDone:
+    conversation_id: int
+    message_id: int
+    model: str
+    text: str
+    token_ids: list[int]
+    logprobs: list[float] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    level: str = ""
+    route_reason: str = ""
+    fallback: str | None = None
+    confidence: float | None = None
+    superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
+
+
+@dataclass(frozen=True)
+class StableBlock:
+    """What follows the system prompt in a model's window: pinned memories and the summary of
+    turns that left the window. Frozen between shift points: changing it re-evaluates the window."""
+
+    pinned: tuple[str, ...] = ()
+    summary: str | None = None
+
+
+@dataclass
+class TurnInput:
+    """The new user message and what the memory made of it."""
+
+    user: Message
+    recall: Hits | None = None  # memories retrieved for it (None: no memory service)
+    fact: str | None = None  # "remember that …": the fact to pin once the message is stored
+    remembered: dict | None = None  # {"id", "text"} of the pinned memory, or {"error"}
+    replaces: list[int] = field(default_factory=list)  # an edited turn: message ids it supersedes
+
+
+@dataclass
+class Conversation:
+    id: int
+    system_prompt: str
+    messages: list[Message]  # every turn the models may see (superseded answers are not here)
+    # Per model identity: index into `messages` where its window starts (older turns overflowed).
+    first_kept: dict[str, int] = field(default_factory=dict)
+
+    # Per model identity (None: the remote tier): the stable block in its window.
+    stable: dict[str | None, StableBlock] = field(default_factory=dict)
+
+    def system(self, block: StableBlock | None = None) -> list[Message]:
+        parts = [self.system_prompt] if self.system_prompt else []
+        if block and block.pinned:
+            parts.append(pinned_text(list(block.pinned)))
+        if block and block.summary:
+            parts.append(f"Summary of the earlier conversation: {block.summary}")
+        return [Message("system", "\n\n".join(parts))] if parts else []
+
+    def history(self) -> list[Message]:
+        return self.system() + self.messages
+
+
+
+def load_conversation(db: Database, conversation_id: int) -> Conversation:
+    """The conversation rebuilt from SQLite: every turn the models may see, with stored token ids.
+
+    Raises:
+        ConversationNotFound: unknown id.
+    """
+    row = db.conversation(conversation_id)
+    if row is None:
+        raise ConversationNotFound(f"no conversation with id {conversation_id}")
+    messages = []
+    for m in db.messages(conversation_id):
+        if m["superseded_by"] is not None:
+            continue
+        # Stored ids belong to the model that made/read them; other models re-tokenize.
+        ids = {m["token_model"]: m["token_ids"]} if m["token_model"] and m["token_ids"] is not None else {}
+        messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"], m["model_text"]))
+    return Conversation(conversation_id, row["system_prompt"], messages)

@@ -1,0 +1,80 @@
+"""The memory's part in a turn: pinned facts, recalled memories inside the new user turn, "remember
+that …", and indexing the finished turn. Mixed into the Assistant (uses self.memory, self.memory_k)."""
+
+from __future__ import annotations
+
+import logging
+
+from engine.chat.conversation import Conversation, StableBlock, TurnInput
+from engine.chat.session import Message
+from engine.memory.prompt import pinned_facts
+from engine.memory.service import Hits, MemoryInputError
+
+log = logging.getLogger(__name__)
+
+
+class TurnMemory:
+    def _pinned(self) -> tuple[str, ...]:
+        if self.memory is None:
+            return ()
+        return tuple(pinned_facts([row.text for row in self.memory.pinned()]))
+
+    def _recall(self, conv: Conversation, text: str) -> Hits | None:
+        """Memories for this message, minus what the window already shows (its messages, the
+        system prompt, pinned facts and summary)."""
+        if self.memory is None:
+            return None
+        start = min(conv.first_kept.values(), default=0)
+        shown = conv.messages[start:]
+        texts = [conv.system_prompt] + [m.content for m in shown]
+        for block in conv.stable.values():
+            texts += [*block.pinned, block.summary or ""]
+        try:
+            return self.memory.search(text, self.memory_k, exclude_texts=texts,
+                                      exclude_message_ids=[m.id for m in shown if m.id is not None])
+        except Exception as exc:  # noqa: BLE001 - memory is an aid: the turn goes on without it
+            log.exception("memory retrieval failed")
+            return Hits(status=f"skipped: retrieval failed ({type(exc).__name__})")
+
+    def _remember(self, conv: Conversation, turn: TurnInput) -> None:
+        """Pin the fact of a "remember that …" message, citing the stored message."""
+        try:
+            memory_id = self.memory.add(turn.fact, pin=True, source={"conversation_id": conv.id,
+                                                                    "message_id": turn.user.id})
+            turn.remembered = {"id": memory_id, "text": turn.fact}
+        except MemoryInputError as exc:
+            turn.remembered = {"error": str(exc)}
+
+    def _index_turn(self, conv: Conversation, user: Message) -> None:
+        """Queue the turn's user message and the answer that stands for the memory index (the
+        memory's thread chunks and embeds them; this returns at once)."""
+        if self.memory is None or user.id is None:
+            return
+        try:
+            at = conv.messages.index(user)
+        except ValueError:
+            return
+        for m in conv.messages[at:at + 2]:
+            if m.id is not None and (m is user or m.role == "assistant"):
+                try:
+                    self.memory.index_message(conv.id, m.id, m.role, m.content)
+                except MemoryInputError as exc:
+                    log.warning("message %s not indexed: %s", m.id, exc)
+
+
+    def _memory_note(self, turn: TurnInput, block: StableBlock) -> dict:
+        """What the memory did for this turn (for `done.stats.memory`)."""
+        if self.memory is None:
+            return {"retrieval": "off"}
+        return {"retrieval": turn.recall.status if turn.recall is not None else "off",
+                "pinned_in_prompt": len(block.pinned), "remembered": turn.remembered}
+
+
+
+
+def _memories_used(recall: Hits | None) -> list[dict]:
+    """The retrieved memories the model read, with their sources (for citing them)."""
+    if not recall or recall.status != "ok":
+        return []
+    return [{"id": h.id, "kind": h.kind, "score": h.score, "source": h.source, "text": h.text[:300]}
+            for h in recall]

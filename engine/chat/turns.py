@@ -1,0 +1,293 @@
+"""Turns: send, regenerate, edit-and-resend; each tries the tier's targets nearest first, fits the
+window, commits the user message, streams the answer into SQLite and finishes it with measured stats.
+Mixed into the Assistant."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from typing import Iterator
+
+from engine.chat.conversation import Conversation, StableBlock, TurnDone, TurnInput
+from engine.chat.session import Message
+from engine.chat.targets import InputError
+from engine.chat.turn_memory import _memories_used
+from engine.chat.window import Window
+from engine.inference.generate import Chunk, GenerateParams, TurnResult
+from engine.inference.remote import RemoteError
+from engine.inference.runtime import BACKGROUND, ModelUnloaded
+from engine.memory.prompt import recalled_turn
+from engine.memory.remember import parse_remember
+from engine.memory.service import Hits
+from engine.routing.confidence import confidence_report, geometric_mean_prob
+from engine.routing.risk import caution_text, risk_flags
+from engine.routing.router import RouteDecision
+from engine.storage import clean_text
+
+log = logging.getLogger(__name__)
+_CJK = re.compile(r"[\u3400-\u9fff]")
+
+MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
+
+
+class Turns:
+    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
+                   cancel: threading.Event | None = None, route: str = "auto",
+                   flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+        """Answer the last user message again; the previous answer is superseded (kept in the
+        record, out of the context) once the new one starts.
+
+        Raises:
+            InputError: the conversation does not end with an answered user message.
+        """
+        conv = self.conversation(conversation_id)
+        if len(conv.messages) < 2 or (conv.messages[-1].role, conv.messages[-2].role) != ("assistant", "user"):
+            raise InputError("nothing to regenerate: the conversation does not end with an answer")
+        user, old = conv.messages[-2], conv.messages[-1]
+        decision = self.route(conversation_id, user.content, route)
+        previous = TurnDone(conv.id, old.id, "", old.content, [])
+        try:
+            done = yield from self._answer(conv, TurnInput(user), decision, params, cancel, flush_s,
+                                           commit_user=False, supersedes=previous)
+            if done is not None:
+                yield done
+        finally:
+            if self.memory is not None and conv.messages and conv.messages[-1] is not old:
+                self.memory.forget_message(old.id)
+            self._index_turn(conv, user)
+
+    def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
+                      cancel: threading.Event | None = None, route: str = "auto",
+                      flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+        """Replace the last user message (and its answer) with `text` and answer that; the old
+        turn is superseded in the record once the new message is stored.
+
+        Raises:
+            InputError: no user message to edit, or `text` is not sendable.
+        """
+        conv = self.conversation(conversation_id)
+        last = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
+        if last is None:
+            raise InputError("no message to edit")
+        old = conv.messages[last:]
+        conv.messages = conv.messages[:last]
+        try:
+            yield from self.send(conversation_id, text, params, cancel, route, flush_s,
+                                 _replaces=[m.id for m in old if m.id is not None])
+        except BaseException:
+            if not any(m.role == "user" and m.id is not None and m not in old for m in conv.messages[last:]):
+                conv.messages[last:last] = old  # nothing was stored: the old turn stands
+            raise
+
+    def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
+             cancel: threading.Event | None = None, route: str = "auto",
+             flush_s: float = 1.0, _replaces: list[int] | None = None) -> Iterator[Chunk | TurnDone]:
+        """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
+        cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
+
+        Raises:
+            InputError: empty or oversized message, or no room left in the context.
+            ConversationNotFound: unknown id.
+        """
+        conv = self.conversation(conversation_id)
+        text = clean_text(text).strip()
+        if not text:
+            raise InputError("empty message")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
+        decision = self.route(conversation_id, text, route)
+        recall = self._recall(conv, text)
+        user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
+        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [])
+        try:
+            done = yield from self._answer(conv, turn, decision, params, cancel, flush_s, commit_user=True)
+            if done is None:
+                return
+            if self._should_cascade(done, route):
+                done.superseded = True
+                yield done
+                reason = f"cascade: L1 confidence {done.confidence:.2f} < {self.cascade_threshold:.2f}"
+                done = yield from self._answer(conv, turn, RouteDecision("L2", reason, 0.0), params, cancel,
+                                               flush_s, commit_user=False, supersedes=done)
+                if done is None:
+                    return
+            yield done
+            self._maybe_summarize(conv)
+        finally:
+            self._index_turn(conv, user)
+
+
+    def _should_cascade(self, done: TurnDone, route: str) -> bool:
+        return (done.level == "L1" and route == "auto" and not done.route_reason.endswith("override")
+                and self.cascade_threshold is not None
+                and done.confidence is not None and done.confidence < self.cascade_threshold
+                and done.stats.get("finish_reason") != "cancelled"
+                and bool(self.tiers.get("L2")) and self.tiers["L2"] != self.tiers["L1"])
+
+    def _answer(self, conv: Conversation, turn: TurnInput, decision: RouteDecision, params: GenerateParams,
+                cancel: threading.Event | None, flush_s: float, commit_user: bool,
+                supersedes: TurnDone | None = None):
+        user = turn.user
+        turns = conv.messages if commit_user else conv.messages[:-2]  # cascade: without user + weak answer
+        failures: list[str] = []
+        for target, note in self._targets(decision.level):
+            window, moved = self._window(conv, target, turns, turn, params)
+            history = window.messages if window else conv.history()
+            if commit_user and user.id is None:
+                user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
+                                              token_ids=user.ids.get(target.identity), token_model=target.identity,
+                                              model_text=user.model_text)
+                conv.messages.append(user)
+                for old in turn.replaces:  # an edited message: the old turn leaves the context
+                    self.db.supersede(old, user.id)
+                    if self.memory is not None:
+                        self.memory.forget_message(old)
+                if turn.fact:
+                    self._remember(conv, turn)
+            try:
+                done = yield from self._stream(conv, target, history, turn, decision, note, params, cancel,
+                                               flush_s, supersedes, window, moved)
+                if done is not None and window is not None:
+                    conv.first_kept[target.identity] = window.first_kept
+                return done
+            except RemoteError as exc:
+                if not exc.unavailable or exc.partial:
+                    raise InputError(str(exc)) from exc
+                log.warning("L3 failed before answering: %s", exc)
+                failures.append(str(exc))
+        raise InputError("no model is available for this message" + (f": {failures[-1]}" if failures else ""))
+
+    def _window(self, conv: Conversation, target, turns: list[Message], turn: TurnInput,
+                params: GenerateParams) -> tuple[Window | None, bool]:
+        """This turn's window for a target, and whether it moved (older turns overflowed). When it
+        moves, the stable block (pinned memories, summary) is brought up to date: a new prefix is
+        re-evaluated or shifted then anyway."""
+        key = target.identity
+        start = conv.first_kept.get(key, 0)
+        block = conv.stable.get(key)
+        if block is None:
+            block = conv.stable[key] = StableBlock(self._pinned())
+        window = self._fit(conv, target, block, turns, turn, params, start)
+        if window is None or window.first_kept == start:
+            return window, False
+        self.catch_up_summary(conv)  # the turns leaving the window must be in the summary it carries
+        chain = self.db.summaries(conv.id)
+        fresh = StableBlock(self._pinned(), chain[-1]["text"] if chain else None)
+        if fresh != block:
+            conv.stable[key] = fresh
+            window = self._fit(conv, target, fresh, turns, turn, params, start)
+        return window, True
+
+    @staticmethod
+    def _fit(conv: Conversation, target, block: StableBlock, turns: list[Message], turn: TurnInput,
+             params: GenerateParams, start: int) -> Window | None:
+        try:
+            return target.fit(conv.system(block), turns, turn.user, params, start)
+        except InputError:
+            if turn.user.model_text is None or turn.user.id is not None:
+                raise
+        # The message fits only without the memories retrieved for it: send it without them.
+        log.info("retrieved memories left out: the message fills the context")
+        turn.user.model_text, turn.user.ids = None, {}
+        turn.recall = Hits(status="skipped: no room in the context")
+        return target.fit(conv.system(block), turns, turn.user, params, start)
+
+    def _stream(self, conv: Conversation, target, history: list[Message], turn: TurnInput,
+                decision: RouteDecision, note: str | None, params: GenerateParams,
+                cancel: threading.Event | None, flush_s: float, supersedes: TurnDone | None,
+                window: Window | None = None, moved: bool = False):
+        """Yield the target's chunks while persisting them; return the TurnDone (not yielded)."""
+        user = turn.user
+        answer = Message("assistant", "", {}, None, target.level)
+        parts: list[str] = []
+        ids: list[int] = []
+        finished = False
+        last_flush = time.monotonic()
+        stream = target.stream(history, user, params, cancel, moved, tiers=self.kv, conversation_id=conv.id)
+        try:
+            for item in stream:
+                if answer.id is None:  # first output: the tier is answering, make the row
+                    answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id,
+                                                    level=target.level, token_ids=[] if target.identity else None,
+                                                    token_model=target.identity, status="streaming")
+                    if supersedes is not None:
+                        self.db.supersede(supersedes.message_id, answer.id)
+                        conv.messages = [m for m in conv.messages if m.id != supersedes.message_id]
+                    conv.messages.append(answer)
+                if isinstance(item, TurnResult):
+                    finished = True
+                    return self._finish(conv, target, answer, item, decision, note, window, turn,
+                                        params.sampling.temperature)
+                # Per token only appends: on a laptop every cycle spent here is taken from the decode.
+                parts.append(item.text)
+                if item.token >= 0:
+                    ids.append(item.token)
+                if time.monotonic() - last_flush >= flush_s:
+                    self._mirror(answer, target, parts, ids)
+                    self.db.update_message(answer.id, content=answer.content,
+                                           token_ids=ids if target.identity else None)
+                    last_flush = time.monotonic()
+                yield item
+        except RemoteError as exc:
+            exc.partial = answer.id is not None
+            raise
+        finally:
+            stream.close()  # now, not at garbage collection: an early exit stops the model (Job.__iter__)
+            if answer.id is not None and not finished:
+                # Consumer stopped early or an error: keep what was shown, and let the conversation
+                # mirror what was sampled so the next turn's tokens extend the KV cache exactly.
+                self._mirror(answer, target, parts, ids)
+                self.db.update_message(answer.id, content=answer.content,
+                                       token_ids=ids if target.identity else None,
+                                       status="done", stats={"finish_reason": "interrupted"})
+        return None
+
+    @staticmethod
+    def _mirror(answer: Message, target, parts: list[str], ids: list[int]) -> None:
+        answer.content = "".join(parts)
+        if target.identity:
+            answer.ids = {target.identity: list(ids)}
+
+    def _finish(self, conv: Conversation, target, answer: Message, item: TurnResult, decision: RouteDecision,
+                note: str | None, window: Window | None, turn: TurnInput, temperature: float) -> TurnDone:
+        user_text = turn.user.content
+        answer.content = item.text
+        if target.identity:
+            answer.ids = {target.identity: item.token_ids}
+        if target.identity:
+            self._warm[conv.id] = target.level
+            if self.kv is not None:  # copy the state to RAM while the user reads: a later switch only restores
+                kv, cid = self.kv, conv.id
+                try:
+                    target.worker.submit(lambda w, job: kv.park(w.backend, cid), BACKGROUND)
+                except ModelUnloaded:
+                    pass  # unloaded meanwhile: its state already went to the warm tier
+        confidence = geometric_mean_prob(item.logprobs)
+        report = None
+        if target.identity:  # local models give per-token logprobs; the remote tier does not
+            entry = target.worker.model.entry
+            # The catalog's thresholds were calibrated on greedy answers; sampled answers pick less
+            # likely tokens and score lower, so they are not flagged until calibrated per mode.
+            warn = entry.warn_threshold if entry and temperature == 0.0 else 0.0  # 0 flags nothing
+            if self.warn_threshold:  # the user's own threshold applies to every answer
+                warn = self.warn_threshold
+            pieces = [target.worker.backend.token_bytes(t) for t in item.token_ids]
+            report = confidence_report(pieces, item.logprobs, warn)
+        flags = risk_flags(user_text, item.text)
+        risk = {"flags": flags, "caution": caution_text(flags, "zh" if _CJK.search(user_text) else "en")}
+        context = window.as_dict() | {"context_shift": item.stats.context_shift} if window else None
+        block = conv.stable.get(target.identity) or StableBlock()
+        summary_used = bool(window and block.summary)
+        stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
+                                        "fallback": note, "confidence": report, "context": context,
+                                        "summary_used": summary_used, "risk": risk,
+                                        "memories_used": _memories_used(turn.recall),
+                                        "memory": self._memory_note(turn, block)}
+        self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids if target.identity else None,
+                               logprobs=item.logprobs, status="done", stats=stats)
+        done = TurnDone(conv.id, answer.id, target.model_id, item.text, item.token_ids, item.logprobs, stats,
+                        target.level, decision.reason, note, confidence)
+        return done
+
