@@ -6,13 +6,17 @@ vLLM, llama.cpp's server, Ollama and LM Studio all speak it. Token counts are es
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
+import queue
+import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator
+from typing import Iterable, Iterator
 from urllib.parse import urlparse
 
 import httpx
@@ -21,6 +25,10 @@ import tiktoken
 from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats
 
 log = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.05  # how often a turn waiting for the endpoint looks at its cancel flag
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_END = object()
 
 
 class RemoteError(RuntimeError):
@@ -97,6 +105,98 @@ def estimate_prompt(messages) -> int:
     return sum(estimate_tokens(m.text_for_model) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
 
 
+def sse_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """The lines of an event stream as the SSE spec splits them: UTF-8 (a leading BOM dropped),
+    ended by CRLF, LF or CR only. Not `str.splitlines`, which also breaks at U+2028 and others
+    that JSON text may hold unescaped. An unfinished last line is dropped, as the spec says."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    buffer, started, skip_lf = "", False, False
+    for chunk in chunks:
+        text = decoder.decode(chunk)
+        if not text:
+            continue
+        if not started:
+            text, started = text.removeprefix("\ufeff"), True
+        if skip_lf and text.startswith("\n"):
+            text = text[1:]  # the LF of a CRLF split across chunks: not another (empty) line
+        buffer += text
+        skip_lf = buffer.endswith("\r")
+        *lines, buffer = _LINE_END.split(buffer)
+        yield from lines
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """(event type, data) per event, read as the WHATWG server-sent events spec says: comments
+    (":") skipped, data lines joined by newlines, an event dispatched at a blank line. `id` and
+    `retry` are valid and unused (a chat answer cannot be resumed). llama.cpp's server writes
+    errors as an `error:` field: that becomes an "error" event."""
+    kind, data = "", []
+    for line in lines:
+        if not line:
+            if data:
+                yield kind or "message", "\n".join(data)
+            kind, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            kind = value
+        elif name == "error":
+            yield "error", value
+
+
+def _error_text(data: str) -> str:
+    # An error sent in the stream: JSON in OpenAI's or llama.cpp's form, or plain text.
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return data
+    inner = obj.get("error", obj) if isinstance(obj, dict) else obj
+    return str(inner.get("message") or inner) if isinstance(inner, dict) else str(inner)
+
+
+class _Feed:
+    """What a turn's reader thread and its generator share: parsed chunks, and a stop that works
+    even while the reader waits on a silent server."""
+
+    def __init__(self):
+        self.items: queue.Queue = queue.Queue()
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._response: httpx.Response | None = None
+
+    def attach(self, response: httpx.Response) -> bool:
+        """Hold the open response for `stop`; False (and the response closed) when the turn ended."""
+        with self._lock:
+            if not self.stopped.is_set():
+                self._response = response
+                return True
+        response.close()
+        return False
+
+    def detach(self) -> None:
+        with self._lock:  # before the close: a pooled connection must never be shut down later
+            self._response = None
+
+    def stop(self) -> None:
+        # Shutdown wakes a read blocked on the socket from another thread (closing it would not);
+        # without a socket (another transport) that read ends at its timeout.
+        with self._lock:
+            self.stopped.set()
+            stream = self._response.extensions.get("network_stream") if self._response is not None else None
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed
+
+
 class RemoteClient:
     def __init__(self, config: RemoteConfig):
         self.config = config
@@ -155,9 +255,9 @@ class RemoteClient:
             body["stop"] = list(params.stop)
         return body
 
-    def _open(self, body: dict) -> httpx.Response:
+    def _open(self, body: dict, stopped: threading.Event) -> httpx.Response | None:
         """POST with retries on connection errors, 429 and 5xx (before any answer text); a read
-        timeout is not retried."""
+        timeout is not retried. None when `stopped` is set during a backoff."""
         delay = self.config.backoff_s
         for attempt in range(self.config.retries + 1):
             last = attempt == self.config.retries
@@ -190,7 +290,8 @@ class RemoteClient:
             if last:
                 raise error
             log.info("L3 attempt %d failed (%s); retrying in %.1f s", attempt + 1, error, delay)
-            time.sleep(delay)
+            if stopped.wait(delay):
+                return None
             delay *= 2
         raise AssertionError("unreachable")
 
@@ -198,46 +299,45 @@ class RemoteClient:
                     cancel: threading.Event | None = None) -> Iterator[Chunk | TurnResult]:
         """Stream an answer: `Chunk`s (token -1: remote tokens have no local id), then a `TurnResult`.
 
+        `cancel` ends the turn (finish_reason "cancelled") within CANCEL_POLL_S, also while the
+        endpoint sends nothing: the request runs on a reader thread this generator only waits on.
+
         Raises:
             RemoteError: unreachable, auth, rate limit, server error, or a malformed stream.
         """
         t0 = time.perf_counter()
         prompt_estimate = sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
-        response = self._open(self._body(messages, params))
+        feed = _Feed()
+        threading.Thread(target=self._read, args=(self._body(messages, params), feed), name="l3-stream",
+                         daemon=True).start()
         parts: list[str] = []
         t_first, t_last, finish, usage = None, None, "stop", None
         try:
-            for line in response.iter_lines():
+            while True:
+                try:
+                    item = feed.items.get(timeout=CANCEL_POLL_S if cancel is not None else None)
+                except queue.Empty:
+                    item = None
                 if cancel is not None and cancel.is_set():
                     finish = "cancelled"
                     break
-                if not line or line.startswith(":"):
-                    continue  # keep-alive / SSE comment
-                if not line.startswith("data:"):
-                    raise RemoteError("protocol",
-                                      f"L3 endpoint sent a malformed stream line: {self._redact(line)[:120]!r}")
-                data = line[5:].strip()
-                if data == "[DONE]":
+                if item is None:
+                    continue
+                if item is _END:
                     break
-                try:
-                    event = json.loads(data)
-                    choice = (event.get("choices") or [{}])[0]
-                except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
-                    raise RemoteError("protocol",
-                                      f"L3 endpoint sent malformed JSON: {self._redact(data)[:120]!r}") from exc
-                usage = event.get("usage") or usage
-                text = (choice.get("delta") or {}).get("content") or ""
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
+                if isinstance(item, BaseException):
+                    raise item
+                chunk_usage, text, reason = item
+                usage = chunk_usage or usage
+                if reason:
+                    finish = reason
                 if text:
                     t_last = time.perf_counter()
                     t_first = t_first or t_last
                     parts.append(text)
                     yield Chunk(text, -1, 0.0)
-        except httpx.HTTPError as exc:
-            raise RemoteError("unreachable", f"L3 stream broke off: {exc}") from exc
         finally:
-            response.close()
+            feed.stop()  # also when the reader of this generator left early
         text = "".join(parts)
         completion = (usage or {}).get("completion_tokens") or estimate_tokens(text)
         decode_s = (t_last - t_first) if t_first and t_last else 0.0
@@ -255,3 +355,44 @@ class RemoteClient:
             tokens_estimated=usage is None,
         )
         yield TurnResult([], text, [], stats)
+
+    def _read(self, body: dict, feed: _Feed) -> None:
+        """The reader thread: open the stream and hand (usage, text, finish_reason) per completion
+        chunk to the generator, then _END; an exception is handed over for it to raise."""
+        try:
+            response = self._open(body, feed.stopped)
+            if response is None or not feed.attach(response):
+                return
+            try:
+                for item in self._chunks(response):
+                    feed.items.put(item)
+            except httpx.HTTPError as exc:
+                raise RemoteError("unreachable", f"L3 stream broke off: {exc}") from exc
+            finally:
+                feed.detach()
+                response.close()
+            feed.items.put(_END)
+        except BaseException as exc:  # noqa: BLE001 - raised by the generator, in the turn's thread
+            feed.items.put(exc)
+
+    def _chunks(self, response: httpx.Response) -> Iterator[tuple[dict | None, str, str | None]]:
+        """(usage, text, finish_reason) per completion chunk of the event stream, until [DONE].
+        Events of any type carry chunks (as OpenAI's own client reads them) except "error"."""
+        events = 0
+        for kind, data in sse_events(sse_lines(response.iter_bytes())):
+            events += 1
+            data = data.strip()
+            if data == "[DONE]":
+                return
+            try:
+                event = {"error": data or "(no detail)"} if kind == "error" else json.loads(data)
+                choice = (event.get("choices") or [{}])[0]
+                text, reason = (choice.get("delta") or {}).get("content") or "", choice.get("finish_reason")
+            except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
+                raise RemoteError("protocol",
+                                  f"L3 endpoint sent malformed JSON: {self._redact(data)[:120]!r}") from exc
+            if event.get("error"):
+                raise RemoteError("server", f"L3 endpoint reported an error: {self._redact(_error_text(data))[:300]}")
+            yield event.get("usage"), text, reason
+        if not events:
+            raise RemoteError("protocol", "L3 endpoint's answer is not an event stream (no data events)")

@@ -1,0 +1,173 @@
+"""The L3 client against scripted endpoints on loopback: every valid server-sent-events form is read
+as the spec says, errors sent inside the stream are reported, and Stop ends a turn at once even
+while the server sends nothing."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from engine.inference.backend import SamplingParams
+from engine.inference.generate import Chunk, GenerateParams, TurnResult
+from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError
+
+PARAMS = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=16)
+MESSAGES = [{"role": "user", "content": "hi"}]
+HEADERS, HOLD = object(), object()
+HOLD_S = 8  # how long a silent endpoint stays silent (a client that ignores Stop waits this long)
+
+
+def delta(text: str) -> bytes:
+    return json.dumps({"choices": [{"delta": {"content": text}}]}, ensure_ascii=False).encode()
+
+
+class ScriptedEndpoint:
+    """Plays `script` to each POST: HEADERS sends the 200 + event-stream headers, bytes are sent
+    as they are, HOLD keeps the connection open and silent (until `stop()` or HOLD_S)."""
+
+    def __init__(self, script: list):
+        self.script = script
+        self.released = threading.Event()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server API
+                self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    for step in endpoint.script:
+                        if step is HEADERS:
+                            self.send_response(200)
+                            self.send_header("Content-Type", "text/event-stream")
+                            self.end_headers()
+                        elif step is HOLD:
+                            endpoint.released.wait(HOLD_S)
+                        else:
+                            self.wfile.write(step)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client hung up (Stop)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def stop(self):
+        self.released.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def endpoint():
+    made = []
+    yield lambda script: made.append(ScriptedEndpoint(script)) or made[-1]
+    for e in made:
+        e.stop()
+
+
+def client_for(endpoint, **kw) -> RemoteClient:
+    return RemoteClient(RemoteConfig(endpoint.url, retries=0, **kw))
+
+
+def test_every_valid_sse_form_is_read(endpoint):
+    server = endpoint([HEADERS,
+                       b"\xef\xbb\xbf: a comment line (and a byte order mark before it)\n",
+                       b"retry: 3000\n",
+                       b"id: 1\n",
+                       b"event: message\n",
+                       b"data: " + delta("Hel") + b"\n\n",
+                       b"id: 2\r\n",
+                       # one event over two data lines (joined by a newline, which JSON allows),
+                       # CRLF line ends, and a U+2028 inside the JSON string (not a line end in SSE)
+                       b'data: {"choices": [{"delta":\r\n',
+                       b'data: {"content": "lo\xe2\x80\xa8there"}}]}\r\n\r\n',
+                       b": keep-alive\r\r",  # CR alone ends a line too
+                       b'data:{"choices": [{"delta": {}, "finish_reason": "stop"}]}\n\n',  # no space
+                       b"data: [DONE]\n\n"])
+    client = client_for(server)
+    try:
+        items = list(client.stream_chat(MESSAGES, PARAMS))
+    finally:
+        client.close()
+    result = items[-1]
+    assert isinstance(result, TurnResult) and all(isinstance(c, Chunk) for c in items[:-1])
+    assert [c.text for c in items[:-1]] == ["Hel", "lo\u2028there"]
+    assert result.text == "Hello\u2028there" and result.stats.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("error", [
+    b'event: error\ndata: {"error": {"message": "model crashed"}}\n\n',  # an error event
+    b'error: {"code": 500, "message": "model crashed"}\n\n',  # llama.cpp's server's own line
+    b'data: {"error": {"message": "model crashed", "type": "server_error"}}\n\n',  # OpenAI's form
+])
+def test_an_error_sent_inside_the_stream_is_reported(endpoint, error):
+    server = endpoint([HEADERS, b"data: " + delta("Hel") + b"\n\n", error, b"data: [DONE]\n\n"])
+    client = client_for(server)
+    shown = []
+    try:
+        with pytest.raises(RemoteError) as err:
+            for item in client.stream_chat(MESSAGES, PARAMS):
+                shown.append(item.text)
+    finally:
+        client.close()
+    assert err.value.kind == "server" and "model crashed" in str(err.value)
+    assert shown == ["Hel"]
+
+
+def cancel_later(cancel: threading.Event, after_s: float = 0.3) -> threading.Timer:
+    timer = threading.Timer(after_s, cancel.set)
+    timer.start()
+    return timer
+
+
+def test_stop_ends_the_turn_while_the_server_is_silent_mid_answer(endpoint):
+    server = endpoint([HEADERS, b"data: " + delta("Partial") + b"\n\n", HOLD])
+    client = client_for(server, read_timeout_s=60)
+    cancel = threading.Event()
+    try:
+        stream = client.stream_chat(MESSAGES, PARAMS, cancel)
+        assert next(stream).text == "Partial"
+        cancel_later(cancel)  # the user presses Stop while the generator waits for the server
+        t0 = time.monotonic()
+        rest = list(stream)
+        elapsed = time.monotonic() - t0
+    finally:
+        client.close()
+    [result] = rest
+    assert result.stats.finish_reason == "cancelled" and result.text == "Partial"
+    assert elapsed < 3, elapsed  # generous: the stream stops within ~0.5 s of Stop, not at HOLD_S
+
+
+def test_stop_ends_the_turn_while_the_server_has_not_answered_yet(endpoint):
+    server = endpoint([HOLD, HEADERS, b"data: " + delta("late") + b"\n\n", b"data: [DONE]\n\n"])
+    client = client_for(server, read_timeout_s=60)
+    cancel = threading.Event()
+    cancel_later(cancel)
+    t0 = time.monotonic()
+    try:
+        items = list(client.stream_chat(MESSAGES, PARAMS, cancel))
+    finally:
+        client.close()
+    elapsed = time.monotonic() - t0
+    [result] = items
+    assert result.stats.finish_reason == "cancelled" and result.text == ""
+    assert elapsed < 3, elapsed
+
+
+def test_a_client_is_reusable_after_a_stopped_turn(endpoint):
+    silent = endpoint([HEADERS, b"data: " + delta("a") + b"\n\n", HOLD])
+    client = client_for(silent)
+    cancel = threading.Event()
+    try:
+        stream = client.stream_chat(MESSAGES, PARAMS, cancel)
+        next(stream)
+        cancel.set()
+        assert list(stream)[-1].stats.finish_reason == "cancelled"
+        silent.script = [HEADERS, b"data: " + delta("again") + b"\n\n", b"data: [DONE]\n\n"]
+        assert list(client.stream_chat(MESSAGES, PARAMS))[-1].text == "again"
+    finally:
+        client.close()
