@@ -140,6 +140,10 @@ def test_stop_ends_the_turn_while_the_server_is_silent_mid_answer(endpoint):
     [result] = rest
     assert result.stats.finish_reason == "cancelled" and result.text == "Partial"
     assert elapsed < 3, elapsed  # generous: the stream stops within ~0.5 s of Stop, not at HOLD_S
+    deadline = time.monotonic() + 3  # and the connection is let go, not left reading in the background
+    while any(t.name == "l3-stream" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(t.name == "l3-stream" for t in threading.enumerate())
 
 
 def test_stop_ends_the_turn_while_the_server_has_not_answered_yet(endpoint):
