@@ -14,7 +14,7 @@ from engine.inference.backend import LoadParams, ModelLoadError
 from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
 from engine.models.gguf_info import GGUFError
 from engine.models.planner import Plan, PlanError, plan, ram_bytes
-from engine.inference.runtime import Worker
+from engine.inference.runtime import BackendFactory, Worker
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +44,19 @@ class ModelManager:
         budget_bytes: host memory the loaded models may use together (default: 80 % of available RAM).
         params: base load parameters (n_ctx wanted, threads); the plan fills in the rest.
         vram_budget_mb: VRAM for GPU models (None: free VRAM of the best GPU minus a margin).
+        backend_factory: builds each model's backend instead of `Backend` (tests: a scripted fake);
+            loads are still planned from the model file's GGUF metadata.
     """
 
     def __init__(self, budget_bytes: int | None = None, params: LoadParams = LoadParams(),
-                 debug: bool = False, catalog: Catalog | None = None, vram_budget_mb: float | None = None):
+                 debug: bool = False, catalog: Catalog | None = None, vram_budget_mb: float | None = None,
+                 backend_factory: BackendFactory | None = None):
         self.budget_bytes = budget_bytes if budget_bytes is not None else int(psutil.virtual_memory().available * 0.8)
         self.params = params
         self.vram_budget_mb = vram_budget_mb
         self.debug = debug
         self.catalog = catalog
+        self.backend_factory = backend_factory
         self._workers: dict[str, tuple[Worker, int]] = {}  # resolved path -> (worker, bytes)
         self._lock = threading.RLock()  # held through a load (seconds): never take it from a GUI thread
         self.evictions = 0
@@ -96,7 +100,7 @@ class ModelManager:
                     "or context, or free some memory")
             self._make_room(need)
             params = replace(self.params, **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"})
-            worker = Worker.load(model, params, self.debug)
+            worker = Worker.load(model, params, self.debug, self.backend_factory)
             worker.plan = p
             worker.plan_error = plan_error(p, worker.backend.memory_report)
             self._workers[key] = (worker, need)

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 FOREGROUND, BACKGROUND = 0, 10
 _END = object()
+# Builds a model's backend: (path, params, debug=...) -> a Backend or an object with its surface.
+BackendFactory = Callable[..., Backend]
 # Prompt pieces: Stop, pre-emption and quitting wait at most about one piece.
 PIECE_S = 0.15  # seconds of prompt evaluation per piece, at the model's measured speed
 MIN_PIECE = 32  # smaller pieces waste more than they save
@@ -142,8 +144,18 @@ class Worker:
         self._thread.start()
 
     @classmethod
-    def load(cls, model: ResolvedModel, params: LoadParams, debug: bool = False) -> "Worker":
-        backend = Backend(model.path, params, debug=debug)
+    def load(cls, model: ResolvedModel, params: LoadParams, debug: bool = False,
+             backend_factory: BackendFactory | None = None) -> "Worker":
+        """Load `model` with `params` and start its thread.
+
+        Args:
+            backend_factory: builds the backend instead of `Backend(path, params, debug=debug)`
+                (tests: a scripted pure-Python backend with the same surface).
+
+        Raises:
+            ModelLoadError: the file or its chat template cannot be used.
+        """
+        backend = (backend_factory or Backend)(model.path, params, debug=debug)
         hint = model.entry.chat_template if model.entry else "gguf"
         try:
             template = template_for(backend, hint)
