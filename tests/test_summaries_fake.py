@@ -1,0 +1,128 @@
+"""The summary chain's background jobs on a fake backend (tests/fake_backend.py): a chat turn
+pre-empts a summary within one prompt piece, a summary pre-empted MAX_PREEMPTIONS times runs to the
+end, and unloading the model never leaves a summary waiter hanging."""
+
+import threading
+import time
+
+from engine.chat.summaries import MAX_PREEMPTIONS
+from engine.inference.runtime import FOREGROUND
+from tests.fake_backend import Answer, Gate, dones, fakes, make_assistant, send  # noqa: F401
+
+SUMMARY_MARK = "You summarise conversations"  # in every summary prompt (engine/chat/summaries.py)
+SUMMARY = "The user greeted the assistant."
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def summary_setup(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")), summary_every=1)
+    fake = fakes.backend("m")
+    fakes.script("m").when(SUMMARY_MARK, Answer(SUMMARY))
+    runs: list[list[int]] = []  # pieces started by each summary run (tokens each)
+
+    def record(backend, index, part, call):
+        if SUMMARY_MARK in backend.text(call):
+            if index == 0:
+                runs.append([])
+            runs[-1].append(len(part))
+
+    fake.on_piece.append(record)
+    return a, fake, a.manager.loaded()[0], runs
+
+
+def in_background(fn):
+    result = {}
+
+    def run():
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            result["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, result
+
+
+def test_a_turn_pre_empts_a_summary_within_one_prompt_piece(fakes, make_assistant):
+    a, fake, worker, runs = summary_setup(fakes, make_assistant)
+    gate = Gate(lambda b, index, part, call: index == 2 and SUMMARY_MARK in b.text(call))
+    fake.on_piece.append(gate)
+    cid = a.new_conversation()
+    for text in ("hello", "how are you", "fine thanks"):  # the third turn queues a summary of the first
+        send(a, cid, text)
+    kv = fake.kv_tokens
+    handle = a._summary_jobs[cid]
+    assert gate.reached.wait(5)  # the summary is reading its third piece
+    thread, result = in_background(lambda: send(a, cid, "one more question"))
+    wait_until(lambda: worker.current is not None and worker.current.preempt.is_set())
+    gate.release()
+    thread.join(5)
+    (done,) = dones(result["value"])
+    # The summary finished the piece in flight, then yielded: three pieces read, not its whole prompt.
+    assert runs[0] == [32, 32, 32]
+    # It gave the context back: the turn read only its own new tokens.
+    assert done.stats["cache_mode"] == "append" and done.stats["prompt_tokens_cached"] == len(kv)
+    turn_prompts = [p for p in list(fake.prompts) if SUMMARY_MARK not in fake.text(p)]
+    assert turn_prompts[-1][:len(kv)] == kv
+    assert handle.done.wait(5) and handle.preemptions == 1
+    assert a.summaries(cid)[0]["text"] == SUMMARY
+    # The second run started over and read its whole prompt: 32-token pieces, the last one partial.
+    assert sum(runs[1]) > 96 and all(n == 32 for n in runs[1][:-1])
+
+
+def test_a_summary_pre_empted_twice_runs_to_the_end(fakes, make_assistant):
+    a, fake, worker, runs = summary_setup(fakes, make_assistant)
+    gate = Gate(lambda b, index, part, call: index == 2 and SUMMARY_MARK in b.text(call), times=MAX_PREEMPTIONS + 1)
+    fake.on_piece.append(gate)
+    cid = a.new_conversation()
+    for text in ("hello", "how are you", "fine thanks"):
+        send(a, cid, text)
+    handle = a._summary_jobs[cid]
+    for k in range(MAX_PREEMPTIONS + 1):
+        assert gate.reached.wait(5), f"summary run {k + 1} never started"
+        n_prompts = len(fake.prompts)
+        thread, result = in_background(lambda: send(a, cid, f"question {k}"))
+        wait_until(lambda: worker.current is not None and worker.current.preempt.is_set())
+        gate.release()
+        thread.join(5)
+        assert "value" in result, result.get("error")
+        answered = [fake.text(p) for p in fake.prompts[n_prompts:]]
+        if k < MAX_PREEMPTIONS:  # it yielded: the turn was answered first, the summary not at all
+            assert len(runs[k]) == 3 and not any(SUMMARY_MARK in t for t in answered)
+        else:  # it no longer yields: the whole summary is written before the turn is answered
+            assert [SUMMARY_MARK in t for t in answered[:2]] == [True, False]
+            assert a.summaries(cid)[0]["text"] == SUMMARY
+    assert handle.preemptions == MAX_PREEMPTIONS and handle.done.is_set()
+    assert sum(runs[MAX_PREEMPTIONS]) > 96  # the last run read its whole prompt
+
+
+def test_unloading_the_model_ends_a_queued_summary_so_nobody_waits_for_it(fakes, make_assistant):
+    a, fake, worker, runs = summary_setup(fakes, make_assistant)
+    cid = a.new_conversation()
+    send(a, cid, "hello")
+    send(a, cid, "how are you")
+    started = threading.Event()
+
+    def busy(w, job):  # the model is busy when the summary is queued: it waits in the queue
+        started.set()
+        while not job.cancel.is_set():
+            time.sleep(0.005)
+
+    for event in a.send(cid, "fine thanks"):
+        if dones([event]):
+            worker.submit(busy, FOREGROUND)  # before the turn's generator queues the summary
+    handle = a._summary_jobs[cid]
+    assert started.wait(5) and not handle.done.is_set()
+    a.manager.close()  # drains the queue: the summary never runs
+    assert handle.done.is_set() and handle.summary_id is None
+    t0 = time.monotonic()
+    a.wait_for_summaries(timeout=5)
+    assert time.monotonic() - t0 < 1.0
+    assert runs == [] and a.summaries(cid) == []
