@@ -5,6 +5,8 @@ from engine.api import Assistant
 from engine.storage import Database
 from engine.config.paths import db_path
 
+from .helpers import THREADS
+
 
 @pytest.fixture(params=["demo-small", "demo-int4"])
 def model_id(request, model_paths):
@@ -13,14 +15,14 @@ def model_id(request, model_paths):
 
 @pytest.fixture
 def assistant(model_id):
-    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=2048))
+    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=2048, n_threads=THREADS))
     yield a
     a.close()
     a.db.close()
 
 
 def open_backend(path, n_ctx=2048) -> Backend:
-    return Backend(path, LoadParams(n_ctx=n_ctx))
+    return Backend(path, LoadParams(n_ctx=n_ctx, n_threads=THREADS))
 
 
 @pytest.fixture(scope="session")

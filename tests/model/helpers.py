@@ -5,6 +5,9 @@ from engine.api import Assistant, TurnDone
 from engine.inference.generate import GenerateParams, TurnResult, generate
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
+# llama.cpp threads per model in tests: the default (all cores) oversubscribes a shared 2-core
+# machine (test runners, other models and background threads all want them).
+THREADS = 2
 
 
 def greedy(max_tokens=24) -> GenerateParams:

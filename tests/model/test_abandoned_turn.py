@@ -9,9 +9,11 @@ from engine.inference.generate import GenerateParams
 from engine.config.paths import db_path
 from engine.storage import Database
 
+from .helpers import THREADS
+
 
 def test_closing_a_turn_midway_stops_the_model(model_paths):
-    a = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=4096), kv_tiers=False)
+    a = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=4096, n_threads=THREADS), kv_tiers=False)
     try:
         cid = a.new_conversation()
         params = GenerateParams(max_tokens=2000, sampling=SamplingParams(temperature=0.8, seed=1))

@@ -8,7 +8,7 @@ from engine.api import Assistant, InputError
 from engine.memory import MemoryService
 from engine.storage import Database
 
-from .helpers import turn
+from .helpers import THREADS, turn
 
 REFUSED = [
     ("", "empty message"),
@@ -29,7 +29,7 @@ ACCEPTED = [
 def chat(model_paths, ready_embedder, tmp_path_factory):
     db = Database(tmp_path_factory.mktemp("bad") / "assistant.db")
     memory = MemoryService(db, ready_embedder).start()
-    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048), memory=memory)
+    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), memory=memory)
     yield a, memory
     a.close()
     memory.close()

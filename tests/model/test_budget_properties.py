@@ -10,13 +10,15 @@ from engine.chat.window import fit_window, session_counter, turn_starts
 from engine.chat.session import Message, Session
 from engine.inference.templates import template_for
 
+from .helpers import THREADS
+
 # Any printable text, emoji, CJK, RTL, combining marks; no lone surrogates (cleaned before this).
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300)
 
 
 @pytest.fixture(scope="module")
 def session(model_paths):
-    backend = Backend(model_paths["demo-small"], LoadParams(n_ctx=512))
+    backend = Backend(model_paths["demo-small"], LoadParams(n_ctx=512, n_threads=THREADS))
     yield Session(backend, template_for(backend))
     backend.close()
 

@@ -14,7 +14,7 @@ from engine.api import Assistant
 from engine.storage import Database
 
 from tests.util import cli, cli_env
-from .helpers import turn
+from .helpers import THREADS, turn
 
 CHAT = ("chat", "--json", "--temperature", "0", "--seed", "1", "--max-tokens", "24", "--n-ctx", "2048")
 
@@ -131,7 +131,7 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home):
                             "--no-memory")
     cid = done_events(events)[-1]["conversation_id"]
     db = Database(assistant_home / "assistant.db")
-    resumed = Assistant(db, "demo-small", LoadParams(n_ctx=2048))
+    resumed = Assistant(db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS))
     try:
         # The CLI's sampling for `--temperature 0 --seed 1 --max-tokens 24` (default repeat penalty).
         cli_params = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=24)

@@ -10,7 +10,7 @@ from engine.inference.generate import prefill
 from engine.chat.session import Message, Session
 
 from .conftest import open_backend
-from .helpers import USER_TURNS, run_prompt, turn
+from .helpers import THREADS, USER_TURNS, run_prompt, turn
 
 OVERHEAD = 16  # template tokens allowed on top of the new user message
 # Answer tokens enter the KV cache one by one (decode), a fresh prompt in one batch: llama.cpp's
@@ -176,7 +176,7 @@ def _assert_rolls_back_far(backend):
 
 
 def test_full_swa_cache_can_roll_back_anywhere(model_paths):
-    _assert_rolls_back_far(Backend(model_paths["demo-int4"], LoadParams(n_ctx=4096, swa_full=True)))
+    _assert_rolls_back_far(Backend(model_paths["demo-int4"], LoadParams(n_ctx=4096, swa_full=True, n_threads=THREADS)))
 
 
 def test_no_window_model_rolls_back_anywhere(model_paths):

@@ -14,7 +14,7 @@ from engine.storage import Database
 
 from engine.api import TurnDone
 
-from .helpers import greedy, turn
+from .helpers import THREADS, greedy, turn
 
 OVERHEAD = 16
 # A system prompt long enough that the chat is worth a cold file (≥ 256 tokens).
@@ -27,7 +27,7 @@ def new_tokens(a: Assistant, text: str) -> int:
 
 
 def open_assistant(model="demo-small", **kw) -> Assistant:
-    return Assistant(Database(db_path()), model, LoadParams(n_ctx=2048), **kw)
+    return Assistant(Database(db_path()), model, LoadParams(n_ctx=2048, n_threads=THREADS), **kw)
 
 
 def close(a: Assistant) -> None:
@@ -156,7 +156,7 @@ def test_switching_while_evicted_states_are_written_in_the_background(assistant_
 def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
     from engine.inference.manager import ModelManager, ram_bytes
 
-    params = LoadParams(n_ctx=2048)
+    params = LoadParams(n_ctx=2048, n_threads=THREADS)
     probe = ModelManager(params=params)
     sizes = [ram_bytes(probe.plan_for(probe.resolve(m), gpu=False)) for m in ("demo-small", "demo-int4")]
     manager = ModelManager(budget_bytes=max(sizes) + 1, params=params)  # one model at a time

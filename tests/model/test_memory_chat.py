@@ -9,7 +9,7 @@ from engine.memory import Embedder, MemoryService
 from engine.config.paths import db_path
 from engine.storage import Database
 
-from .helpers import turn
+from .helpers import THREADS, turn
 
 OVERHEAD = 16  # template tokens around a new user turn (measured ≤ 11 in bench/kv_reuse.py)
 CAT = "My cat is called Miso and she is three years old."
@@ -19,7 +19,7 @@ CAT = "My cat is called Miso and she is three years old."
 def chat(model_paths, ready_embedder):
     db = Database(db_path())
     memory = MemoryService(db, ready_embedder).start()
-    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048), memory=memory)
+    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), memory=memory)
     yield a, memory
     a.close()
     memory.close()
@@ -57,7 +57,7 @@ def test_recalled_memory_is_inside_the_user_turn_and_the_cache_still_extends(cha
     assert nxt.stats["prompt_tokens_evaluated"] <= len(a.backend.tokenize("Thanks!", special=False)) + OVERHEAD
 
     # A new process sees the same turn: the stored model text and ids, not a re-retrieval.
-    b = Assistant(a.db, "demo-small", LoadParams(n_ctx=2048), manager=a.manager)
+    b = Assistant(a.db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), manager=a.manager)
     reloaded = [m for m in b.conversation(cid).messages if m.id == row["id"]][0]
     assert reloaded.model_text == row["model_text"] and reloaded.content == ask
 
@@ -106,7 +106,7 @@ def test_remember_pins_a_fact_for_every_later_conversation(chat):
 def test_turns_skip_retrieval_until_the_embedder_is_ready(model_paths):
     db = Database(db_path())
     memory = MemoryService(db, Embedder())  # not started: the app's first seconds
-    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048), memory=memory)
+    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), memory=memory)
     try:
         cid = a.new_conversation()
         done = turn(a, cid, "What is my cat called?", max_tokens=8)

@@ -7,7 +7,7 @@ from engine.api import Assistant
 from engine.config.paths import db_path
 from engine.storage import Database
 
-from .helpers import turn
+from .helpers import THREADS, turn
 
 log = logging.getLogger(__name__)
 N_TURNS = 100
@@ -17,7 +17,7 @@ OVERHEAD = 16
 
 
 def test_hundred_turns_at_n_ctx_1024(model_id, model_paths):
-    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=N_CTX))
+    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=N_CTX, n_threads=THREADS))
     try:
         cid = a.new_conversation("You are a helpful assistant. Keep answers short.")
         shifts, heavy = [], []

@@ -13,6 +13,8 @@ from engine.inference.backend import Backend, LoadParams
 from engine.models.kv_math import MIB, kv_cells
 from engine.models.planner import load_facts, plan
 
+from .helpers import THREADS
+
 log = logging.getLogger(__name__)
 
 CASES = [(2048, "f16"), (4096, "f16"), (8192, "f16"), (4096, "q8_0"), (8192, "q8_0")]
@@ -23,7 +25,7 @@ def test_planned_kv_weights_and_compute_match_the_real_allocation(model_paths, m
     facts = load_facts(model_paths[model_id])
     p = plan(facts, 0, n_ctx, kv_type=kv)
     assert p.offload == "cpu" and p.flash_attn == (kv != "f16")
-    backend = Backend(model_paths[model_id], LoadParams(**p.load_kwargs()))
+    backend = Backend(model_paths[model_id], LoadParams(**p.load_kwargs(), n_threads=THREADS))
     try:
         report = backend.memory_report
     finally:

@@ -4,7 +4,7 @@ from engine.inference.backend import LoadParams
 from engine.api import Assistant
 from engine.chat.session import Message
 
-from .helpers import turn
+from .helpers import THREADS, turn
 
 
 def test_stored_ids_are_used_for_their_model_only(assistant):
@@ -13,7 +13,7 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
     original = assistant.session(cid).render(assistant.session(cid).messages, False)
     with assistant.db._conn:  # simulate text that would re-tokenize differently
         assistant.db._conn.execute("UPDATE messages SET content = 'XYZ' WHERE id = ?", (done.message_id,))
-    fresh = Assistant(assistant.db, assistant.model_id, LoadParams(n_ctx=512))
+    fresh = Assistant(assistant.db, assistant.model_id, LoadParams(n_ctx=512, n_threads=THREADS))
     try:
         s = fresh.session(cid)
         assert s.messages[-1].ids == {fresh.backend.identity: done.token_ids}

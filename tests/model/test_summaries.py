@@ -5,13 +5,13 @@ from engine.api import Assistant
 from engine.config.paths import db_path
 from engine.storage import Database
 
-from .helpers import USER_TURNS, turn
+from .helpers import THREADS, USER_TURNS, turn
 
 OVERHEAD = 16
 
 
 def test_background_summary_chain_keeps_foreground_kv(model_paths):
-    a = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=4096), summary_every=2)
+    a = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=4096, n_threads=THREADS), summary_every=2)
     try:
         cid = a.new_conversation("You are a concise assistant.")
         for text in USER_TURNS[:4]:  # 2 to summarise + 2 recent ones kept out

@@ -12,7 +12,7 @@ from engine.inference.remote import RemoteConfig
 from engine.inference.runtime import BACKGROUND, FOREGROUND
 from engine.storage import Database
 
-from .helpers import greedy
+from .helpers import THREADS, greedy
 from .l3_server import LoopbackServer
 
 DESIGN = "Design a scalable architecture for a chat service with millions of users, covering storage, caching and failover."
@@ -29,7 +29,7 @@ def ask(assistant, cid, text, route="auto", max_tokens=16):
 
 @pytest.fixture
 def two_tier(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048))
+    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048, n_threads=THREADS))
     yield a
     a.close()
 
@@ -62,7 +62,7 @@ def test_user_override_per_message_and_per_conversation(two_tier):
 
 
 def test_cascade_uses_the_models_calibration(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=1024), cascade=True)
+    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=1024, n_threads=THREADS), cascade=True)
     try:
         assert a.cascade_threshold == a._primary.model.entry.confidence_threshold == 0.09
     finally:
@@ -70,7 +70,7 @@ def test_cascade_uses_the_models_calibration(model_paths):
 
 
 def test_cascade_reasks_weak_l1_answer_on_l2(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048), cascade=True,
+    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048, n_threads=THREADS), cascade=True,
                   cascade_threshold=0.999)
     try:
         cid = a.new_conversation()
@@ -99,7 +99,7 @@ def test_sticky_when_kv_is_warm_on_l2(two_tier):
 
 def test_l3_end_to_end_then_falls_back_when_server_stops(model_paths):
     server = LoopbackServer(model_paths["demo-small"])
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048),
+    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048, n_threads=THREADS),
                   remote=RemoteConfig(server.url, retries=1, backoff_s=0.05))
     try:
         cid = a.new_conversation()
@@ -117,7 +117,7 @@ def test_l3_end_to_end_then_falls_back_when_server_stops(model_paths):
 
 
 def test_manager_evicts_lru_and_never_loads_twice(model_paths):
-    params = LoadParams(n_ctx=1024)
+    params = LoadParams(n_ctx=1024, n_threads=THREADS)
     probe = ModelManager(params=params)
     sizes = [ram_bytes(probe.plan_for(probe.resolve(m), gpu=False)) for m in ("demo-small", "demo-int4")]
     manager = ModelManager(budget_bytes=max(sizes) + 1, params=params)  # room for one model at a time
@@ -134,7 +134,7 @@ def test_manager_evicts_lru_and_never_loads_twice(model_paths):
 
 
 def test_foreground_preempts_queued_background_jobs(model_paths):
-    manager = ModelManager(params=LoadParams(n_ctx=512))
+    manager = ModelManager(params=LoadParams(n_ctx=512, n_threads=THREADS))
     try:
         worker = manager.get("demo-small")
         order, started = [], threading.Event()

@@ -90,7 +90,7 @@ def ask(a: Assistant, cid: int, text: str, route: str = "auto", max_tokens: int 
 @pytest.mark.parametrize("kind", BAD)
 def test_a_bad_file_is_refused_with_its_reason(bad_files, kind):
     error, message = BAD[kind]
-    manager = ModelManager(params=LoadParams(n_ctx=512), vram_budget_mb=0)
+    manager = ModelManager(params=LoadParams(n_ctx=512, n_threads=1), vram_budget_mb=0)
     try:
         for gpu in (False, True):  # the CPU tier's plan and the GPU tier's plan alike
             with pytest.raises(error, match=message):

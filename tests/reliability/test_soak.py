@@ -26,6 +26,8 @@ from engine.config.paths import db_path
 from engine.config.settings import Settings
 from engine.storage import Database
 
+from tests.model.helpers import THREADS
+
 from .frontends import answered
 
 pytestmark = pytest.mark.model
@@ -73,7 +75,7 @@ def test_soak_200_turns_over_10_chats(assistant_home, tmp_path, model_paths):
     db = Database(db_path())
     memory = MemoryService.from_settings(db, Settings()).start()
     assert memory.embedder.wait(300), memory.embedder.state
-    a = Assistant(db, None, LoadParams(n_ctx=N_CTX), tiers={"L1": "demo-small", "L2": "demo-int4"},
+    a = Assistant(db, None, LoadParams(n_ctx=N_CTX, n_threads=THREADS), tiers={"L1": "demo-small", "L2": "demo-int4"},
                   summary_every=5, memory=memory, kv_warm_mb=KV_WARM_MB)
     t0 = time.monotonic()
     try:
