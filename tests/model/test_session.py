@@ -2,7 +2,8 @@
 
 from engine.inference.backend import LoadParams
 from engine.api import Assistant
-from engine.chat.session import Message
+from engine.chat.session import Message, Session
+from engine.inference.templates import CHATML_TEMPLATE, ChatTemplate
 
 from .helpers import THREADS, turn
 
@@ -29,8 +30,18 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
 
 
 def test_bos_once_when_the_model_wants_one(assistant):
-    s = assistant.session(assistant.new_conversation())
-    ids = s.prompt(Message("user", "hi"))
+    """A model that wants BOS (Gemma) gets exactly one at the start, whether its template writes it
+    or not; a model that does not (SmolLM2) gets exactly what the template wrote, nothing added."""
     b = assistant.backend
-    if b.add_bos:  # Gemma: the template writes <bos>; the engine must not add a second one
-        assert ids[0] == b.bos_id and ids.count(b.bos_id) == 1
+    assert b.add_bos == {"demo-int4": True, "demo-small": False}[assistant.model_id]  # both cases covered
+    user = Message("user", "hi")
+    for template in (assistant.template, ChatTemplate(CHATML_TEMPLATE, "chatml")):  # ChatML writes no BOS
+        ids = Session(b, template).prompt(user)
+        written = []
+        for piece in template.render(["user"], add_generation_prompt=True).pieces:
+            written += b.tokenize(piece, special=True) if isinstance(piece, str) else b.tokenize("hi", special=False)
+        if b.add_bos:
+            assert ids == (written if written[0] == b.bos_id else [b.bos_id] + written), template.name
+            assert ids[0] == b.bos_id and ids.count(b.bos_id) == 1, template.name
+        else:
+            assert ids == written, template.name
