@@ -77,9 +77,13 @@ def test_chat_streams_into_the_view_and_the_loop_keeps_ticking(qtbot, model_path
     assert "evaluated" in html and "ms to first token" in html  # the line under the answer
     qtbot.waitUntil(lambda: window.chat_list.count() == 1 and window.chat_list.item(0).text().startswith("Hello!"))
     assert window.gauges.water_bar.value() > 0
-    window.gauges.update_now()  # the 2 Hz timer's work, now: KV pages of the loaded model
-    [kv] = window.gauges._kv_bars.values()
-    assert kv.value() >= 1 and "this chat: 1 hot" in kv.share.text()
+
+    def kv_drawn() -> bool:  # the engine publishes its status at 2 Hz; the gauge draws the latest
+        window.gauges.update_now()
+        bars = list(window.gauges._kv_bars.values())
+        return len(bars) == 1 and bars[0].value() >= 1 and "this chat: 1 hot" in bars[0].share.text()
+
+    qtbot.waitUntil(kv_drawn, timeout=5000)
     assert window.gauges.ram_app.format().endswith("MiB")
     # The GUI thread never blocked on the engine: ticks kept coming while it loaded and generated.
     gaps = sorted(probe.gaps)
@@ -165,7 +169,7 @@ def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
     window.delete_chat(cid, "Colours 颜色", confirmed=True)
     qtbot.waitUntil(lambda: window.chat_list.count() == 0, timeout=10_000)
     assert window.conversation_id is None and window.view.messages == []
-    assert window.worker.db.conversation(cid) is None and window.worker.db.messages(cid) == []
+    assert window.worker.assistant.db.conversation(cid) is None and window.worker.assistant.db.messages(cid) == []
 
 
 def test_regenerate_edit_and_copy(qtbot, window):
@@ -183,7 +187,7 @@ def test_regenerate_edit_and_copy(qtbot, window):
     qtbot.waitUntil(lambda: not window.busy, timeout=60_000)
     assert [m["content"] for m in window.view.messages][0] == "Name a vegetable."
     assert len(window.view.messages) == 2
-    rows = window.worker.db.messages(window.conversation_id)
+    rows = window.worker.assistant.db.messages(window.conversation_id)
     assert [r["superseded_by"] is None for r in rows] == [False, False, False, True, True]
     window.copy_answer()
     from PySide6.QtGui import QGuiApplication
