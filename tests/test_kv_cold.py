@@ -52,29 +52,80 @@ def test_foreign_facts_are_rejected_and_deleted(tmp_path):
 
 
 WRITER = """
-import sys
+import os, sys, time
 from engine.kv.tiers import ColdTier, Snapshot
-cold = ColdTier(sys.argv[1], budget_bytes=10**10)
-i = 0
+folder, pause_at = sys.argv[1], int(sys.argv[2])
+cold = ColdTier(folder, budget_bytes=10**10)
+fsync, i = os.fsync, 0
+
+def fsync_then_maybe_pause(fd):  # write `pause_at` stops with its temp file complete, not yet renamed
+    fsync(fd)
+    if i == pause_at:
+        print("paused", flush=True)
+        time.sleep(60)
+
+os.fsync = fsync_then_maybe_pause
 while True:
+    print("writing", i, flush=True)
     cold.write(Snapshot("m.gguf:1", 7, list(range(300 + i % 2)), bytearray([i % 2]) * 4_000_000), {"n": 1})
+    print("wrote", i, flush=True)
     i += 1
 """
 
 
-def test_kill_9_during_writes_never_leaves_a_loadable_half_file(tmp_path):
-    for attempt in range(6):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=os.getcwd())
-        time.sleep(0.4 + 0.13 * attempt)
+def kill_writer(folder, pause_at: int, after) -> None:
+    """Run WRITER into `folder`; SIGKILL it once `after(line)` is true for a line it printed."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(pause_at)], cwd=os.getcwd(),
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if after(line.split()):
+                break
+        else:
+            raise AssertionError(f"the writer ended on its own (exit {proc.wait()})")
+    finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        cold = ColdTier(tmp_path, budget_bytes=10**10)
-        got = cold.load(7, "m.gguf:1", {"n": 1})
-        if got is not None:  # whatever is there is one whole write, never a mix
-            k = len(got.tokens) - 300
-            assert got.tokens == list(range(300 + k)) and got.data == bytearray([k]) * 4_000_000
-        assert not cold.stats.rejected  # the rename is atomic: the final name never holds half a file
-        assert all(not p.name.endswith(".kvs") for p in tmp_path.glob(".*"))  # temp files stay hidden
+        proc.stdout.close()
+
+
+def whole_write(folder) -> int | None:
+    """Which write the file that loads holds (None: no file); never a mix of two."""
+    cold = ColdTier(folder, budget_bytes=10**10)
+    got = cold.load(7, "m.gguf:1", {"n": 1})
+    assert not cold.stats.rejected  # the rename is atomic: the final name never holds half a file
+    if got is None:
+        return None
+    k = len(got.tokens) - 300
+    assert got.tokens == list(range(300 + k)) and got.data == bytearray([k]) * 4_000_000
+    return k
+
+
+def test_kill_9_before_the_rename_leaves_the_previous_whole_file(tmp_path):
+    for pause_at in (1, 2):  # after 1, 2 whole writes, the next one is killed before its rename
+        folder = tmp_path / str(pause_at)
+        kill_writer(folder, pause_at, lambda words: words == ["paused"])
+        assert whole_write(folder) == (pause_at - 1) % 2  # the last renamed write, whole
+        temps = [p for p in folder.iterdir() if not p.name.endswith(".kvs")]
+        assert len(temps) == 1 and temps[0].name.startswith(".")  # the complete temp file stays hidden
+        assert temps[0].stat().st_size > 4_000_000
+
+
+def test_kill_9_during_writes_never_leaves_a_loadable_half_file(tmp_path):
+    for attempt in range(3):
+        folder = tmp_path / str(attempt)
+
+        def second_write_started(words, delay=0.005 * attempt) -> bool:
+            # Killed while a later write is under way (one whole write is on disk by then), a
+            # little further into it each attempt.
+            if words[:1] == ["writing"] and int(words[1]) >= 1:
+                time.sleep(delay)
+                return True
+            return False
+
+        kill_writer(folder, -1, second_write_started)
+        assert whole_write(folder) in (0, 1)  # a file is there, one whole write, never a mix
+        assert all(p.name.startswith(".") for p in folder.iterdir() if not p.name.endswith(".kvs"))
 
 
 def test_warm_lru_moves_the_oldest_to_the_evict_hook():
