@@ -18,11 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 class DriftProbe:
     """A 10 ms timer on the GUI thread; the gaps between its ticks are how long the loop stalled."""
 
+    INTERVAL_MS = 10
+
     def __init__(self):
         self.gaps: list[float] = []
         self._last = None
+        self.elapsed_ms = 0.0  # from start to stop: how many ticks there should have been
         self.timer = QTimer()
-        self.timer.setInterval(10)
+        self.timer.setInterval(self.INTERVAL_MS)
         self.timer.timeout.connect(self._tick)
 
     def _tick(self):
@@ -33,10 +36,12 @@ class DriftProbe:
 
     def start(self):
         self._last = None
+        self._t0 = time.perf_counter()
         self.timer.start()
 
     def stop(self):
         self.timer.stop()
+        self.elapsed_ms = (time.perf_counter() - self._t0) * 1000
 
 
 @pytest.fixture
@@ -88,13 +93,19 @@ def test_chat_streams_into_the_view_and_the_loop_keeps_ticking(qtbot, model_path
     # The GUI thread never blocked on the engine: ticks kept coming while it loaded and generated.
     gaps = sorted(probe.gaps)
     p99, worst = gaps[int(len(gaps) * 0.99)], gaps[-1]
+    asked = probe.elapsed_ms / probe.INTERVAL_MS  # ticks a never-busy loop would have given
     record_property("gui_gap_p99_ms", round(p99, 1))
     record_property("gui_gap_max_ms", round(worst, 1))
+    record_property("gui_ticks_of_asked", f"{len(gaps)}/{asked:.0f}")
     print(f"GUI timer gaps while loading and generating: median {statistics.median(gaps):.1f} ms, "
-          f"p99 {p99:.1f} ms, max {worst:.1f} ms over {len(gaps)} ticks")
-    # p99 over hundreds of ticks: the engine never holds the loop; a single late tick on a busy
-    # shared VM is the scheduler's, and bench/gui_latency.py reports the whole distribution.
-    assert len(gaps) >= 100 and p99 < 50
+          f"p99 {p99:.1f} ms, max {worst:.1f} ms over {len(gaps)} ticks of {asked:.0f} asked "
+          f"in {probe.elapsed_ms:.0f} ms")
+    # However fast the machine (a quick answer gives few ticks), the loop kept at least half the
+    # asked rate, and every gap but the 1 % longest (at least one: a single late tick on a busy
+    # shared VM is the scheduler's) stayed short. bench/gui_latency.py reports the distribution.
+    assert len(gaps) >= 20 and len(gaps) >= asked / 2, (len(gaps), asked)
+    late = max(1, len(gaps) // 100)
+    assert gaps[-late - 1] < 50, gaps[-late - 1:]
     window.close()
 
 
