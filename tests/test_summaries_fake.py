@@ -126,3 +126,21 @@ def test_unloading_the_model_ends_a_queued_summary_so_nobody_waits_for_it(fakes,
     a.wait_for_summaries(timeout=5)
     assert time.monotonic() - t0 < 1.0
     assert runs == [] and a.summaries(cid) == []
+
+
+def test_the_turn_whose_window_moves_carries_the_summary_of_what_left(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")), n_ctx=512, summary_every=1)
+    fake = fakes.backend("m")
+    fakes.script("m").when(SUMMARY_MARK, Answer(SUMMARY))
+    cid = a.new_conversation()
+    for i in range(10):
+        (done,) = dones(send(a, cid, f"Question {i}: " + " ".join(["please"] * 6)))
+        if done.stats["context"]["first_kept"] > 0:
+            break
+    else:
+        raise AssertionError("the window never moved")
+    # The window moved on this turn: it waited for the summary and carries it (pre-empted or not).
+    assert done.stats["context_shift"] is not None and done.stats["summary_used"]
+    turn_prompts = [p for p in list(fake.prompts) if SUMMARY_MARK not in fake.text(p)]
+    assert f"Summary of the earlier conversation: {SUMMARY}" in fake.text(turn_prompts[-1])
+    assert not any(f"Question {k}:" in fake.text(turn_prompts[-1]) for k in range(done.stats["context"]["first_kept"] // 2))
