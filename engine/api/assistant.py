@@ -95,7 +95,8 @@ class Assistant(AssistantCore):
             if cascade_threshold is None:
                 cascade_threshold = settings.get("cascade.threshold") or None
             vram = vram_budget_mb if vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
-            load = LoadParams(n_ctx=n_ctx or settings.get("runtime.n_ctx"), n_threads=n_threads)
+            load = LoadParams(n_ctx=n_ctx or settings.get("runtime.n_ctx"),
+                              n_threads=n_threads or settings.get("runtime.n_threads") or None)
             assistant = cls(
                 db, model, load, debug=debug,
                 tiers={"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}, remote=remote,

@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
     "runtime.n_ctx": 4096,
+    "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
     "ui.theme": "light",             # light | dark
     "kv.warm_budget_mb": 0.0,        # RAM for parked conversations' KV state; 0 = 10 % of RAM up to 1 GB
@@ -159,7 +160,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 RANGES: dict[str, tuple[float, float]] = {
     "l3.n_ctx": (256, 10_000_000), "l3.timeout_s": (1, 3600), "router.max_switch_s": (0, 600),
     "cascade.threshold": (0, 1), "confidence.warn_threshold": (0, 1), "summary.every_turns": (0, 1000),
-    "memory.k": (0, 50), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000),
+    "memory.k": (0, 50), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000), "runtime.n_threads": (0, 1024),
     "kv.warm_budget_mb": (0, 10_000_000), "kv.cold_budget_mb": (0, 100_000_000),
     "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
 }
