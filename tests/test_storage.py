@@ -84,3 +84,43 @@ def test_search_conversations_by_title_and_content(tmp_path):
     db.delete_conversation(b)
     assert db.search_conversations("lighthouse") == []
     assert db.integrity_check() == "ok"
+
+
+def test_reads_do_not_wait_for_a_write_on_another_thread(tmp_path):
+    """A long write (a memory batch) holds the writer; listing and search read on their own
+    connection and return meanwhile, seeing what was committed before it."""
+    import threading
+
+    db = Database(tmp_path / "r.db")
+    cid = db.create_conversation(title="first")
+    inside, release = threading.Event(), threading.Event()
+
+    def long_write():
+        with db.transaction() as conn:
+            conn.execute("UPDATE conversations SET title = 'changed' WHERE id = ?", (cid,))
+            inside.set()
+            release.wait(10)
+
+    writer = threading.Thread(target=long_write)
+    writer.start()
+    try:
+        assert inside.wait(10)
+        got = {}
+        reader = threading.Thread(target=lambda: got.update(rows=db.conversations(), hits=db.search_conversations("fir")))
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive(), "a read waited for the writer"
+        assert [r["title"] for r in got["rows"]] == ["first"] and got["hits"] == [cid]  # the committed state
+    finally:
+        release.set()
+        writer.join()
+    assert db.conversation(cid)["title"] == "changed"  # committed now: the next read sees it
+    db.close()
+
+
+def test_a_transaction_reads_its_own_writes(tmp_path):
+    db = Database(tmp_path / "w.db")
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO conversations (title, created, updated) VALUES ('t', 'x', 'x')")
+        assert [r["title"] for r in db.conversations()] == ["t"]  # not yet committed, still seen here
+    db.close()

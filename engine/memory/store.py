@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator
 
 import numpy as np
 
@@ -145,27 +143,16 @@ class MemoryStore:
         """Which vector path is active: "sqlite-vec" | "numpy"."""
         return self.index.name
 
-    # ---- low level: the Database's connection and lock (all statements go through them)
-    @contextmanager
-    def transaction(self) -> Iterator:
-        """One write transaction under the database lock (the connection is in autocommit mode,
-        so `with conn:` alone would not make the statements atomic)."""
-        with self.db._lock:
-            conn = self.db._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+    # ---- low level: writes through the Database's one writer, reads on this thread's reader
+    def transaction(self):
+        """One write transaction (all statements commit together or not at all)."""
+        return self.db.transaction()
 
     def read(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with self.db._lock:
-            return self.db._conn.execute(sql, params).fetchall()
+        return self.db.read(sql, params)
 
     def data_version(self) -> int:
-        return self.read("PRAGMA data_version")[0][0]
+        return self.db.data_version()
 
     def table_exists(self, name: str) -> bool:
         return bool(self.read("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)))

@@ -102,7 +102,9 @@ def _load_sqlite_vec(conn) -> str | None:
 
 
 class Database:
-    """Owns the connection. Thread-safe: one lock around every statement.
+    """Owns the connections. Thread-safe: every write goes through one connection under one lock;
+    reads use a connection of the reading thread's own (WAL: they see every committed write and
+    never wait for a writer), except inside that thread's own write transaction.
 
     Args:
         path: the SQLite file (created with parents if missing).
@@ -134,6 +136,10 @@ class Database:
             conn.execute("PRAGMA synchronous = NORMAL")
             apply_migrations(conn)
         self._conn = conn
+        self._local = threading.local()  # per thread: its read connection, its write depth
+        self._readers: list = []  # every read connection, closed with the database
+        self._readers_lock = threading.Lock()
+        self._closed = False
 
     @contextmanager
     def transaction(self):
@@ -141,23 +147,65 @@ class Database:
         mode (isolation_level=None), where `with conn:` alone would not open a transaction."""
         with self._lock, _storage_errors(self.path, "write to"):
             self._conn.execute("BEGIN IMMEDIATE")
+            self._local.writing = getattr(self._local, "writing", 0) + 1
             try:
                 yield self._conn
             except BaseException:
                 if self._conn.in_transaction:  # SQLite may have rolled back already (disk full)
                     self._conn.execute("ROLLBACK")
                 raise
+            finally:
+                self._local.writing -= 1
             self._conn.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
+            with self._readers_lock:
+                readers, self._readers = self._readers, []
+            for reader in readers:
+                reader.close()
             self._conn.close()
 
-    def _q(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+    def read(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Rows of a read-only statement, on this thread's read connection: a long write on
+        another thread (a memory batch) never delays it."""
+        if getattr(self._local, "writing", 0):  # inside our own transaction: see its writes
+            with self._lock:
+                return self._conn.execute(sql, params).fetchall()
+        with _storage_errors(self.path, "read"):
+            return self._reader().execute(sql, params).fetchall()
+
+    def data_version(self) -> int:
+        """SQLite's data_version as the writing connection sees it: it changes when another
+        process commits, not for this Database's own writes."""
         with self._lock:
-            cur = self._conn.execute(sql, params)
-            cols = [c[0] for c in cur.description] if cur.description else []
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
+            return self._conn.execute("PRAGMA data_version").fetchone()[0]
+
+    def _reader(self):
+        conn = getattr(self._local, "reader", None)
+        if conn is None:
+            with self._readers_lock:
+                if self._closed:
+                    raise StorageError(f"the database {self.path} is closed")
+                conn = _connect(self.path, self.driver)
+                conn.execute("PRAGMA query_only = ON")
+                conn.execute("PRAGMA busy_timeout = 5000")
+                if self.vec_version is not None:
+                    _load_sqlite_vec(conn)  # vector search runs its SQL functions on reads too
+                self._readers.append(conn)
+            self._local.reader = conn
+        return conn
+
+    def _q(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
+        if getattr(self._local, "writing", 0):
+            with self._lock:
+                cur = self._conn.execute(sql, params)
+        else:
+            with _storage_errors(self.path, "read"):
+                cur = self._reader().execute(sql, params)
+        cols = [c[0] for c in cur.description] if cur.description else []
+        return [dict(zip(cols, row)) for row in cur.fetchall()]
 
     # ---- conversations
     def create_conversation(self, model: str | None = None, system_prompt: str = "", title: str = "") -> int:
