@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.models.devices import snapshot
@@ -53,7 +54,7 @@ class StatusPublisher:
         models = []
         for w in workers:
             v = w.view
-            levels = [lvl for lvl, name in a.tiers.items() if name and _same(a, name, w)]
+            levels = [lvl for lvl, name in a.tiers.items() if name and _names(name, w)]
             models.append({"id": w.model.id, "identity": v.identity, "levels": levels, "n_ctx": v.n_ctx,
                            "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
                            "offload": w.plan.offload if w.plan else None,
@@ -70,8 +71,12 @@ class StatusPublisher:
                        "water": dict(a.water), "warnings": list(a.warnings)}
 
 
-def _same(assistant: "Assistant", name: str, worker) -> bool:
+def _names(name: str, worker) -> bool:
+    """Whether a tier setting (catalog id or .gguf path) names this loaded model; no catalog
+    parsing and no file access beyond a path's resolution, at 2 Hz."""
+    if name == worker.model.id:
+        return True
     try:
-        return assistant.manager.resolve(name).path == worker.model.path
-    except Exception:  # noqa: BLE001 - a tier naming a missing model matches nothing
+        return Path(name).expanduser().resolve() == worker.model.path
+    except (OSError, RuntimeError):
         return False
