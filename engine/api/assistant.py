@@ -20,6 +20,7 @@ from engine.config.settings import Settings
 from engine.inference.backend import LoadParams, ModelLoadError, VocabTokenizer
 from engine.inference.generate import Chunk, GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
+from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
 from engine.storage import Database
 
@@ -88,8 +89,6 @@ class Assistant(AssistantCore):
         service = None
         try:
             if memory if memory is not None else settings.get("memory.enabled"):
-                from engine.memory import MemoryService  # the embedder's stack loads only when memory is on
-
                 service = MemoryService.from_settings(db, settings)  # started once a model is loaded
                 owned.insert(0, service)  # closed before the database it writes to
             if cascade_threshold is None:
