@@ -52,10 +52,16 @@ def main() -> int:
     phases: dict[str, list[float]] = {name: [] for name in names}
     state = {"phase": names[0], "last": None, "step": 0, "typed": 0, "stop_at": None, "stop_ms": None}
 
+    late: list[str] = []  # each gap over 50 ms, with when it happened, to find its cause
+
     def tick():
         now = time.perf_counter()
         if state["last"] is not None:
-            phases[state["phase"]].append((now - state["last"]) * 1000)
+            gap = (now - state["last"]) * 1000
+            phases[state["phase"]].append(gap)
+            if gap > 50:
+                late.append(f"{gap:.0f} ms at {now - t0:.2f} s ({state['phase']}, busy={window.busy}, "
+                            f"{len(window.view.messages)} bubbles)")
         state["last"] = now
 
     t0 = time.perf_counter()
@@ -113,6 +119,8 @@ def main() -> int:
     print(f"GUI event-loop gaps (10 ms timer), model {args.model}, answers of ≤ {args.max_tokens} tokens, "
           f"{os.cpu_count()} CPUs; Stop pressed {args.stop_after_s:.1f} s after sending → window idle in "
           f"{state['stop_ms']:.0f} ms\n")
+    for line in late:
+        print(f"late tick: {line}")
     print("| phase | ticks | median ms | p99 ms | max ms | gaps > 50 ms |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, gaps in phases.items():

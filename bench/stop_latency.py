@@ -121,7 +121,11 @@ def decode_speeds(a: Assistant, model_path: Path, threads: int, rounds: int = 3)
                     engine_tps.append(item.stats["decode_tps"])
             bare.reset()
             n, t_first = 0, None
-            for _tok in bare.generate(tokens, temp=0.0, top_k=1, reset=True):
+            # The engine's sampling settings (SamplingParams' defaults at temperature 0): llama.cpp's
+            # repeat-penalty pass walks the whole vocabulary, so it must be on in both or neither.
+            s = SamplingParams(temperature=0.0)
+            for _tok in bare.generate(tokens, temp=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                                      repeat_penalty=s.repeat_penalty, reset=True):
                 n += 1
                 if t_first is None:
                     t_first = time.perf_counter()
@@ -143,10 +147,13 @@ def main() -> int:
     args = p.parse_args()
     rng = random.Random(args.seed)
     a = Assistant.from_settings(model=args.model, memory=False, n_threads=args.threads)
+    lat, pre, n_tokens, prefill_s = [], [], 0, 0.0
     try:
         a.summary_every = 0
-        lat, n_tokens, prefill_s = stop_latency(a, args.stops, rng)
-        pre = preemption_latency(a, args.preemptions)
+        if args.stops:
+            lat, n_tokens, prefill_s = stop_latency(a, args.stops, rng)
+        if args.preemptions:
+            pre = preemption_latency(a, args.preemptions)
         model_path = a.manager.loaded()[0].model.path
         eng, bare = decode_speeds(a, model_path, args.threads)
         piece = a.manager.loaded()[0].prefill_piece()
@@ -156,10 +163,10 @@ def main() -> int:
           f"full prefill {prefill_s:.2f} s; prompt piece {piece} tokens\n")
     print("| what | n | median | p95 | max |")
     print("|---|---:|---:|---:|---:|")
-    print(f"| Stop during prefill → engine free | {len(lat)} | {statistics.median(lat):.0f} ms | {p95(lat):.0f} ms | "
-          f"{max(lat):.0f} ms |")
-    print(f"| chat request pre-empts a summary | {len(pre)} | {statistics.median(pre):.0f} ms | {p95(pre):.0f} ms | "
-          f"{max(pre):.0f} ms |")
+    for what, values in (("Stop during prefill → engine free", lat), ("chat request pre-empts a summary", pre)):
+        if values:
+            print(f"| {what} | {len(values)} | {statistics.median(values):.0f} ms | {p95(values):.0f} ms | "
+                  f"{max(values):.0f} ms |")
     print("\n| decode (greedy, 128 tokens, median of 3) | tokens/s |")
     print("|---|---:|")
     print(f"| through engine.api | {eng:.1f} |")
