@@ -326,7 +326,11 @@ class Database:
             return cur.rowcount == 1
 
     def integrity_check(self) -> str:
-        return self._q("PRAGMA integrity_check")[0]["integrity_check"]
+        # On the writer: run on a reader connection during a chat with the memory indexing, FTS5's
+        # part of the check reported messages_fts malformed now and then while the writer's own
+        # check (and a fresh connection's) said ok; not understood yet, see the closing note.
+        with self._lock:
+            return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
 
     def migrations_applied(self) -> list[str]:
         return [r["name"] for r in self._q("SELECT name FROM migrations ORDER BY id")]
