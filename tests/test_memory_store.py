@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ import pytest
 import engine.memory.embedder as embedder_mod
 from engine.cli.main import main as assistant_main
 from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService, MemoryStore, parse_remember
+from engine.memory.embedder import INDEXING, QUERY, EmbedderNotReady
 from engine.memory.chunking import chunk_text
 from engine.memory.service import MAX_MEMORY_CHARS, RRF_K
 from engine.memory.store import KEYWORD_RANKED, keyword_terms
@@ -50,11 +52,19 @@ class FakeModel:
         self.gate = threading.Event()
         self.gate.set()
         self.encoded = 0
+        self.threads: set[str] = set()  # names of the threads that ran an encode
+        self.hold: threading.Event | None = None  # set by a test: the next encode waits for it
+        self.order: list[str] = []  # first text of each encode, in the order they ran
 
     def get_embedding_dimension(self):
         return DIM
 
     def encode(self, texts, **kwargs):
+        self.threads.add(threading.current_thread().name)
+        self.order.append(texts[0])
+        if self.hold is not None:
+            hold, self.hold = self.hold, None
+            assert hold.wait(20)
         self.encoded += len(texts)
         return np.stack([self.table[t] if t in self.table else self._hashed(t) for t in texts])
 
@@ -534,3 +544,34 @@ def test_an_optional_embedder_not_downloaded_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSISTANT_MEMORY_EMBEDDER", "no-such-model")
     with pytest.raises(ValueError, match="unknown embedding model"):
         MemoryService.from_settings(Database(tmp_path / "b.db"), Settings(tmp_path / "settings.json"))
+
+
+def test_one_thread_owns_the_embedder_and_queries_go_ahead_of_indexing(fake_model):
+    """The model (an ONNX session in the app) is only ever called on the embedder's own thread;
+    a search waiting behind an indexing batch goes before the batches queued after it."""
+    emb = Embedder(runtime="torch").start()
+    assert emb.wait(20)
+    release = fake_model.hold = threading.Event()
+    done = {}
+
+    def embed(name, text, priority):
+        done[name] = emb.embed([text], priority)
+
+    first = threading.Thread(target=embed, args=("first", "batch one", INDEXING))
+    first.start()
+    while fake_model.order[-1:] != ["batch one"]:
+        time.sleep(0.005)  # the first batch is running, held
+    later = threading.Thread(target=embed, args=("later", "batch two", INDEXING))
+    later.start()
+    time.sleep(0.05)  # queued behind it
+    query = threading.Thread(target=embed, args=("query", "the query", QUERY))
+    query.start()
+    time.sleep(0.05)
+    release.set()
+    for thread in (first, later, query):
+        thread.join(20)
+    assert fake_model.order[-3:] == ["batch one", "the query", "batch two"]
+    assert fake_model.threads == {"memory-embedder"} and set(done) == {"first", "later", "query"}
+    emb.close()
+    with pytest.raises(EmbedderNotReady):
+        emb.embed(["after close"])

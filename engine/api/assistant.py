@@ -131,6 +131,7 @@ class Assistant(AssistantCore):
             embedder = getattr(thing, "embedder", None)
             if embedder is not None:  # never leave the interpreter while ONNX Runtime is still loading
                 embedder.wait(EMBEDDER_JOIN_S)
+                embedder.close()  # its thread owns the session: ended before the interpreter tears down
         self._owned = []
         tokenizer, self._tokenizer = self._tokenizer, None
         if tokenizer is not None:

