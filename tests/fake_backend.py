@@ -32,7 +32,7 @@ import pytest
 
 from engine.api import Assistant, TurnDone
 from engine.config.paths import db_path
-from engine.inference.backend import ContextFull, LoadParams, ModelLoadError, SamplingParams
+from engine.inference.backend import ContextFull, DecodeError, LoadParams, ModelLoadError, SamplingParams
 from engine.inference.generate import GenerateParams
 from engine.inference.manager import ModelManager
 from engine.storage import Database
@@ -44,8 +44,8 @@ N_VOCAB = 260
 _SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL) + ")")
 
 
-class FakeDecodeError(RuntimeError):
-    """What a failed llama_decode looks like to the engine (llama_cpp raises RuntimeError)."""
+class FakeDecodeError(DecodeError):
+    """What a failed llama_decode looks like to the engine (Backend.eval raises DecodeError)."""
 
 
 def write_tiny_gguf(path: Path, context_length: int = 8192) -> Path:

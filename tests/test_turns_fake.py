@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from engine.api import InputError
 from engine.chat.window import REFILL
 from engine.kv.snapshot import common_prefix
-from tests.fake_backend import (MIB, VRAM_MB, Answer, FakeDecodeError, dones, fakes, make_assistant,  # noqa: F401
+from tests.fake_backend import (MIB, VRAM_MB, Answer, dones, fakes, make_assistant,  # noqa: F401
                                 send)
 
 FIRST = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
@@ -221,7 +222,7 @@ def test_a_prefill_failing_part_way_keeps_whole_pieces_and_the_next_turn_resyncs
     cid = a.new_conversation()
     long_text = ("A message long enough for several pieces. " * 8).strip()
     fake.fail_after(3)
-    with pytest.raises(FakeDecodeError):
+    with pytest.raises(InputError, match="the model stopped with an error"):
         send(a, cid, long_text)
     prompt = tokens(fake, FIRST.format(long_text))
     assert fake.kv_tokens == prompt[:96]  # three whole pieces; the failed one left nothing
@@ -239,7 +240,7 @@ def test_a_decode_failing_mid_answer_keeps_the_shown_part_and_the_next_turn_exte
     cid = a.new_conversation()
     fake.fail_after(1 + 3)  # the prompt (one piece) and three decoded tokens; the fourth fails
     events = []
-    with pytest.raises(FakeDecodeError):
+    with pytest.raises(InputError, match="the model stopped with an error"):
         for e in a.send(cid, "hi"):
             events.append(e)
     prompt = fake.prompts[-1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Iterator
 
-from engine.inference.backend import ContextFull
+from engine.inference.backend import ContextFull, DecodeError
 from engine.chat.window import Window, apply_shift, fit_window, session_counter
 from engine.inference.generate import Chunk, GenerateParams, TurnResult, generate
 from engine.kv.tiers import KVTiers
@@ -83,6 +83,9 @@ class LocalTarget:
                     job.emit(item)
             except ContextFull as exc:
                 raise InputError(f"this conversation is full: {exc}; start a new one") from exc
+            except DecodeError as exc:  # what was read stays cached; what was shown stays stored
+                raise InputError(f"the model stopped with an error: {exc}. Send the message again, or "
+                                 "start a new chat if it keeps happening") from exc
             finally:
                 worker.publish(conversation_id)
 

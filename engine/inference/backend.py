@@ -39,6 +39,11 @@ class ModelLoadError(RuntimeError):
     """A model file could not be loaded; the message is meant for the user."""
 
 
+class DecodeError(RuntimeError):
+    """llama.cpp failed to evaluate tokens (out of memory on the device, a backend error); the KV
+    bookkeeping was resynced to what it holds."""
+
+
 @dataclass(frozen=True)
 class LoadParams:
     n_ctx: int = 4096
@@ -357,6 +362,9 @@ class Backend:
             part = tokens[done:done + step]
             try:
                 self._llama.eval(part)
+            except RuntimeError as exc:  # llama_cpp's "llama_decode returned N"
+                self._resync()
+                raise DecodeError(f"llama.cpp could not evaluate the tokens ({exc})") from exc
             except BaseException:
                 self._resync()
                 raise
