@@ -100,30 +100,36 @@ class Job:
         self.error: BaseException | None = None
         self._out: queue.Queue = queue.Queue()
         self._callbacks: list[Callable[["Job"], None]] = []
+        self._callback_lock = threading.Lock()  # a callback added as the job ends runs exactly once
 
     def emit(self, item: Any) -> None:
         self._out.put(item)
 
-    def stopping(self) -> bool:
-        """Stop asked (cancel) or a foreground job waits behind this background one (pre-empt)."""
-        return self.cancel.is_set() or self.preempt.is_set()
-
     def add_done_callback(self, fn: Callable[["Job"], None]) -> None:
         """Call `fn(job)` once the job has finished, failed or was dropped unrun (on the thread that
-        finished it)."""
-        self._callbacks.append(fn)
+        finished it), or now if it already has."""
+        with self._callback_lock:
+            if not self.done.is_set():
+                self._callbacks.append(fn)
+                return
+        self._call(fn)
 
     def _finish(self, error: BaseException | None = None) -> None:
         self.error = error
         if error is not None:
             self._out.put(error)
         self._out.put(_END)
-        self.done.set()
-        for fn in self._callbacks:
-            try:
-                fn(self)
-            except Exception:  # noqa: BLE001 - a callback must not stop the model's thread
-                log.exception("job callback failed")
+        with self._callback_lock:
+            self.done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            self._call(fn)
+
+    def _call(self, fn: Callable[["Job"], None]) -> None:
+        try:
+            fn(self)
+        except Exception:  # noqa: BLE001 - a callback must not stop the model's thread
+            log.exception("job callback failed")
 
     def __iter__(self) -> Iterator[Any]:
         try:
