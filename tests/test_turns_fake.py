@@ -73,9 +73,12 @@ def test_a_weak_l1_answer_is_superseded_and_re_asked_on_l2(fakes, make_assistant
         # Hold the L1 job after its TurnResult (the worker's _finish has not run): the reader takes
         # the result, leaves, and the re-ask on L2 starts with the same caller's event.
         publish = w1.publish
+        calls = []
 
         def late_publish(conversation_id=None):
-            assert left.wait(5)
+            calls.append(conversation_id)
+            if len(calls) > 1:  # the first publishes before the TurnResult goes out; hold the one after
+                assert left.wait(5)
             publish(conversation_id)
 
         w1.publish = late_publish

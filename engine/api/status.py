@@ -50,7 +50,6 @@ class StatusPublisher:
     def refresh(self) -> None:
         a = self.assistant
         workers = a.manager.published
-        views = [w.view for w in workers]
         models = []
         for w in workers:
             v = w.view
@@ -59,10 +58,7 @@ class StatusPublisher:
                            "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
                            "offload": w.plan.offload if w.plan else None,
                            "demo": bool(w.model.entry and w.model.entry.demo)})
-        kv = {}
-        if a.kv is not None:
-            per_token = {w.view.identity: (w.plan.kv_bytes_per_token if w.plan else 0) for w in workers}
-            kv = a.kv.pages([(v, per_token[v.identity]) for v in views])
+        kv = a.kv_pages()
         devices = snapshot()
         memory = a.memory.status() if a.memory is not None else None
         self.latest = {"ready": True, "time": time.time(), "models": models, "kv": kv,

@@ -160,10 +160,11 @@ class AssistantCore(Turns, TurnMemory):
 
     def kv_pages(self) -> dict:
         """KV cache use in pages per loaded model (capacity, used, per conversation hot/warm/cold),
-        plus the tiers' bytes and budgets; for the live gauge and `assistant stats`."""
+        plus the tiers' bytes and budgets. Read from what each model's thread published after its
+        last job, so any thread may call it."""
         if self.kv is None:
             return {}
-        return self.kv.pages([(w.backend, w.plan.kv_bytes_per_token if w.plan else 0) for w in self.manager.loaded()])
+        return self.kv.pages([(w.view, w.plan.kv_bytes_per_token if w.plan else 0) for w in self.manager.published])
 
     # ---- conversations
     def new_conversation(self, system_prompt: str = "") -> int:

@@ -80,6 +80,7 @@ class LocalTarget:
                             item.stats.park_ms = round(restore.park_ms, 2)
                             item.stats.ttft_ms += restore.restore_ms + restore.park_ms
                         worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000)
+                        worker.publish(conversation_id)  # before the caller hears the turn ended
                     job.emit(item)
             except ContextFull as exc:
                 raise InputError(f"this conversation is full: {exc}; start a new one") from exc
