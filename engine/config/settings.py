@@ -61,7 +61,7 @@ class Settings:
         self.path = path or user_dir() / "settings.json"
         self._values: dict[str, Any] = {}
         self._listeners: list[Callable[[str, Any], None]] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # set() reads the old value, which may note a problem
         self._problems: list[str] = []
         self._load()
 
