@@ -42,6 +42,7 @@ class EngineWorker(QObject):
     created = Signal(int)            # a new conversation's id
     notice = Signal(str)             # a one-line result or problem for the status bar / banner
     found = Signal(str, str)         # search query, JSON list of matching conversation ids
+    settings_applied = Signal(str)   # JSON list of the changed keys that wait for the next start
 
     def __init__(self, model: str | None = None, n_ctx: int | None = None, memory: bool | None = None):
         super().__init__()
@@ -152,8 +153,7 @@ class EngineWorker(QObject):
         if settings is not None:
             settings.reload()  # the dialog wrote the file through its own Settings
         later = [k for k in json.loads(keys_json) if settings is None or not self.assistant.apply_setting(k, settings.get(k))]
-        self.notice.emit("settings applied" if not later else
-                         "settings saved; these apply at the next start: " + ", ".join(sorted(later)))
+        self.settings_applied.emit(json.dumps(sorted(later)))
 
     # ---- turns
     @Slot(int, str, str, float, int)

@@ -157,6 +157,7 @@ class MainWindow(QMainWindow):
         self._search.connect(w.search)
         w.found.connect(self._on_found)
         w.notice.connect(self.status_label.setText)
+        w.settings_applied.connect(self._on_settings_applied)
         w.ready.connect(self._on_ready)
         w.failed.connect(self._on_failed)
         w.conversations.connect(self._on_conversations)
@@ -441,6 +442,11 @@ class MainWindow(QMainWindow):
                 self._apply_settings.emit(json.dumps(changed))
         if dialog.forget_requested:
             self._forget_all.emit()
+
+    def _on_settings_applied(self, later_json: str) -> None:
+        later = json.loads(later_json)
+        self.status_label.setText(tr("Settings applied") if not later else
+                                  tr("Settings saved; these apply at the next start: {keys}").format(keys=", ".join(later)))
 
     # ---- shutdown
     def closeEvent(self, event):  # noqa: N802 - Qt's name
