@@ -73,7 +73,6 @@ class Conversation:
         return self.system() + self.messages
 
 
-
 def load_conversation(db: Database, conversation_id: int) -> Conversation:
     """The conversation rebuilt from SQLite: every turn the models may see, with stored token ids.
 

@@ -49,7 +49,6 @@ __all__ = ["AssistantCore", "Conversation", "ConversationNotFound", "InputError"
            "StableBlock", "TurnDone"]
 
 
-
 class AssistantCore(Turns, TurnMemory):
     """Routed chat over local tiers (L1/L2) and an optional remote L3, with SQLite persistence.
 

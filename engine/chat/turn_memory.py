@@ -70,8 +70,6 @@ class TurnMemory:
                 "pinned_in_prompt": len(block.pinned), "remembered": turn.remembered}
 
 
-
-
 def _memories_used(recall: Hits | None) -> list[dict]:
     """The retrieved memories the model read, with their sources (for citing them)."""
     if not recall or recall.status != "ok":
