@@ -326,9 +326,9 @@ class Database:
             return cur.rowcount == 1
 
     def integrity_check(self) -> str:
-        # On the writer: run on a reader connection during a chat with the memory indexing, FTS5's
-        # part of the check reported messages_fts malformed now and then while the writer's own
-        # check (and a fresh connection's) said ok; not understood yet, see the closing note.
+        # On the writer, under the write lock: on a reader, FTS5's part of the check now and then
+        # reported messages_fts malformed while another connection committed (the next check, the
+        # writer's, and every search said the index was whole): a race of the check, not damage.
         with self._lock:
             return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
 
