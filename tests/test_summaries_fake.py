@@ -144,3 +144,45 @@ def test_the_turn_whose_window_moves_carries_the_summary_of_what_left(fakes, mak
     turn_prompts = [p for p in list(fake.prompts) if SUMMARY_MARK not in fake.text(p)]
     assert f"Summary of the earlier conversation: {SUMMARY}" in fake.text(turn_prompts[-1])
     assert not any(f"Question {k}:" in fake.text(turn_prompts[-1]) for k in range(done.stats["context"]["first_kept"] // 2))
+
+
+def test_stop_ends_a_turns_wait_for_its_summary(fakes, make_assistant):
+    """A turn whose window moves waits for the summary of what leaves it (the summary stops
+    yielding meanwhile); Stop ends that wait within a poll, and the summary yields again."""
+    a = make_assistant(str(fakes.model_file("m")), summary_every=1)
+    fake = fakes.backend("m")
+    fakes.script("m").when(SUMMARY_MARK, Answer(SUMMARY))
+    cid = a.new_conversation()
+    a.summary_every = 0  # three turns nobody summarises yet
+    for i in range(3):
+        dones(send(a, cid, f"Question {i}"))
+    a.summary_every = 1
+    held = Gate(lambda b, piece, part, call: SUMMARY_MARK in b.text(call))
+    fake.on_piece.append(held)
+    stop = threading.Event()
+    thread, result = in_background(lambda: a.catch_up_summary(a.conversation(cid), cancel=stop))
+    assert held.reached.wait(5)  # the summary it queued runs, held mid-piece
+    handle = a._summary_jobs[cid]
+    assert handle.urgent.is_set() and thread.is_alive()
+    t0 = time.monotonic()
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - t0 < 1.0 and "error" not in result
+    assert not handle.urgent.is_set()  # nobody waits for it now: it yields to chat requests again
+    held.release()
+    assert handle.done.wait(5) and a.db.summaries(cid)
+
+
+def test_a_turn_stopped_before_the_model_was_asked_ends_without_queuing(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    fake = fakes.backend("m")
+    cid = a.new_conversation()
+    (first,) = dones(send(a, cid, "Hello"))
+    asked = len(fake.prompts)
+    stop = threading.Event()
+    stop.set()  # pressed while memories were retrieved or the window fitted
+    (done,) = dones(send(a, cid, "Another question", cancel=stop))
+    assert done.stats["finish_reason"] == "cancelled" and done.stats["prompt_tokens_evaluated"] == 0
+    assert done.stats["prompt_tokens_cached"] == len(fake.kv_tokens) and len(fake.prompts) == asked
+    (after,) = dones(send(a, cid, "And now?"))  # the next turn reads only what is new
+    assert after.stats["prompt_tokens_cached"] >= len(fake.prompts[asked - 1]) - 1

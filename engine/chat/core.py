@@ -11,6 +11,8 @@ maybe a background summary. Front-ends use engine.api, which builds this from se
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Iterator
 
 import psutil
@@ -42,6 +44,7 @@ DEFAULT_CASCADE_THRESHOLD = 0.35
 DEFAULT_PROMPT_TPS = 200.0
 LEVELS = ("L1", "L2", "L3")
 SUMMARY_CATCH_UP_S = 60.0  # longest a turn waits for the summary of the turns leaving its window
+CATCH_UP_POLL_S = 0.05  # how often that wait looks at Stop
 # Nearest available tier when one is missing: prefer stronger, then weaker.
 FALLBACK_ORDER = {"L1": ("L1", "L2", "L3"), "L2": ("L2", "L1", "L3"), "L3": ("L3", "L2", "L1")}
 
@@ -277,16 +280,25 @@ class AssistantCore(Turns, TurnMemory):
         if task is not None:
             self._summary_jobs[conv.id] = submit_summary(self._local("L1").worker, self.db, task)
 
-    def catch_up_summary(self, conv: Conversation, timeout: float = SUMMARY_CATCH_UP_S) -> None:
+    def catch_up_summary(self, conv: Conversation, timeout: float = SUMMARY_CATCH_UP_S,
+                         cancel: threading.Event | None = None) -> None:
         """Older turns are leaving the window: let the summary covering them finish first (it
-        stops yielding to chat requests), queuing it if it is due. Waits at most `timeout`."""
+        stops yielding to chat requests), queuing it if it is due. Waits at most `timeout`, and
+        not at all once `cancel` is set (Stop)."""
         self._maybe_summarize(conv)
         handle = self._summary_jobs.get(conv.id)
-        if handle is not None and not handle.done.is_set():
-            handle.urgent.set()
-            if not handle.done.wait(timeout):
+        if handle is None or handle.done.is_set():
+            return
+        handle.urgent.set()
+        deadline = time.monotonic() + timeout
+        while not handle.done.wait(CATCH_UP_POLL_S):
+            if cancel is not None and cancel.is_set():
+                handle.urgent.clear()  # nobody waits for it now: it yields to chat requests again
+                return
+            if time.monotonic() > deadline:
                 log.warning("summary of conversation %d not ready after %.0f s; the window moves without it",
                             conv.id, timeout)
+                return
 
     def wait_for_summaries(self, timeout: float | None = None) -> None:
         for job in list(self._summary_jobs.values()):

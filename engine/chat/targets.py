@@ -11,7 +11,7 @@ from typing import Iterator
 
 from engine.inference.backend import ContextFull, DecodeError
 from engine.chat.window import Window, apply_shift, fit_window, session_counter
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, generate
+from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats, generate
 from engine.kv.tiers import KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt
 from engine.inference.runtime import FOREGROUND, Job, Worker
@@ -90,7 +90,19 @@ class LocalTarget:
             finally:
                 worker.publish(conversation_id)
 
+        if cancel is not None and cancel.is_set() and not window_moved:
+            # Stopped before the model was asked (while memories were retrieved, the window fitted
+            # or a summary awaited): end now rather than queue behind the model's other work.
+            yield self._stopped_before_start(history, user)
+            return
         yield from self.worker.submit(run, FOREGROUND, cancel)
+
+    def _stopped_before_start(self, history: list[Message], user: Message) -> TurnResult:
+        prompt = self.session(history).prompt(user)  # the vocabulary only, beside the model's thread
+        kv = self.worker.view.kv_tokens
+        cached = next((i for i, (a, b) in enumerate(zip(kv, prompt)) if a != b), min(len(kv), len(prompt)))
+        return TurnResult([], "", [], TurnStats(len(prompt), 0, cached, 0, 0.0, 0.0, 0.0, "cancelled",
+                                                "append" if cached else "fresh"))
 
 
 class RemoteTarget:

@@ -133,7 +133,7 @@ class Turns:
         turns = conv.messages if commit_user else conv.messages[:-2]  # cascade: without user + weak answer
         failures: list[str] = []
         for target, note in self._targets(decision.level):
-            window, moved = self._window(conv, target, turns, turn, params)
+            window, moved = self._window(conv, target, turns, turn, params, cancel)
             history = window.messages if window else conv.history()
             if commit_user and user.id is None:
                 user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
@@ -160,7 +160,7 @@ class Turns:
         raise InputError("no model is available for this message" + (f": {failures[-1]}" if failures else ""))
 
     def _window(self, conv: Conversation, target, turns: list[Message], turn: TurnInput,
-                params: GenerateParams) -> tuple[Window | None, bool]:
+                params: GenerateParams, cancel: threading.Event | None = None) -> tuple[Window | None, bool]:
         """This turn's window for a target, and whether it moved (older turns overflowed). When it
         moves, the stable block (pinned memories, summary) is brought up to date: a new prefix is
         re-evaluated or shifted then anyway."""
@@ -172,7 +172,7 @@ class Turns:
         window = self._fit(conv, target, block, turns, turn, params, start)
         if window is None or window.first_kept == start:
             return window, False
-        self.catch_up_summary(conv)  # the turns leaving the window must be in the summary it carries
+        self.catch_up_summary(conv, cancel=cancel)  # the turns leaving the window: in the summary it carries
         chain = self.db.summaries(conv.id)
         fresh = StableBlock(self._pinned(), chain[-1]["text"] if chain else None)
         if fresh != block:
