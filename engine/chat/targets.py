@@ -11,7 +11,7 @@ from typing import Iterator
 
 from engine.inference.backend import ContextFull, DecodeError
 from engine.chat.window import Window, apply_shift, fit_window, session_counter
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats, generate
+from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats, common_prefix, generate
 from engine.kv.tiers import KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt
 from engine.inference.runtime import FOREGROUND, Job, Worker
@@ -57,8 +57,7 @@ class LocalTarget:
         """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix."""
         prompt = self.session(history).prompt(user)
         kv = self.worker.backend.kv_tokens
-        common = next((i for i, (a, b) in enumerate(zip(kv, prompt)) if a != b), min(len(kv), len(prompt)))
-        return len(prompt) - common
+        return len(prompt) - common_prefix(kv, prompt)
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False, *,
@@ -100,7 +99,7 @@ class LocalTarget:
     def _stopped_before_start(self, history: list[Message], user: Message) -> TurnResult:
         prompt = self.session(history).prompt(user)  # the vocabulary only, beside the model's thread
         kv = self.worker.view.kv_tokens
-        cached = next((i for i, (a, b) in enumerate(zip(kv, prompt)) if a != b), min(len(kv), len(prompt)))
+        cached = common_prefix(kv, prompt)
         return TurnResult([], "", [], TurnStats(len(prompt), 0, cached, 0, 0.0, 0.0, 0.0, "cancelled",
                                                 "append" if cached else "fresh"))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.inference.backend import Backend
+from engine.inference.generate import common_prefix
 from engine.chat.session import Message, Session
 
 WARN_LEVEL = 0.8  # the UI warns when the window is this full
@@ -86,11 +87,7 @@ def fit_window(count: Callable[[list[Message]], int], n_ctx: int, system: list[M
 def find_shift(kv: list[int], prompt: list[int]) -> tuple[int, int] | None:
     """(n_keep, n_discard) such that dropping kv[n_keep:n_keep+n_discard] leaves a prefix of
     `prompt` — a window that lost its oldest turns — or None if no single cut does that."""
-    n_keep = 0
-    for a, b in zip(kv, prompt):
-        if a != b:
-            break
-        n_keep += 1
+    n_keep = common_prefix(kv, prompt)
     if n_keep >= len(kv) or n_keep == 0:
         return None
     rest = prompt[n_keep:]

@@ -71,6 +71,16 @@ def _stop_hold(text: str, stops: tuple[str, ...]) -> int:
     return hold
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading token ids `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def prefill(backend: Backend, prompt: list[int], stop: Callable[[], bool] | None = None,
             piece: int | None = None) -> tuple[int, str, bool]:
     """Bring the KV cache to hold `prompt` with fresh logits for its last token.
@@ -83,11 +93,7 @@ def prefill(backend: Backend, prompt: list[int], stop: Callable[[], bool] | None
     if len(prompt) >= backend.n_ctx:
         raise ContextFull(len(prompt) + 1, backend.n_ctx)
     kv = backend.kv_tokens
-    common = 0
-    for a, b in zip(kv, prompt):
-        if a != b:
-            break
-        common += 1
+    common = common_prefix(kv, prompt)
     # The last prompt token must be (re)evaluated to get the logits we sample from.
     keep = min(common, len(prompt) - 1)
     if keep == 0:

@@ -8,15 +8,9 @@ import struct
 from dataclasses import dataclass
 
 from engine.inference.backend import LLAMA_CPP_VERSION, Backend
+from engine.inference.generate import common_prefix
 
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+__all__ = ["Snapshot", "cache_facts", "common_prefix", "take_snapshot", "tokens_digest"]
 
 
 def tokens_digest(tokens: list[int]) -> str:
