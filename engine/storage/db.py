@@ -170,11 +170,18 @@ class Database:
     def read(self, sql: str, params: tuple = ()) -> list[tuple]:
         """Rows of a read-only statement, on this thread's read connection: a long write on
         another thread (a memory batch) never delays it."""
-        if getattr(self._local, "writing", 0):  # inside our own transaction: see its writes
+        return self._select(sql, params)[1]
+
+    def _select(self, sql: str, params: tuple) -> tuple[tuple, list[tuple]]:
+        """(column description, rows) of a read: inside this thread's own write transaction on the
+        writer (it sees its uncommitted rows), else on the thread's reader."""
+        if getattr(self._local, "writing", 0):
             with self._lock:
-                return self._conn.execute(sql, params).fetchall()
+                cur = self._conn.execute(sql, params)
+                return cur.description or (), cur.fetchall()
         with _storage_errors(self.path, "read"):
-            return self._reader().execute(sql, params).fetchall()
+            cur = self._reader().execute(sql, params)
+            return cur.description or (), cur.fetchall()
 
     def data_version(self) -> int:
         """SQLite's data_version as the writing connection sees it: it changes when another
@@ -198,14 +205,9 @@ class Database:
         return conn
 
     def _q(self, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
-        if getattr(self._local, "writing", 0):
-            with self._lock:
-                cur = self._conn.execute(sql, params)
-        else:
-            with _storage_errors(self.path, "read"):
-                cur = self._reader().execute(sql, params)
-        cols = [c[0] for c in cur.description] if cur.description else []
-        return [dict(zip(cols, row)) for row in cur.fetchall()]
+        description, rows = self._select(sql, params)
+        cols = [c[0] for c in description]
+        return [dict(zip(cols, row)) for row in rows]
 
     # ---- conversations
     def create_conversation(self, model: str | None = None, system_prompt: str = "", title: str = "") -> int:
