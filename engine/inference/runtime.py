@@ -262,17 +262,14 @@ class Worker:
                 log.debug("job on %s failed: %s", self.model.id, exc)
                 job._finish(exc)
             finally:
-                self._publish()
+                self.publish()
                 with self._lock:
                     self.current = None
                 self.last_used = time.monotonic()
 
     def publish(self, conversation_id: int | None = None) -> None:
         """Publish what the context holds now (model thread only); `conversation_id` names whose
-        tokens they are, when the caller knows."""
-        self._publish(conversation_id)
-
-    def _publish(self, conversation_id: int | None = None) -> None:
+        tokens they are, when the caller knows (else the last one named)."""
         b = self.backend
         cid = conversation_id if conversation_id is not None else self.view.conversation_id
         self.view = ContextView(b.identity, b.n_ctx, tuple(b.kv_tokens), cid)
