@@ -430,6 +430,14 @@ def make_assistant(fakes):
         a.db.close()
 
 
+def wait_until(predicate, timeout: float = 5.0) -> None:
+    """Poll `predicate` until it holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
 def send(assistant: Assistant, cid: int, text: str, max_tokens: int = 64, **kwargs) -> list:
     """Every event of one turn (chunks and TurnDones), in order."""
     return list(assistant.send(cid, text, GenerateParams(max_tokens=max_tokens), **kwargs))

@@ -7,17 +7,11 @@ import time
 
 from engine.chat.summaries import MAX_PREEMPTIONS
 from engine.inference.runtime import FOREGROUND
-from tests.fake_backend import Answer, Gate, dones, fakes, make_assistant, send  # noqa: F401
+from tests.fake_backend import Answer, Gate, dones, fakes, make_assistant, send, wait_until  # noqa: F401
 
 SUMMARY_MARK = "You summarise conversations"  # in every summary prompt (engine/chat/summaries.py)
 SUMMARY = "The user greeted the assistant."
 
-
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
 
 
 def summary_setup(fakes, make_assistant):

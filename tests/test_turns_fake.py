@@ -4,7 +4,6 @@ degraded start. Every count is exact: the fake records each piece it evaluates."
 
 import math
 import threading
-import time
 
 import pytest
 
@@ -22,12 +21,6 @@ NEXT = "<|im_end|>\n" + FIRST
 def tokens(fake, text: str) -> list[int]:
     return fake.tokenize(text, special=True)
 
-
-def wait_until(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
 
 
 # ---- KV bookkeeping
