@@ -75,12 +75,13 @@ class GaugePanel(QGroupBox):
         try:
             status = self.status_source() or {}
             devices = status.get("devices") or {}
-            gpus = devices.get("gpus") or ()
-            if gpus:
-                self.vram.setText("; ".join(f"{g['name']}: {g['used_bytes'] / 2**20:.0f} / {g['total_bytes'] / 2**20:.0f} MiB"
-                                            for g in gpus))
+            gpu = status.get("gpu")  # the device the GPU tier loads on, not every card in the machine
+            if gpu:
+                self.vram.setText(f"{gpu['name']} ({gpu['backend']}): {gpu['used_bytes'] / 2**20:.0f} / "
+                                  f"{gpu['total_bytes'] / 2**20:.0f} MiB")
             else:
                 self.vram.setText(tr("no GPU"))
+            self.vram.setToolTip(devices.get("note") or "")
             if devices:  # the engine's reading; psutil here only until the engine is up
                 total, available, rss = (devices["ram_total_bytes"], devices["ram_available_bytes"],
                                          devices["process_rss_bytes"])

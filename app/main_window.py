@@ -250,6 +250,9 @@ class MainWindow(QMainWindow):
     def _on_done(self, cid: int, payload: str) -> None:
         done = self.last_done = json.loads(payload)
         self._set_busy(False)
+        gpu_note = (done["stats"].get("offload") or {}).get("note")
+        if gpu_note:  # the model is not on the GPU it was planned for: say why, once per answer
+            self.show_banner(tr("GPU: {why}").format(why=gpu_note))
         if cid == self.conversation_id:
             self.view.finish(done)
             self._show_confidence(done["stats"])

@@ -25,6 +25,7 @@ TABLE = {
     "VRAM": "显存",
     "conversation {cid}": "对话 {cid}",
     "fallback: {why}": "回退：{why}",
+    "GPU: {why}": "GPU：{why}",
     "no GPU": "无 GPU",
     "no turn yet": "尚无对话轮次",
     "restored from {tier}": "从 {tier} 层恢复",

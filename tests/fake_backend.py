@@ -32,9 +32,11 @@ import pytest
 
 from engine.api import Assistant, TurnDone
 from engine.config.paths import db_path
-from engine.inference.backend import ContextFull, DecodeError, LoadParams, ModelLoadError, SamplingParams
+from engine.inference.backend import (ContextFull, DecodeError, DeviceMemoryError, LoadParams, ModelLoadError,
+                                      SamplingParams)
 from engine.inference.generate import GenerateParams
 from engine.inference.manager import ModelManager
+from engine.models.devices import DeviceSnapshot, GPUInfo
 from engine.storage import Database
 
 BOS, EOS, IM_START, IM_END = 256, 257, 258, 259
@@ -48,17 +50,17 @@ class FakeDecodeError(DecodeError):
     """What a failed llama_decode looks like to the engine (Backend.eval raises DecodeError)."""
 
 
-def write_tiny_gguf(path: Path, context_length: int = 8192) -> Path:
+def write_tiny_gguf(path: Path, context_length: int = 8192, n_layers: int = 2) -> Path:
     """A well-formed GGUF of a few KB with the metadata the planner reads (no usable weights)."""
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(2)
+    w.add_block_count(n_layers)
     w.add_context_length(context_length)
     w.add_embedding_length(64)
     w.add_feed_forward_length(128)
     w.add_head_count(4)
     w.add_head_count_kv(2)
     w.add_tensor("token_embd.weight", np.zeros((N_VOCAB, 64), dtype=np.float16))
-    for i in range(2):
+    for i in range(n_layers):
         w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((64, 64), dtype=np.float16))
     w.add_tensor("output_norm.weight", np.zeros(64, dtype=np.float32))
     w.write_header_to_file()
@@ -167,16 +169,24 @@ class FakeBackend:
         can_shift: llama.cpp can shift this cache (False: like a sliding-window model).
         can_rollback: keep_prefix to a shorter prefix works (False: it clears, like SWA).
         load_error: refuse to load with this ModelLoadError message (a broken model file).
+        gpu_layers_fit: a GPU load with more layers than this fails with DeviceMemoryError, as
+            llama.cpp does when a device buffer cannot be allocated (None: any number fits).
+        gpu_error: a GPU load (any layers) fails with this ModelLoadError (a broken driver).
     """
 
     def __init__(self, path: str | Path, params: LoadParams = LoadParams(), debug: bool = False, *,
                  script: Script | None = None, prompt_s_per_token: float = 0.0, decode_s_per_token: float = 0.0,
                  can_shift: bool = True, can_rollback: bool = True, add_bos: bool = False,
                  arch: str = "llama", chat_template: str | None = None, n_swa: int = 0,
-                 load_error: str | None = None):
+                 load_error: str | None = None, gpu_layers_fit: int | None = None,
+                 gpu_error: str | None = None):
         self.path = Path(path)
         if load_error is not None:
             raise ModelLoadError(load_error)
+        if params.n_gpu_layers > 0 and gpu_error is not None:
+            raise ModelLoadError(gpu_error)
+        if params.n_gpu_layers > 0 and gpu_layers_fit is not None and params.n_gpu_layers > gpu_layers_fit:
+            raise DeviceMemoryError(f"out of device memory with {params.n_gpu_layers} layers")
         if not self.path.is_file():
             raise ModelLoadError(f"no such model file: {self.path}")
         self.params = params
@@ -189,6 +199,9 @@ class FakeBackend:
         self.memory_report = {"weights": {}, "kv": {}, "compute": {}, "output": {}, "kv_caches": [],
                               "weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0, "output_bytes": 0,
                               "weights_repack_bytes": 0, "model_size_bytes": 0}
+        on_gpu = params.n_gpu_layers > 0
+        self.offload = {"backend": "fake" if on_gpu else "cpu", "device": params.gpu_device if on_gpu else None,
+                        "n_gpu_layers": params.n_gpu_layers, "n_layers": 0}
         self._kv: list[int] = []
         self.history: list[list[int]] = []  # every piece evaluated, in order
         self.prompts: list[list[int]] = []  # KV contents at each make_sampler: the prompt answered
@@ -363,12 +376,12 @@ class FakeModels:
         self.built: list[FakeBackend] = []
         self.loads: list[tuple[str, LoadParams]] = []  # (file stem, params) of every load
 
-    def model_file(self, stem: str, **options) -> Path:
+    def model_file(self, stem: str, n_layers: int = 2, **options) -> Path:
         """A tiny GGUF named `<stem>.gguf` (planned like any model file); `options` for its backends."""
         self.setup(stem).options.update(options)
         path = self.folder / f"{stem}.gguf"
         if not path.exists():
-            write_tiny_gguf(path)
+            write_tiny_gguf(path, n_layers=n_layers)
         return path
 
     def setup(self, stem: str) -> _ModelSetup:
@@ -396,6 +409,27 @@ MIB = 1024 * 1024
 VRAM_MB = 64  # the GPU tier's budget in these tests: a tiny model fits whole
 
 
+class FakeGPU:
+    """A scripted machine for `ModelManager(devices=...)`: one GPU "FakeGPU0" whose free memory a
+    test can change between loads (another app taking VRAM); `gpu=False` is a machine without one."""
+
+    def __init__(self, free_mb: float = 8192, total_mb: float = 8192, gpu: bool = True,
+                 skipped: tuple[tuple[str, str], ...] = ()):
+        self.free_mb, self.total_mb, self.gpu, self.skipped = free_mb, total_mb, gpu, skipped
+
+    def __call__(self) -> DeviceSnapshot:
+        gpus = ()
+        if self.gpu:
+            total, free = int(self.total_mb * MIB), int(self.free_mb * MIB)
+            gpus = (GPUInfo(0, "Fake GPU", "", total, free, total - free, backend="fake", device="FakeGPU0",
+                            memory_from="ggml"),)
+        return DeviceSnapshot(timestamp=time.time(), cpu_logical=2, cpu_physical=2, ram_total_bytes=8 << 30,
+                              ram_available_bytes=6 << 30, process_rss_bytes=1 << 27, gpus=gpus,
+                              gpu_backend="fake" if gpus else "none", backends=("cpu", "fake") if gpus else ("cpu",),
+                              skipped=self.skipped,
+                              note="" if gpus else "; ".join(f"{b} backend not loaded: {r}" for b, r in self.skipped))
+
+
 @pytest.fixture
 def fakes(tmp_path) -> FakeModels:
     folder = tmp_path / "models"
@@ -411,9 +445,11 @@ def make_assistant(fakes):
     built = []
 
     def make(model: str | None = None, *, tiers: dict | None = None, n_ctx: int = 4096,
-             vram_budget_mb: float = VRAM_MB, **kwargs) -> Assistant:
+             vram_budget_mb: float | None = VRAM_MB, devices: FakeGPU | None = None,
+             n_gpu_layers: int | None = None, **kwargs) -> Assistant:
         manager = ModelManager(budget_bytes=1 << 30, params=LoadParams(n_ctx=n_ctx, n_batch=32, n_threads=1),
-                               vram_budget_mb=vram_budget_mb, backend_factory=fakes)
+                               vram_budget_mb=vram_budget_mb, backend_factory=fakes, devices=devices or FakeGPU(),
+                               n_gpu_layers=n_gpu_layers)
         db = Database(db_path())
         try:
             a = Assistant(db, model, tiers=tiers, manager=manager, **kwargs)

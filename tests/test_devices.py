@@ -65,7 +65,7 @@ def test_real_snapshot_never_raises_and_is_consistent():
 
 def test_missing_nvml_library_gives_clean_cpu_only_report(linux):
     nvml = FakeNvml(init_error=pynvml.NVMLError_LibraryNotFound())
-    snap = DeviceMonitor(nvml).snapshot()
+    snap = DeviceMonitor(nvml, ggml=None).snapshot()
     assert snap.gpus == () and snap.gpu_backend == "none" and snap.driver_version is None
     assert "NVMLError_LibraryNotFound" in snap.note
     d = snap.as_dict()
@@ -75,7 +75,7 @@ def test_missing_nvml_library_gives_clean_cpu_only_report(linux):
 
 def test_nvidia_gpus_listed_and_budget_from_the_freest(linux):
     nvml = FakeNvml([("NVIDIA GeForce RTX 3060 Laptop GPU", 6144, 5800), ("NVIDIA A2", 16384, 1000)])
-    mon = DeviceMonitor(nvml)
+    mon = DeviceMonitor(nvml, ggml=None)
     for _ in range(20):
         snap = mon.snapshot()
     assert [g.name for g in snap.gpus] == ["NVIDIA GeForce RTX 3060 Laptop GPU", "NVIDIA A2"]
@@ -90,7 +90,7 @@ def test_nvidia_gpus_listed_and_budget_from_the_freest(linux):
 
 def test_a_gpu_that_fails_to_answer_is_left_out_with_a_note(linux):
     nvml = FakeNvml([("GPU A", 8192, 8000), ("GPU B", 8192, 4000)], broken={0})
-    snap = DeviceMonitor(nvml).snapshot()
+    snap = DeviceMonitor(nvml, ggml=None).snapshot()
     assert [g.name for g in snap.gpus] == ["GPU B"] and "GPU 0" in snap.note
 
 
@@ -98,7 +98,7 @@ def test_apple_silicon_reports_unified_memory_as_the_gpu_pool(monkeypatch):
     monkeypatch.setattr(devices.platform, "system", lambda: "Darwin")
     monkeypatch.setattr(devices.platform, "machine", lambda: "arm64")
     nvml = FakeNvml(init_error=AssertionError("NVML must not be touched on a Mac"))
-    snap = DeviceMonitor(nvml).snapshot()
+    snap = DeviceMonitor(nvml, ggml=None).snapshot()
     assert nvml.calls["init"] == 0
     (gpu,) = snap.gpus
     assert gpu.vendor == "apple" and gpu.unified and snap.gpu_backend == "metal"

@@ -59,13 +59,17 @@ class Assistant(AssistantCore):
                       memory: bool | None = None, cascade: bool | None = None,
                       cascade_threshold: float | None = None, vram_budget_mb: float | None = None,
                       l3_url: str | None = None, l3_key: str | None = None, l3_model: str | None = None,
-                      database: Database | None = None) -> "Assistant":
+                      database: Database | None = None, n_gpu_layers: int | None = None,
+                      gpu_device: str | None = None) -> "Assistant":
         """The one place where settings become an engine; keyword arguments override settings.
 
         Args:
             settings: the user's settings (default: the settings file in the data dir).
             model: one model (catalog id or .gguf path) for both local tiers instead of tier.L1/L2.
             memory: False runs without the vector memory (default: memory.enabled).
+            n_gpu_layers: layers on the GPU for every local model this run (-1 = all, 0 = CPU),
+                instead of the planner's choice.
+            gpu_device: "auto", "none" or a device name (default: runtime.gpu_device).
             database: an open database to use (closed by the caller), else the data dir's own.
 
         Raises:
@@ -104,7 +108,8 @@ class Assistant(AssistantCore):
                 vram_budget_mb=None if vram < 0 else vram, summary_every=settings.get("summary.every_turns"),
                 memory=service, memory_k=settings.get("memory.k"),
                 kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
-                warn_threshold=settings.get("confidence.warn_threshold") or None)
+                warn_threshold=settings.get("confidence.warn_threshold") or None,
+                gpu_device=gpu_device or settings.get("runtime.gpu_device") or "auto", n_gpu_layers=n_gpu_layers)
         except BaseException:
             for thing in owned:
                 thing.close()

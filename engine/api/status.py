@@ -57,14 +57,16 @@ class StatusPublisher:
             models.append({"id": w.model.id, "identity": v.identity, "levels": levels, "n_ctx": v.n_ctx,
                            "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
                            "offload": w.plan.offload if w.plan else None,
+                           "device": dict(getattr(w.backend, "offload", None) or {}) | {"note": w.load_note},
                            "demo": bool(w.model.entry and w.model.entry.demo)})
         kv = a.kv_pages()
         devices = snapshot()
+        gpu = devices.gpu(a.manager.gpu_device)
         memory = a.memory.status() if a.memory is not None else None
         self.latest = {"ready": True, "time": time.time(), "models": models, "kv": kv,
-                       "devices": asdict(devices), "memory": memory, "degraded": a.degraded,
+                       "devices": devices.as_dict(), "gpu": asdict(gpu) if gpu else None, "memory": memory, "degraded": a.degraded,
                        "tiers": dict(a.tiers), "remote": a.remote.model_name if a.remote else None,
-                       "water": dict(a.water), "warnings": list(a.warnings)}
+                       "water": dict(a.water), "warnings": list(a.warnings) + [n for w in workers if (n := w.load_note)]}
 
 
 def _names(name: str, worker) -> bool:

@@ -84,11 +84,12 @@ class AssistantCore(Turns, TurnMemory):
                  vram_budget_mb: float | None = None, manager: ModelManager | None = None,
                  summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3,
                  kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None,
-                 warn_threshold: float | None = None):
+                 warn_threshold: float | None = None, gpu_device: str = "auto", n_gpu_layers: int | None = None):
         self.db = db
         self.settings = None  # the Settings it was built from (engine.api), for live changes
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
-                                               vram_budget_mb=vram_budget_mb)
+                                               vram_budget_mb=vram_budget_mb, gpu_device=gpu_device,
+                                               n_gpu_layers=n_gpu_layers)
         self.single_model = model is not None
         if model is not None:
             self.tiers = {"L1": model, "L2": model}

@@ -280,8 +280,13 @@ class Turns:
         context = window.as_dict() | {"context_shift": item.stats.context_shift} if window else None
         block = conv.stable.get(target.identity) or StableBlock()
         summary_used = bool(window and block.summary)
+        offload = None
+        if target.identity:  # where the layers are, and why not where they were asked to be
+            worker = target.worker
+            offload = dict(getattr(worker.backend, "offload", None) or {}) | {"note": worker.load_note}
+            note = "; ".join(x for x in (note, worker.load_note) if x) or None
         stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
-                                        "fallback": note, "confidence": report, "context": context,
+                                        "fallback": note, "offload": offload, "confidence": report, "context": context,
                                         "summary_used": summary_used, "risk": risk,
                                         "memories_used": _memories_used(turn.recall),
                                         "memory": self._memory_note(turn, block)}

@@ -251,7 +251,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         assistant = Assistant.from_settings(
             model=args.model, n_ctx=args.n_ctx, debug=args.debug, memory=False if args.no_memory else None,
             cascade=False if args.no_cascade else None, cascade_threshold=args.cascade_threshold,
-            vram_budget_mb=args.vram_budget_mb, l3_url=args.l3_url, l3_key=args.l3_key, l3_model=args.l3_model)
+            vram_budget_mb=args.vram_budget_mb, l3_url=args.l3_url, l3_key=args.l3_key, l3_model=args.l3_model,
+            n_gpu_layers=args.n_gpu_layers, gpu_device=args.gpu_device)
     except StorageError as exc:  # a read-only or full data folder: the user's to fix, not a crash
         out.error(str(exc))
         return EXIT_FAILED
@@ -385,6 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-memory", action="store_true",
                    help="neither retrieve memories into turns nor index this chat's messages")
     c.add_argument("--vram-budget-mb", type=float, help="VRAM for the GPU tier (default: free VRAM minus a margin)")
+    c.add_argument("--n-gpu-layers", type=int, metavar="N",
+                   help="layers on the GPU for every local model this run, instead of the plan (-1 = all, 0 = CPU)")
+    c.add_argument("--gpu-device", metavar="NAME",
+                   help="GPU to use: auto, none, or a device name from `assistant devices` (e.g. Vulkan0)")
     c.set_defaults(func=cmd_chat)
 
     m = sub.add_parser("models", help="list the model catalog and which files are present")
@@ -415,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if getattr(args, "max_tokens", 1) < 1 or getattr(args, "n_ctx", 512) < 64:
         sys.stderr.write("error: --max-tokens must be ≥ 1 and --n-ctx ≥ 64\n")
+        return EXIT_USAGE
+    if (getattr(args, "n_gpu_layers", None) or 0) < -1:
+        sys.stderr.write("error: --n-gpu-layers must be -1 (all), 0 (CPU) or a number of layers\n")
         return EXIT_USAGE
     try:
         return args.func(args)

@@ -63,7 +63,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     snap = snapshot()
     budget = default_vram_budget_mb(snap)
     if args.json:
-        sys.stdout.write(json.dumps({**snap.as_dict(), "default_vram_budget_mb": budget}, indent=2) + "\n")
+        chosen = snap.best_gpu
+        sys.stdout.write(json.dumps({**snap.as_dict(), "default_vram_budget_mb": budget,
+                                     "chosen_device": chosen.device if chosen else None}, indent=2) + "\n")
         return EXIT_OK
     sys.stdout.write(_devices_text(snap, budget))
     return EXIT_OK
@@ -75,10 +77,16 @@ def _devices_text(snap: DeviceSnapshot, budget: int) -> str:
              f"CPU       {snap.cpu_logical} logical cores{phys}",
              f"RAM       {snap.ram_total_bytes / GIB:.1f} GiB total, {snap.ram_available_bytes / GIB:.1f} GiB "
              f"available; this process {snap.process_rss_bytes / MIB:.0f} MiB"]
+    lines.append(f"backends  {', '.join(snap.backends) or 'none (llama.cpp not loadable)'}"
+                 + "".join(f"; {b} not loaded: {why}" for b, why in snap.skipped))
+    chosen = snap.best_gpu
     for g in snap.gpus:
-        kind = "unified memory, Metal" if g.unified else f"driver {snap.driver_version}, CUDA"
+        via = f"{g.backend} as {g.device}" if g.device else "no backend can use it"
+        tags = [t for t in ("unified memory" if g.unified else "", "software (not used by auto)" if g.software else "",
+                            f"driver {snap.driver_version}" if g.memory_from == "nvml" and snap.driver_version else "",
+                            "chosen" if g is chosen else "") if t]
         lines.append(f"GPU {g.index}     {g.name}: {g.total_bytes / GIB:.1f} GiB total, {g.free_bytes / GIB:.1f} GiB "
-                     f"free, {g.used_bytes / GIB:.1f} GiB used ({kind})")
+                     f"free, {g.used_bytes / GIB:.1f} GiB used ({via}{'; ' + ', '.join(tags) if tags else ''})")
     if not snap.gpus:
         lines.append(f"GPU       none ({snap.note})" if snap.note else "GPU       none")
     elif snap.note:

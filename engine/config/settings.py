@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "kv.cold_budget_mb": 2048.0,     # disk for KV snapshot files (oldest pruned first)
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM
     "runtime.vram_budget_mb": -1,    # -1 = free VRAM minus a safety margin
+    "runtime.gpu_device": "auto",    # auto (best real GPU) | none (CPU only) | a ggml device name, e.g. Vulkan0
 }
 
 # Environment overrides for headless use and tests, e.g. ASSISTANT_L3_BASE_URL.

@@ -26,7 +26,9 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 import llama_cpp  # noqa: E402 - after the environment it reads
 from llama_cpp import Llama  # noqa: E402
 from llama_cpp import _logger as llama_logger  # noqa: E402
+from llama_cpp import llama_cpp as _LLAMA_C  # noqa: E402 - the ctypes module Llama() calls into
 
+from engine.models.ggml_registry import registry  # noqa: E402
 from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,11 @@ LLAMA_CPP_VERSION = llama_cpp.__version__
 
 class ModelLoadError(RuntimeError):
     """A model file could not be loaded; the message is meant for the user."""
+
+
+class DeviceMemoryError(ModelLoadError):
+    """The GPU could not hold what the load asked for (llama.cpp failed to allocate a device buffer);
+    a load with fewer layers or on the CPU may work."""
 
 
 class DecodeError(RuntimeError):
@@ -50,6 +57,9 @@ class LoadParams:
     n_threads: int | None = None  # None = all cores
     n_batch: int = 512
     n_gpu_layers: int = 0
+    # ggml device for the offloaded layers ("Vulkan0", "CUDA0"); None = llama.cpp's default (every
+    # GPU). With n_gpu_layers 0 no device is used at all, not even for big-batch operations.
+    gpu_device: str | None = None
     type_k: str = "f16"
     type_v: str = "f16"
     flash_attn: bool = False
@@ -70,12 +80,17 @@ def _ggml_softmax_sum():
     """ggml's SIMD `ggml_vec_soft_max_f32` (returns Σ exp(x - max)), or None if not exported.
 
     numpy's exp over a 262k vocabulary costs ~650 µs a token here; ggml's takes ~200 µs, which keeps
-    the per-token logprob within the decode-speed budget.
+    the per-token logprob within the decode-speed budget. It lives in the CPU backend: the variant
+    ggml loaded for this processor (libggml-cpu-haswell.so, ...), or libggml-cpu in a static build.
     """
+    reg = registry()
+    reg.load()
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll"):
+    candidates = [reg.cpu_module()] if reg.cpu_module() else []
+    candidates += [lib_dir / name for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")]
+    for path in candidates:
         try:
-            fn = ctypes.CDLL(str(lib_dir / name)).ggml_vec_soft_max_f32
+            fn = ctypes.CDLL(str(path)).ggml_vec_soft_max_f32
         except (OSError, AttributeError):
             continue
         fn.restype = ctypes.c_double
@@ -95,6 +110,10 @@ _SOFTMAX_SUM = _ggml_softmax_sum()
 _BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
 _KV_LINE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers.*"
                       r"K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB")
+_OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+# What llama.cpp / ggml log when a device buffer cannot be had (Vulkan, CUDA, Metal wordings).
+_DEVICE_OOM = re.compile(r"failed to allocate|unable to allocate|out of memory|OutOfDeviceMemory|"
+                         r"ErrorOutOfHostMemory|cudaMalloc failed", re.IGNORECASE)
 _MIB = 1024 * 1024
 _LOG_CAPTURE_LOCK = threading.Lock()  # llama_log_set is process-wide: one capture at a time
 
@@ -141,10 +160,40 @@ def parse_memory_report(log_text: str) -> dict:
             report["kv_caches"].append({
                 "bytes": round(float(m.group(1)) * _MIB), "cells": int(m.group(2)), "layers": int(m.group(3)),
                 "type_k": m.group(4), "type_v": m.group(6)})
+        m = _OFFLOAD_LINE.search(line)
+        if m:
+            report["layers_offloaded"], report["layers_total"] = int(m.group(1)), int(m.group(2))
     for kind in ("weights", "kv", "compute", "output"):
         report[f"{kind}_bytes"] = sum(report[kind].values())
     report["weights_repack_bytes"] = sum(v for k, v in report["weights"].items() if k.endswith("_REPACK"))
     return report
+
+
+class _model_devices:
+    """Sets llama_model_params.devices for the Llama() built inside (llama-cpp-python has no
+    argument for it): wraps llama_model_default_params, which Llama.__init__ calls first.
+    Loads are serialised by _LOG_CAPTURE_LOCK, so the wrapper is never seen by another load."""
+
+    def __init__(self, devices: list[int] | None):
+        self.devices = devices
+
+    def __enter__(self) -> None:
+        if self.devices is None:
+            return
+        self._array = (ctypes.c_void_p * (len(self.devices) + 1))(*self.devices, None)  # NULL-terminated
+        self._original = original = _LLAMA_C.llama_model_default_params
+        array = self._array
+
+        def with_devices():
+            params = original()
+            params.devices = ctypes.cast(array, ctypes.c_void_p)
+            return params
+
+        _LLAMA_C.llama_model_default_params = with_devices
+
+    def __exit__(self, *exc) -> None:
+        if self.devices is not None:
+            _LLAMA_C.llama_model_default_params = self._original
 
 
 def _quiet_llama_logs(debug: bool) -> None:
@@ -177,25 +226,37 @@ class Backend:
         if params.type_v != "f16" and not params.flash_attn:
             raise ModelLoadError("a quantised V cache needs flash attention in llama.cpp (set flash_attn)")
         n_threads = params.n_threads or os.cpu_count() or 1
+        devices = self._device_list(params)
         try:
-            with _LoadLogCapture() as captured:
+            with _LoadLogCapture() as captured, _model_devices(devices):
                 self._llama = Llama(
                     model_path=str(self.path), n_ctx=params.n_ctx, n_batch=params.n_batch,
                     n_ubatch=params.n_batch, n_threads=n_threads, n_threads_batch=n_threads,
                     n_gpu_layers=params.n_gpu_layers, type_k=CACHE_TYPES[params.type_k],
                     type_v=CACHE_TYPES[params.type_v], flash_attn=params.flash_attn,
                     swa_full=params.swa_full, verbose=debug,
+                    # A CPU plan keeps work off any device: llama.cpp would otherwise copy weights to
+                    # a GPU for each big batch (a 374-token prompt: 49 s on a software Vulkan device).
+                    op_offload=params.n_gpu_layers > 0,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
+            text = "".join(captured.parts)
+            if params.n_gpu_layers > 0 and _DEVICE_OOM.search(text):
+                raise DeviceMemoryError(
+                    f"the GPU ({params.gpu_device or 'default device'}) could not hold {self.path.name} with "
+                    f"{params.n_gpu_layers} layers and a {params.n_ctx}-token context: out of device memory"
+                ) from exc
             arch = self.gguf.arch or "unknown"
+            where = f" on {params.gpu_device or 'the GPU'}" if params.n_gpu_layers > 0 else ""
             raise ModelLoadError(
-                f"llama.cpp could not load {self.path.name} (architecture '{arch}'): the file may be damaged "
-                f"or of an architecture this llama.cpp ({LLAMA_CPP_VERSION}) does not support"
+                f"llama.cpp could not load {self.path.name} (architecture '{arch}'){where}: the file may be "
+                f"damaged or of an architecture this llama.cpp ({LLAMA_CPP_VERSION}) does not support"
             ) from exc
         _quiet_llama_logs(debug)  # Llama() resets the level to ERROR; errors are ours to report
         model = self._llama._model.model
         self._memory_report = parse_memory_report("".join(captured.parts))
         self._memory_report["model_size_bytes"] = int(llama_cpp.llama_model_size(model))  # Σ tensor bytes, exact
+        self.offload = self._offload_facts(params)
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = self._llama._ctx
         self.n_vocab = self._llama.n_vocab()
@@ -223,6 +284,35 @@ class Backend:
         buffer type (e.g. {"CPU_Mapped": ..., "CUDA0": ...}), their totals ("kv_bytes", ...), the
         KV caches' cells/layers/types, and "model_size_bytes" (Σ tensor bytes, exact)."""
         return dict(self._memory_report)
+
+    @staticmethod
+    def _device_list(params: LoadParams) -> list[int] | None:
+        """ggml device pointers for llama_model_params.devices: [] keeps the model off every device;
+        None leaves llama.cpp's default (all GPUs)."""
+        if params.n_gpu_layers <= 0:
+            return []
+        if not params.gpu_device:
+            return None
+        handle = registry().device_handle(params.gpu_device)
+        if handle is None:
+            names = [d.name for d in registry().devices(memory=False)]
+            raise ModelLoadError(f"no GPU device named {params.gpu_device!r} (this machine has: "
+                                 f"{', '.join(names) or 'none'})")
+        return [handle]
+
+    def _offload_facts(self, params: LoadParams) -> dict:
+        """Where the layers went, as llama.cpp reported it ("offloaded 31/31 layers to GPU")."""
+        report = self._memory_report
+        on_device = report.get("layers_offloaded", 0)
+        device = params.gpu_device if on_device else None
+        if on_device and device is None:  # llama.cpp's own choice: name the buffer it filled
+            device = next((b for b in report["weights"] if not b.startswith("CPU")), None)
+        backend = "cpu"
+        if device:
+            backend = next((d.backend for d in registry().devices(memory=False) if d.name == device),
+                           re.sub(r"\d+$", "", device).lower())
+        return {"backend": backend, "device": device, "n_gpu_layers": on_device,
+                "n_layers": report.get("layers_total", int(self.gguf.arch_value("block_count", 0) or 0) + 1)}
 
     @property
     def arch(self) -> str:

@@ -9,9 +9,11 @@ import threading
 import psutil
 
 from dataclasses import replace
+from typing import Callable
 
-from engine.inference.backend import LoadParams, ModelLoadError
+from engine.inference.backend import DeviceMemoryError, LoadParams, ModelLoadError
 from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
+from engine.models.devices import DEFAULT_MARGIN_MB, MIB, DeviceSnapshot, GPUInfo, snapshot
 from engine.models.gguf_info import GGUFError
 from engine.models.planner import Plan, PlanError, plan, ram_bytes
 from engine.inference.runtime import BackendFactory, Worker
@@ -32,6 +34,10 @@ def plan_error(p: Plan, report: dict) -> dict:
     return error
 
 
+def _label(gpu: GPUInfo) -> str:
+    return f"{gpu.name} ({gpu.device})"
+
+
 class ModelManager:
     """Owns every loaded `Worker`; one per model file, never two copies.
 
@@ -46,17 +52,30 @@ class ModelManager:
         vram_budget_mb: VRAM for GPU models (None: free VRAM of the best GPU minus a margin).
         backend_factory: builds each model's backend instead of `Backend` (tests: a scripted fake);
             loads are still planned from the model file's GGUF metadata.
+        gpu_device: which GPU ("auto", "none" or a ggml device name such as "Vulkan0").
+        n_gpu_layers: the user's layer count for every local load (-1 = all), instead of the plan's.
+        devices: reads the machine (tests: a scripted snapshot).
+
+    A GPU load that fails falls back instead of failing the turn: out of device memory → half the
+    layers, then the CPU; any other GPU failure → the CPU. Each fallback, a GPU that could not be
+    used, and a load that got fewer layers than the last one (VRAM taken by another app) leave a
+    note on the worker (`load_note`): done.fallback and the window's banner show it.
     """
 
     def __init__(self, budget_bytes: int | None = None, params: LoadParams = LoadParams(),
                  debug: bool = False, catalog: Catalog | None = None, vram_budget_mb: float | None = None,
-                 backend_factory: BackendFactory | None = None):
+                 backend_factory: BackendFactory | None = None, gpu_device: str = "auto",
+                 n_gpu_layers: int | None = None, devices: Callable[[], DeviceSnapshot] = snapshot):
         self.budget_bytes = budget_bytes if budget_bytes is not None else int(psutil.virtual_memory().available * 0.8)
         self.params = params
         self.vram_budget_mb = vram_budget_mb
         self.debug = debug
         self.catalog = catalog
         self.backend_factory = backend_factory
+        self.gpu_device = gpu_device
+        self.n_gpu_layers = n_gpu_layers
+        self.devices = devices
+        self._last_layers: dict[str, int] = {}  # model path -> layers on the GPU at its last load
         self._workers: dict[str, tuple[Worker, int]] = {}  # resolved path -> (worker, bytes)
         self._lock = threading.RLock()  # held through a load (seconds): never take it from a GUI thread
         self.evictions = 0
@@ -66,14 +85,34 @@ class ModelManager:
     def resolve(self, name_or_path: str | None) -> ResolvedModel:
         return resolve_model(name_or_path, self.catalog)
 
-    def plan_for(self, model: ResolvedModel, gpu: bool) -> Plan:
+    def plan_for(self, model: ResolvedModel, gpu: bool) -> tuple[Plan, GPUInfo | None, str | None]:
+        """The plan, the GPU it is for (None: CPU) and a note when the GPU could not be used as asked."""
+        want_gpu = gpu or bool(self.n_gpu_layers)
+        device, note, budget = None, None, 0.0
+        if want_gpu:
+            snap = self.devices()
+            device = snap.gpu(self.gpu_device)
+            if device is None:
+                if snap.skipped or any(not g.device for g in snap.gpus) or self.gpu_device not in ("auto", "none"):
+                    note = f"running on the CPU: {snap.note or 'no GPU device ' + repr(self.gpu_device)}"
+            elif self.vram_budget_mb is not None:
+                budget = min(self.vram_budget_mb, device.free_bytes / MIB)
+            else:
+                budget = max(0.0, device.free_bytes / MIB - DEFAULT_MARGIN_MB)
+        layers = self.n_gpu_layers if device is not None else None
         try:
-            return plan(model.path, self.vram_budget_mb if gpu else 0, self.params.n_ctx,
-                        swa_full=self.params.swa_full, catalog=self.catalog)
+            p = plan(model.path, budget, self.params.n_ctx, swa_full=self.params.swa_full,
+                     catalog=self.catalog, n_gpu_layers=layers)
         except (GGUFError, PlanError, ValueError) as exc:
             # ValueError too: a GGUF without its architecture's metadata (no block_count) fails in
             # kv_math; as a ModelLoadError the facade falls back to another tier instead of crashing.
             raise ModelLoadError(str(exc)) from exc
+        if device is not None and p.n_gpu_layers == 0:
+            device = None
+        if device is not None and p.offload == "partial" and layers is None:
+            note = (f"only {p.n_gpu_layers} of {p.n_layers + 1} layers fit on {_label(device)} "
+                    f"({budget:.0f} MiB to use); the rest run on the CPU")
+        return p, device, note
 
     def get(self, name_or_path: str | None, gpu: bool = True) -> Worker:
         """The loaded worker for a model, loading it (and evicting LRU idle ones) if needed.
@@ -89,7 +128,7 @@ class ModelManager:
         with self._lock:
             if key in self._workers:
                 return self._workers[key][0]
-            p = self.plan_for(model, gpu)
+            p, device, note = self.plan_for(model, gpu)
             need = ram_bytes(p)
             if need > self.budget_bytes:
                 # Evicting every other model would not make room: refuse before evicting any, so the
@@ -99,15 +138,38 @@ class ModelManager:
                     f"context), more than the {self.budget_bytes >> 20} MiB budget; choose a smaller model "
                     "or context, or free some memory")
             self._make_room(need)
-            params = replace(self.params, **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"})
-            worker = Worker.load(model, params, self.debug, self.backend_factory)
+            last = self._last_layers.get(key)
+            if device is not None and last is not None and p.n_gpu_layers < last:
+                note = (f"less free memory on {_label(device)} than at the last load ({device.free_bytes // MIB} MiB "
+                        f"free now): {p.n_gpu_layers} layers on the GPU instead of {last}")
+            worker, p, fell_back = self._load_with_fallback(model, p, device)
+            note = fell_back or note
             worker.plan = p
+            worker.load_note = note
             worker.plan_error = plan_error(p, worker.backend.memory_report)
-            self._workers[key] = (worker, need)
+            self._last_layers[key] = p.n_gpu_layers
+            self._workers[key] = (worker, ram_bytes(p))
             self._publish()
-            log.info("loaded %s (%s, ~%d MiB host memory); %d model(s) resident", model.id, p.offload,
-                     need >> 20, len(self._workers))
+            log.info("loaded %s (%s, ~%d MiB host memory)%s; %d model(s) resident", model.id, p.offload,
+                     ram_bytes(p) >> 20, f" [{note}]" if note else "", len(self._workers))
             return worker
+
+    def _load_with_fallback(self, model: ResolvedModel, p: Plan, device: GPUInfo | None) -> tuple[Worker, Plan, str | None]:
+        """Load as planned; on a GPU failure retry with half the layers (out of memory) or on the CPU."""
+        note = None
+        while True:
+            params = replace(self.params, **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"},
+                             gpu_device=device.device if device is not None and p.n_gpu_layers > 0 else None)
+            try:
+                return Worker.load(model, params, self.debug, self.backend_factory), p, note
+            except ModelLoadError as exc:
+                if p.n_gpu_layers == 0:
+                    raise
+                fewer = p.n_gpu_layers // 2 if isinstance(exc, DeviceMemoryError) else 0
+                log.warning("GPU load of %s failed (%s); retrying with %d layers", model.id, exc, fewer)
+                note = f"{exc}; loaded with {fewer} layers on the GPU" if fewer else f"{exc}; running on the CPU"
+                p = plan(model.path, 0, self.params.n_ctx, swa_full=self.params.swa_full, catalog=self.catalog,
+                         n_gpu_layers=fewer)
 
     def _make_room(self, need: int) -> None:
         used = sum(b for _, b in self._workers.values())

@@ -178,6 +178,7 @@ class Worker:
         self._closed = False
         self.plan = None  # the planner's Plan this model was loaded with, when planned
         self.plan_error: dict = {}  # plan vs llama.cpp's allocation, relative, by kind
+        self.load_note: str | None = None  # why this load did not get the GPU it asked for
         # Run on the model's own thread after the last job, before the backend is freed (the KV
         # tiers keep the context's conversation state).
         self.before_close: Callable[["Worker"], None] | None = None
