@@ -7,6 +7,8 @@
 #     NO_ARCHIVE=1 packaging/linux/build.sh   # folder only (what `make dist-test` needs)
 #
 # Options pass through to packaging/assistant.spec: ASSISTANT_BUNDLE_DEMO=0, ASSISTANT_BUNDLE_MEMORY=0.
+# The venv's llama-cpp-python must be the wheel of packaging/llama/build_wheel.py (backend modules in
+# llama_cpp/lib); the spec stops otherwise.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -16,6 +18,12 @@ VERSION=$("$PY" -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb
 ARCH=$(uname -m)
 BUNDLE=dist/$NAME
 
+# PyInstaller copies Qt's xcb libraries (libxcb-cursor0, …) into the bundle only if this machine
+# has them; without them the bundle cannot open a window on many desktops. dist_test.py checks it.
+packaging/linux/sysdeps.sh --check bundle || {
+    echo "build.sh: run \`sudo packaging/linux/sysdeps.sh bundle\` first (the bundle would lack them)" >&2
+    exit 1
+}
 rm -rf "$BUNDLE" build/pyinstaller
 "$PY" -m PyInstaller --noconfirm --log-level WARN --distpath dist --workpath build/pyinstaller \
     packaging/assistant.spec
