@@ -3,6 +3,7 @@
 #
 #     packaging/linux/sysdeps.sh          # as root, or through sudo; `.ci/run` calls it before `make test`
 #     packaging/linux/sysdeps.sh --check  # say what is missing, install nothing (exit 1 if anything is)
+#     packaging/linux/sysdeps.sh --check bundle   # only some groups: build, test, bundle (default: all)
 #
 # - Vulkan build of llama.cpp (packaging/llama/build_wheel.py): headers + loader, the GLSL compiler,
 #   SPIR-V headers.
@@ -23,10 +24,21 @@ QT_XCB=(
     libxkbcommon0 libegl1 libgl1 libfontconfig1 libfreetype6 "libglib2.0-0t64|libglib2.0-0" libdbus-1-3
 )
 CHECK=0
-[ "${1:-}" = "--check" ] && CHECK=1
+[ "${1:-}" = "--check" ] && { CHECK=1; shift; }
+NEEDS=()
+for group in "${@:-build test bundle}"; do
+    for g in $group; do
+        case $g in
+            build) NEEDS+=("${BUILD[@]}") ;;
+            test) NEEDS+=("${TEST[@]}") ;;
+            bundle) NEEDS+=("${QT_XCB[@]}") ;;
+            *) echo "sysdeps.sh: unknown group $g (build, test, bundle)" >&2; exit 2 ;;
+        esac
+    done
+done
 
 if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
-    echo "sysdeps.sh: not a Debian/Ubuntu system; install the equivalents of: ${BUILD[*]} ${TEST[*]} ${QT_XCB[*]}" >&2
+    echo "sysdeps.sh: not a Debian/Ubuntu system; install the equivalents of: ${NEEDS[*]}" >&2
     exit 1
 fi
 
@@ -35,7 +47,7 @@ has() { grep -qxF "$1" <<<"$installed"; }
 known() { [ -n "$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)"')" ]; }
 
 missing=()
-for need in "${BUILD[@]}" "${TEST[@]}" "${QT_XCB[@]}"; do
+for need in "${NEEDS[@]}"; do
     IFS='|' read -ra alts <<<"$need"
     ok=0
     for p in "${alts[@]}"; do has "$p" && { ok=1; break; }; done
