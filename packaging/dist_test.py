@@ -151,8 +151,10 @@ def check_linkage(bundle: Path) -> dict:
 
 
 def check_devices(bundle: Path, home: Path, backend: str) -> dict:
-    """`assistant devices --json` in the clean environment lists the GPU backend, and a device on Linux
-    (CI's lavapipe, shown only with GGML_VK_VISIBLE_DEVICES=0): the system's loader found from the bundle."""
+    """`assistant devices --json` in the clean environment lists the GPU backend, and on Linux a device
+    of it (CI's lavapipe, shown only with GGML_VK_VISIBLE_DEVICES=0): the system's loader and driver
+    work from inside the bundle. A Windows build machine may have no GPU driver, hence no
+    vulkan-1.dll: there a missing backend is a warning (its module is checked by check_contents)."""
     env = clean_env(home) | {"GGML_VK_VISIBLE_DEVICES": "0"}
     proc = subprocess.run([str(bundle / f"assistant{EXE}"), "devices", "--json"], env=env, cwd=home,
                           capture_output=True, text=True, timeout=120)
@@ -161,18 +163,23 @@ def check_devices(bundle: Path, home: Path, backend: str) -> dict:
     except ValueError:
         raise SystemExit(f"`assistant devices --json` printed no JSON (exit {proc.returncode}):\n"
                          f"{proc.stdout[-1000:]}\n{proc.stderr[-3000:]}")
-    backends = report.get("backends")
-    if not isinstance(backends, list):
-        raise SystemExit(f"`assistant devices --json` has no \"backends\" list: {sorted(report)}")
-    want = ["cpu"] + ([backend] if backend != "cpu" else [])
-    devices = report.get("devices") or []
-    on_gpu = [d for d in devices if d.get("backend") == backend]
-    if not set(want) <= set(backends) or (LINUX and backend == "vulkan" and not on_gpu):
-        raise SystemExit(f"the bundle's llama.cpp offers backends {backends} and devices "
-                         f"{[(d.get('name'), d.get('description')) for d in devices]}; wanted {want} and, on Linux, "
-                         f"a {backend} device (lavapipe: packaging/linux/sysdeps.sh installs mesa-vulkan-drivers)\n"
-                         f"{proc.stderr[-3000:]}")
-    return {"backends": backends, "devices": [f"{d.get('name')}: {d.get('description')}" for d in devices]}
+    backends, devices = report.get("backends"), report.get("devices")
+    if not isinstance(backends, list) or not isinstance(devices, list):
+        raise SystemExit(f"`assistant devices --json` has no \"backends\"/\"devices\" lists: {sorted(report)}")
+    found = {"backends": backends, "devices": [f"{d.get('name')}: {d.get('description')}" for d in devices]}
+    problem = ""
+    if "cpu" not in backends:
+        problem = "no cpu backend"
+    elif backend != "cpu" and backend not in backends:
+        problem = f"no {backend} backend"
+    elif LINUX and backend == "vulkan" and not any(d.get("backend") == backend for d in devices):
+        problem = "no Vulkan device (lavapipe: packaging/linux/sysdeps.sh installs mesa-vulkan-drivers)"
+    if problem and sys.platform == "win32" and "cpu" in backends:
+        log.warning("devices: %s on this machine (no GPU driver?); skipped: %s", problem, report.get("skipped"))
+    elif problem:
+        raise SystemExit(f"the bundle's llama.cpp: {problem}; it offers {json.dumps(found)}, skipped "
+                         f"{json.dumps(report.get('skipped'))}\n{proc.stderr[-3000:]}")
+    return found
 
 
 def run_selftest(bundle: Path, home: Path) -> dict:
