@@ -5,8 +5,10 @@
 #
 #     packaging/macos/build.sh
 #
-# Metal (Apple silicon GPUs): CMAKE_ARGS="-DGGML_METAL=on" (llama.cpp's default on arm64 macOS;
-# the Metal shader library is embedded with -DGGML_METAL_EMBED_LIBRARY=on, also the default).
+# llama.cpp is built by packaging/llama/build_wheel.py as on Linux and Windows: `--backend metal`,
+# the Metal backend (shaders embedded) and the CPU variants, each a module in llama_cpp/lib that ggml
+# loads at start. Built once into build/wheels/metal/ (LLAMA_BACKEND=cpu for CPU only); delete that
+# folder to rebuild it.
 # Signing and notarisation (needed so Gatekeeper opens a downloaded .dmg without a warning):
 #     SIGN_ID="Developer ID Application: …" NOTARY_PROFILE=<notarytool keychain profile> packaging/macos/build.sh
 set -euo pipefail
@@ -14,19 +16,28 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 NAME="Offline Assistant"
 PY=${PYTHON:-.venv/bin/python}
-export CMAKE_ARGS=${CMAKE_ARGS:--DGGML_METAL=on}
+BACKEND=${LLAMA_BACKEND:-metal}
 if [ ! -x "$PY" ]; then
     python3 -m venv .venv
     .venv/bin/pip install -U pip
-    .venv/bin/pip install -e '.[memory,dist]' pillow   # pillow: PyInstaller makes the .icns from icon.png
 fi
+# llama-cpp-python from our build first: `pip install -e .` then finds the pinned version installed
+# and does not build PyPI's sdist (a build without backend modules).
+LLAMA_VERSION=$("$PY" -c "import sys; sys.path.insert(0, 'packaging/llama'); import build_wheel; print(build_wheel.pinned_version())")
+WHEEL=$(ls build/wheels/"$BACKEND"/llama_cpp_python-"$LLAMA_VERSION"-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$WHEEL" ]; then
+    "$PY" packaging/llama/build_wheel.py --backend "$BACKEND"
+    WHEEL=$(ls build/wheels/"$BACKEND"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -1)
+fi
+"$PY" -m pip install --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
+"$PY" -m pip install --disable-pip-version-check -e '.[memory,dist]' pillow   # pillow: PyInstaller makes the .icns from icon.png
 "$PY" -m engine.models.fetch
 "$PY" -m engine.memory.export
 "$PY" -m PyInstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/assistant.spec
 APP="dist/$NAME.app"
 [ -d "$APP" ] || { echo "PyInstaller made no $APP" >&2; exit 1; }
 # The folder build's selftest, in a clean environment (the .app's executable is the same program).
-"$PY" packaging/dist_test.py --bundle "dist/offline-assistant"
+"$PY" packaging/dist_test.py --bundle "dist/offline-assistant" --backend "$BACKEND"
 
 if [ -n "${SIGN_ID:-}" ]; then
     codesign --force --deep --options runtime --timestamp --sign "$SIGN_ID" "$APP"

@@ -3,15 +3,31 @@
 ; chats (%LOCALAPPDATA%\offline-assistant) unless they tick the box on the last page.
 ;
 ; Build (on Windows, from the repository root, after packaging\windows\build.ps1 made dist\offline-assistant):
-;     "C:\Program Files (x86)\Inno Setup 6\ISCC.exe" /DAppVersion=0.1.0 packaging\windows\offline-assistant.iss
+;     "C:\Program Files (x86)\Inno Setup 6\ISCC.exe" /DAppVersion=0.1.0 /DLlamaBackend=vulkan packaging\windows\offline-assistant.iss
 ; Output: dist\offline-assistant-0.1.0-windows-x64-setup.exe
 
 #ifndef AppVersion
   #define AppVersion "0.1.0"
 #endif
+; The GPU backend build.ps1 built llama.cpp with (/DLlamaBackend=vulkan, cuda or cpu): checked below.
+#ifndef LlamaBackend
+  #define LlamaBackend "vulkan"
+#endif
 #define AppName "Offline Assistant"
 #define AppExe "assistant-gui.exe"
 #define SourceDir "..\..\dist\offline-assistant"
+
+; llama.cpp's backend DLLs are loaded by ggml at run time from _internal\llama_cpp\lib (the [Files]
+; line below takes that whole folder); refuse to build an installer from a bundle without them.
+#define LlamaLib AddBackslash(SourcePath) + SourceDir + "\_internal\llama_cpp\lib"
+#if !FileExists(LlamaLib + "\ggml-cpu-x64.dll")
+  #error No ggml-cpu-x64.dll in dist\offline-assistant\_internal\llama_cpp\lib: build the bundle with packaging\windows\build.ps1
+#endif
+#if LlamaBackend != "cpu"
+  #if !FileExists(LlamaLib + "\ggml-" + LlamaBackend + ".dll")
+    #error The bundle lacks the GPU backend named by /DLlamaBackend (ggml-vulkan.dll or ggml-cuda.dll): build it with packaging\windows\build.ps1
+  #endif
+#endif
 
 [Setup]
 ; A fixed AppId: upgrades replace the previous install instead of adding a second one.
@@ -45,6 +61,8 @@ Name: "zh_CN"; MessagesFile: "compiler:Languages\ChineseSimplified.isl"
 Name: "desktopicon"; Description: "{cm:CreateDesktopIcon}"; GroupDescription: "{cm:AdditionalIcons}"; Flags: unchecked
 
 [Files]
+; Everything, subfolders included: _internal\llama_cpp\lib holds every backend (ggml-cpu-*.dll, one per
+; CPU generation, and ggml-vulkan.dll or ggml-cuda.dll), which ggml picks from at run time.
 Source: "{#SourceDir}\*"; DestDir: "{app}"; Flags: ignoreversion recursesubdirs createallsubdirs
 
 [Icons]
