@@ -2,19 +2,26 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Portable llama.cpp build: a native build enables AMX kernels that crash on some CPUs.
-# GPU users: see README (CUDA: -DGGML_CUDA=on, Metal: -DGGML_METAL=on).
-CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+# llama.cpp as the app ships it: backends loaded at run time (CPU variants for old and new
+# processors + Vulkan), built once from the patched sdist (packaging/llama/build_wheel.py) and
+# installed into the venv before the project, so tests and the bundle run the same libraries.
+# LLAMA_BACKEND=cpu skips the Vulkan SDK; cuda adds CUDA (needs nvcc); metal on macOS.
+LLAMA_BACKEND ?= vulkan
+LLAMA_WHEEL := build/wheels/$(LLAMA_BACKEND)/BUILD.json
 DEMO_MODELS := models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf
 # The bundled embedder exported to ONNX once (same weights, checked): memory then runs without torch.
 EMBEDDER_ONNX := models/embedders/all-MiniLM-L6-v2.onnx
 
 .PHONY: venv models run chat test test-fast bench dist dist-test clean
 
-$(BIN)/.installed: pyproject.toml
+$(LLAMA_WHEEL): packaging/llama/build_wheel.py packaging/llama/patches.py
+	$(PYTHON) packaging/llama/build_wheel.py --backend $(LLAMA_BACKEND)
+
+$(BIN)/.installed: pyproject.toml $(LLAMA_WHEEL)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -U pip
-	CMAKE_ARGS="$(CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/pip install --disable-pip-version-check -e '.[memory,test]'
+	$(BIN)/pip install --disable-pip-version-check -q --force-reinstall --no-deps $(dir $(LLAMA_WHEEL))llama_cpp_python-*.whl
+	$(BIN)/pip install --disable-pip-version-check -e '.[memory,test]'
 	touch $@
 
 venv $(VENV): $(BIN)/.installed

@@ -38,7 +38,19 @@ class SettingsDialog(QDialog):
         form.addRow(tr("CPU model (L1)"), self.l1)
         form.addRow(tr("GPU model (L2)"), self.l2)
         snap = device_snapshot()
-        gpu = snap.best_gpu
+        # Which GPU the GPU tier loads on: automatic (a real GPU, discrete first), none, or one by name;
+        # a software Vulkan device (lavapipe) is listed only for testing and never chosen automatically.
+        self.gpu_device = QComboBox()
+        self.gpu_device.setObjectName("gpuDeviceChoice")
+        self.gpu_device.addItem(tr("Automatic"), "auto")
+        self.gpu_device.addItem(tr("None (CPU only)"), "none")
+        for g in snap.gpus:
+            if g.device:
+                self.gpu_device.addItem(f"{g.name} — {g.backend} {g.device}"
+                                        + (tr(" (software)") if g.software else ""), g.device)
+        self.gpu_device.setCurrentIndex(max(0, self.gpu_device.findData(settings.get("runtime.gpu_device"))))
+        form.addRow(tr("GPU (after a restart)"), self.gpu_device)
+        gpu = snap.gpu(settings.get("runtime.gpu_device"))
         total_mb = int(gpu.total_bytes / 2**20) if gpu else 0
         self.vram = QSlider(Qt.Horizontal)
         self.vram.setRange(0, max(total_mb, 0))
@@ -48,7 +60,7 @@ class SettingsDialog(QDialog):
         if not gpu:
             self.vram.setEnabled(False)
             self.vram_label.setText(tr("No GPU found: models run on the CPU ({why})").format(
-                why=snap.note or tr("no NVIDIA or Apple GPU")))
+                why=snap.note or tr("no GPU device")))
         self.preview = QLabel()
         self.preview.setWordWrap(True)
         self.vram.setObjectName("vramBudgetSlider")
@@ -191,6 +203,7 @@ class SettingsDialog(QDialog):
         s.set("tier.L2", self.l2.currentData())
         if self.vram.isEnabled():
             s.set("runtime.vram_budget_mb", float(self.vram.value()))
+        s.set("runtime.gpu_device", self.gpu_device.currentData())
         s.set("l3.base_url", self.l3_url.text().strip())
         s.set("l3.api_key", self.l3_key.text())
         s.set("l3.model", self.l3_model.text().strip())

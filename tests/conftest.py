@@ -1,6 +1,13 @@
+import os
 from pathlib import Path
 
 import pytest
+
+# Show Mesa's lavapipe (a software Vulkan GPU) to llama.cpp, which hides CPU-type Vulkan devices by
+# default: tests/model/test_vulkan.py runs the GPU path on it. The engine's "auto" choice never
+# picks a software device, so every other test still plans and runs on the CPU. Set before ggml's
+# registry loads (once per process, at the first model load or device query).
+os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {

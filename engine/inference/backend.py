@@ -28,7 +28,7 @@ from llama_cpp import Llama  # noqa: E402
 from llama_cpp import _logger as llama_logger  # noqa: E402
 from llama_cpp import llama_cpp as _LLAMA_C  # noqa: E402 - the ctypes module Llama() calls into
 
-from engine.models.ggml_registry import registry  # noqa: E402
+from engine.models.ggml_registry import choose_gpu, registry  # noqa: E402
 from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,8 @@ class LoadParams:
     n_threads: int | None = None  # None = all cores
     n_batch: int = 512
     n_gpu_layers: int = 0
-    # ggml device for the offloaded layers ("Vulkan0", "CUDA0"); None = llama.cpp's default (every
-    # GPU). With n_gpu_layers 0 no device is used at all, not even for big-batch operations.
+    # ggml device for the offloaded layers ("Vulkan0", "CUDA0"); None = the best real GPU (as the
+    # planner's "auto"). With n_gpu_layers 0 no device is used at all, not even for big batches.
     gpu_device: str | None = None
     type_k: str = "f16"
     type_v: str = "f16"
@@ -291,12 +291,16 @@ class Backend:
         None leaves llama.cpp's default (all GPUs)."""
         if params.n_gpu_layers <= 0:
             return []
-        if not params.gpu_device:
-            return None
-        handle = registry().device_handle(params.gpu_device)
+        name = params.gpu_device
+        if not name:  # the same choice as the planner's "auto": never a software rasteriser
+            chosen = choose_gpu(registry().devices(memory=False))
+            if chosen is None:
+                return []
+            name = chosen.name
+        handle = registry().device_handle(name)
         if handle is None:
             names = [d.name for d in registry().devices(memory=False)]
-            raise ModelLoadError(f"no GPU device named {params.gpu_device!r} (this machine has: "
+            raise ModelLoadError(f"no GPU device named {name!r} (this machine has: "
                                  f"{', '.join(names) or 'none'})")
         return [handle]
 
@@ -304,9 +308,9 @@ class Backend:
         """Where the layers went, as llama.cpp reported it ("offloaded 31/31 layers to GPU")."""
         report = self._memory_report
         on_device = report.get("layers_offloaded", 0)
-        device = params.gpu_device if on_device else None
-        if on_device and device is None:  # llama.cpp's own choice: name the buffer it filled
-            device = next((b for b in report["weights"] if not b.startswith("CPU")), None)
+        device = None
+        if on_device:  # the buffer llama.cpp filled is named after the device ("Vulkan0", "CUDA0")
+            device = params.gpu_device or next((b for b in report["weights"] if not b.startswith("CPU")), None)
         backend = "cpu"
         if device:
             backend = next((d.backend for d in registry().devices(memory=False) if d.name == device),

@@ -66,6 +66,18 @@ def _lib_name(stem: str) -> str:
     return f"lib{stem}.dylib" if sys.platform == "darwin" else f"lib{stem}.so"
 
 
+def _ggml_file(directory: Path) -> Path:
+    """The libggml file libllama links to. Wheels copy symlinks, so libggml.so and libggml.so.0
+    are separate files: opening the other one would load a second ggml with a registry of its own
+    (and llama.cpp would then find "no backends loaded")."""
+    plain = directory / _lib_name("ggml")
+    if sys.platform == "win32":
+        return plain
+    pattern = "libggml.*.dylib" if sys.platform == "darwin" else "libggml.so.*"
+    versioned = sorted(directory.glob(pattern), key=lambda p: (len(p.name), p.name))
+    return versioned[0] if versioned else plain  # the shortest: libggml.so.0, the soname
+
+
 _LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 
@@ -101,7 +113,7 @@ class Registry:
             raise OSError("llama_cpp is not installed")
         if sys.platform == "win32":
             os.add_dll_directory(str(self.directory))
-        lib = ctypes.CDLL(str(self.directory / _lib_name("ggml")))
+        lib = ctypes.CDLL(str(_ggml_file(self.directory)))
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for name, res, args in [
             ("ggml_backend_load_all_from_path", None, [ctypes.c_char_p]),

@@ -1,0 +1,172 @@
+"""The GPU path on a real Vulkan device: Mesa's lavapipe, a software GPU (CI has no other).
+
+demo-small fully offloaded must answer like the CPU, reuse its cache across turns, park and
+restore conversations whose KV cache lives on the device, and allocate what the planner said.
+Decoding on lavapipe is slow (a few tokens a second), so answers here are short.
+
+Skipped when this llama.cpp has no Vulkan backend or Mesa's lavapipe is not installed
+(`packaging/linux/sysdeps.sh`); under ASSISTANT_REQUIRE_VULKAN=1 (CI) that is a failure instead.
+"""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from contextlib import redirect_stdout
+
+import pytest
+
+from engine.api import Assistant
+from engine.config.paths import db_path
+from engine.inference.backend import Backend, LoadParams
+from engine.inference.manager import ModelManager
+from engine.models.ggml_registry import GgmlDevice, registry
+from engine.models.planner import plan
+from engine.storage import Database
+
+from .helpers import THREADS, greedy, run_prompt, turn
+
+OVERHEAD = 16
+SYSTEM = "You are a careful assistant. " + " ".join(
+    f"Rule {i}: answer briefly, cite facts, and never invent numbers or names." for i in range(30))
+
+
+@pytest.fixture(scope="module")
+def lavapipe() -> GgmlDevice:
+    reg = registry()
+    device = next((d for d in reg.devices() if d.backend == "vulkan" and d.software), None)
+    if device is None:
+        why = (f"no Vulkan software device (backends {reg.backends()}, skipped {reg.skipped}, "
+               f"GGML_VK_VISIBLE_DEVICES={os.environ.get('GGML_VK_VISIBLE_DEVICES')})")
+        if os.environ.get("ASSISTANT_REQUIRE_VULKAN") == "1":
+            pytest.fail(why + ": run packaging/linux/sysdeps.sh and build llama.cpp with Vulkan")
+        pytest.skip(why)
+    return device
+
+
+def _params(device: GgmlDevice | None, n_ctx=2048, **kw) -> LoadParams:
+    if device is None:
+        return LoadParams(n_ctx=n_ctx, n_threads=THREADS, **kw)
+    return LoadParams(n_ctx=n_ctx, n_threads=THREADS, n_gpu_layers=999, gpu_device=device.name, **kw)
+
+
+def test_devices_report_lists_the_vulkan_backend_and_its_device(lavapipe):
+    from engine.cli.main import main
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["devices", "--json"]) == 0
+    report = json.loads(out.getvalue())
+    assert "cpu" in report["backends"] and "vulkan" in report["backends"]
+    (dev,) = [d for d in report["devices"] if d["name"] == lavapipe.name]
+    assert dev["backend"] == "vulkan" and dev["software"] and 0 < dev["free_bytes"] <= dev["total_bytes"]
+    assert report["chosen_device"] is None  # "auto" never takes a software rasteriser
+    (gpu,) = [g for g in report["gpus"] if g["device"] == lavapipe.name]
+    assert gpu["software"] and gpu["memory_from"] == "ggml"
+
+
+def test_full_offload_answers_like_the_cpu(model_paths, lavapipe):
+    prompt_text = "<|im_start|>user\nList three colours.<|im_end|>\n<|im_start|>assistant\n"
+    results = {}
+    for where, device in (("cpu", None), ("vulkan", lavapipe)):
+        b = Backend(model_paths["demo-small"], _params(device))
+        try:
+            if device is not None:
+                assert b.offload == {"backend": "vulkan", "device": lavapipe.name, "n_gpu_layers": 31, "n_layers": 31}
+                assert b.memory_report["weights"].get(lavapipe.name, 0) > 0
+            results[where] = run_prompt(b, b.tokenize(prompt_text, special=True), max_tokens=12).token_ids
+        finally:
+            b.close()
+    cpu, gpu = results["cpu"], results["vulkan"]
+    same = next((i for i, (x, y) in enumerate(zip(cpu, gpu)) if x != y), min(len(cpu), len(gpu)))
+    print(f"greedy tokens agree for the first {same} of {len(cpu)}")
+    assert same >= 8, f"Vulkan diverges from the CPU at token {same}: {cpu} vs {gpu}"
+
+
+def test_a_cpu_plan_keeps_every_tensor_and_batch_off_the_device(model_paths, lavapipe):
+    b = Backend(model_paths["demo-small"], _params(None))
+    try:
+        assert b.offload == {"backend": "cpu", "device": None, "n_gpu_layers": 0, "n_layers": 31}
+        buffers = {k for kind in ("weights", "kv", "compute", "output") for k in b.memory_report[kind]}
+        assert not any(k.startswith("Vulkan") for k in buffers), buffers
+    finally:
+        b.close()
+
+
+def _assistant(lavapipe, **kw) -> Assistant:
+    manager = ModelManager(params=LoadParams(n_ctx=2048, n_threads=THREADS), gpu_device=lavapipe.name,
+                           n_gpu_layers=-1)
+    return Assistant(Database(db_path()), "demo-small", manager=manager, **kw)
+
+
+def test_turn_two_evaluates_only_its_new_tokens_on_the_device(model_paths, lavapipe):
+    a = _assistant(lavapipe)
+    try:
+        cid = a.new_conversation()
+        first = turn(a, cid, "Hi! Name a fruit.", max_tokens=6)
+        assert first.stats["offload"]["backend"] == "vulkan" and first.stats["offload"]["n_gpu_layers"] == 31
+        assert first.fallback is None
+        text = "And a vegetable?"
+        second = turn(a, cid, text, max_tokens=6)
+        assert second.stats["cache_mode"] == "append"
+        assert second.stats["prompt_tokens_evaluated"] <= len(a.backend.tokenize(text, special=False)) + OVERHEAD
+    finally:
+        a.close()
+        a.db.close()
+
+
+def test_park_and_restore_with_the_cache_on_the_device(model_paths, lavapipe):
+    a = _assistant(lavapipe, kv_warm_mb=64)
+    try:
+        convs = [a.new_conversation(SYSTEM), a.new_conversation(SYSTEM.replace("careful", "terse"))]
+        for c in convs:
+            turn(a, c, "Hi! Name a fruit.", max_tokens=4)
+        text = "Another one?"
+        back = turn(a, convs[0], text, max_tokens=4)  # B was in the context: A comes back from RAM
+        assert back.stats["restored_from"] == "warm", back.stats
+        assert back.stats["prompt_tokens_evaluated"] <= len(a.backend.tokenize(text, special=False)) + OVERHEAD
+    finally:
+        a.close()
+        a.db.close()
+    # a restart: the state comes back from disk onto the device
+    b = _assistant(lavapipe)
+    try:
+        again = turn(b, convs[1], text, max_tokens=4)
+        assert again.stats["restored_from"] == "cold", again.stats
+        assert again.stats["prompt_tokens_evaluated"] <= len(b.backend.tokenize(text, special=False)) + OVERHEAD
+    finally:
+        b.close()
+        b.db.close()
+
+
+def test_the_plan_matches_what_the_device_allocated(model_paths, lavapipe):
+    p = plan(model_paths["demo-small"], lavapipe.free_bytes / 2**20, 2048, n_gpu_layers=-1)
+    b = Backend(model_paths["demo-small"], LoadParams(n_threads=THREADS, gpu_device=lavapipe.name,
+                                                      **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"}))
+    try:
+        r = b.memory_report
+        on_device = {kind: r[kind].get(lavapipe.name, 0) for kind in ("weights", "kv", "compute", "output")}
+        actual = sum(on_device.values())
+        error = (p.gpu_bytes_total - actual) / actual
+        print(f"plan {p.gpu_bytes_total / 2**20:.1f} MiB vs {actual / 2**20:.1f} MiB on {lavapipe.name} "
+              f"({error:+.1%}); by kind {on_device}; planned weights {p.weights_bytes_gpu}, kv {p.kv_bytes_gpu}, "
+              f"compute {p.compute_buffer_bytes_estimate}")
+        assert abs(p.weights_bytes_gpu - on_device["weights"]) / on_device["weights"] < 0.05
+        assert abs(p.kv_bytes_gpu - on_device["kv"]) / on_device["kv"] < 0.05
+        assert abs(error) < 0.05
+    finally:
+        b.close()
+
+
+def test_no_vulkan_driver_loads_on_the_cpu_and_says_why(model_paths, lavapipe, tmp_path):
+    """A machine whose Vulkan loader finds no driver: the chat runs on the CPU; done.fallback says so."""
+    env = dict(os.environ, VK_ICD_FILENAMES=str(tmp_path / "no-driver.json"), ASSISTANT_HOME=str(tmp_path / "home"),
+               VK_DRIVER_FILES=str(tmp_path / "no-driver.json"))
+    run = subprocess.run([sys.executable, "-m", "engine.cli.main", "chat", "--json", "--model", "demo-small",
+                          "--no-memory", "--max-tokens", "4", "--temperature", "0", "--gpu-device", lavapipe.name,
+                          "--n-gpu-layers", "-1", "--n-ctx", "1024"],
+                         input="Hello!\n", capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (done,) = [e for e in map(json.loads, run.stdout.splitlines()) if e.get("event") == "done"]
+    assert done["stats"]["offload"]["backend"] == "cpu"
+    assert "running on the CPU" in done["fallback"] and lavapipe.name in done["fallback"]
