@@ -44,15 +44,16 @@ FORBIDDEN = re.compile(r"(lib)?(vulkan|vulkan-1|vulkan_\w+|MoltenVK|cuda|nvcuda|
 # has, and what must match the machine rather than the build. Anything else resolved outside the
 # bundle is a library some user will lack; anything "not found" is one the bundle forgot.
 BASE_SYSTEM = re.compile("|".join([
-    r"linux-vdso\.so\.1", r"ld-linux.*\.so\.\d",                      # the kernel's vDSO, the dynamic loader
-    r"lib(c|m|dl|pthread|rt|util|resolv|anl)\.so\.\d+",                # glibc (its version is the bundle's floor)
-    r"libstdc\+\+\.so\.6", r"libgcc_s\.so\.1",                        # the C++ runtime, as for manylinux wheels
-    r"libxcb\.so\.1", r"libX11\.so\.6", r"libX11-xcb\.so\.1",          # X11 core: comes with any X/Xwayland session
+    r"linux-vdso\.so\.1", r"ld-linux.*\.so\.\d",                   # the kernel's vDSO, the dynamic loader
+    r"lib(c|m|dl|pthread|rt|util|resolv|anl)\.so\.\d+",             # glibc (its version is the bundle's floor)
+    r"libstdc\+\+\.so\.6", r"libgcc_s\.so\.1",                     # the C++ runtime, as for manylinux wheels
+    r"libxcb\.so\.1", r"libX11\.so\.6", r"libX11-xcb\.so\.1",       # X11 core: any X/Xwayland session has it
     r"libXau\.so\.6", r"libXdmcp\.so\.6",
-    r"lib(GL|EGL|GLX|OpenGL|GLdispatch)\.so\.\d", r"libdrm\.so\.2",       # GL/EGL: the graphics driver's (libglvnd)
-    r"libwayland-(client|cursor|egl)\.so\.\d",                          # the compositor's
-    r"libfontconfig\.so\.1", r"libfreetype\.so\.6",                     # the desktop's fonts and their config
-    r"lib(glib|gobject|gthread|gio|gmodule)-2\.0\.so\.0", r"libdbus-1\.so\.3",  # the session bus and its glib
+    r"lib(GL|EGL|GLX|OpenGL|GLdispatch)\.so\.\d", r"libdrm\.so\.2",  # GL/EGL: the graphics driver's (libglvnd)
+    r"libwayland-(client|cursor|egl)\.so\.\d",                       # the compositor's
+    r"libfontconfig\.so\.1", r"libfreetype\.so\.6",                  # the desktop's fonts and their config
+    r"lib(glib|gobject|gthread|gio|gmodule)-2\.0\.so\.0",            # glib and the session bus
+    r"libdbus-1\.so\.3",
 ]))
 VULKAN_LOADER = re.compile(r"libvulkan\.so\.1")  # the system's loader, for the Vulkan module only
 
