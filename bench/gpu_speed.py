@@ -1,5 +1,6 @@
 """CPU against every Vulkan/CUDA/Metal device ggml offers: prompt and decode speed, planner error,
-and launch → first token, with the same prompts in the same run.
+launch → first token, and KV restore with the cache on the device, with the same prompts in the
+same run.
 
     GGML_VK_VISIBLE_DEVICES=0 .venv/bin/python bench/gpu_speed.py [--decode 16] [--runs 2] [--json out.json]
 
@@ -10,7 +11,8 @@ from an empty cache (prompt tok/s), then greedy decoding (decode tok/s), median 
 Planner error: the plan's bytes on the device against the buffers llama.cpp allocated there
 (weights, KV cache, compute), as (planned - actual) / actual. Launch → first token: `assistant chat
 --json` started as a new process with one message, on the CPU and offloaded, until its first token
-event. Prints markdown tables (docs/gpu.md).
+event. KV restore: a ~900-token chat parked and brought back from RAM (warm) and, after a restart,
+from disk (cold), its cache on the device. Prints markdown tables (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ os.environ.setdefault("ASSISTANT_HOME", tempfile.mkdtemp(prefix="bench-gpu-"))
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.config.paths import db_path  # noqa: E402
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
 from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
+from engine.inference.manager import ModelManager  # noqa: E402
+from engine.storage import Database  # noqa: E402
 from engine.models.catalog import load_catalog  # noqa: E402
 from engine.models.ggml_registry import registry  # noqa: E402
 from engine.models.planner import plan  # noqa: E402
@@ -76,6 +82,44 @@ def measure(path: Path, device: str | None, decode: int, threads: int) -> dict:
         b.close()
 
 
+def restore_ms(model: str, device: str | None, threads: int) -> dict:
+    """A ~900-token chat coming back while its KV cache lives on `device`: from RAM after another
+    chat used the context (warm), from its file after a restart (cold), against evaluating it
+    from scratch (its first turn's TTFT)."""
+    os.environ["ASSISTANT_HOME"] = tempfile.mkdtemp(prefix="bench-gpu-kv-")
+    system = "You are a careful assistant. " + " ".join(
+        f"Rule {i}: answer briefly, cite facts, never invent numbers or names." for i in range(60))
+
+    def open_assistant() -> Assistant:
+        manager = ModelManager(params=LoadParams(n_ctx=2048, n_threads=threads),
+                               gpu_device=device or "none", n_gpu_layers=-1 if device else 0)
+        return Assistant(Database(db_path()), model, manager=manager)
+
+    def ask(a: Assistant, cid: int, text: str) -> dict:
+        return [x for x in a.send(cid, text, GenerateParams(sampling=GREEDY, max_tokens=2))
+                if isinstance(x, TurnDone)][-1].stats
+
+    a = open_assistant()
+    try:
+        chats = [a.new_conversation(system), a.new_conversation(system.replace("careful", "terse"))]
+        scratch = ask(a, chats[0], "Hi!")
+        ask(a, chats[1], "Hi!")
+        warm = ask(a, chats[0], "And now?")
+    finally:
+        a.close()
+        a.db.close()
+    b = open_assistant()
+    try:
+        cold = ask(b, chats[1], "And now?")
+    finally:
+        b.close()
+        b.db.close()
+    assert (warm["restored_from"], cold["restored_from"]) == ("warm", "cold"), (warm, cold)
+    return {"history_tokens": scratch["prompt_tokens"], "scratch_ttft_ms": scratch["ttft_ms"],
+            "warm_restore_ms": warm["restore_ms"], "warm_ttft_ms": warm["ttft_ms"],
+            "cold_restore_ms": cold["restore_ms"], "cold_ttft_ms": cold["ttft_ms"]}
+
+
 def first_token_s(model: str, device: str | None) -> float:
     args = [sys.executable, "-m", "engine.cli.main", "chat", "--json", "--model", model, "--no-memory",
             "--max-tokens", "2", "--temperature", "0", "--n-ctx", "1024"]
@@ -113,6 +157,7 @@ def main() -> int:
                               "decode_tps": statistics.median(r["decode_tps"] for r in runs),
                               "load_s": statistics.median(r["load_s"] for r in runs)}
             row["first_token_s"] = first_token_s(model, device)
+            row["restore"] = restore_ms(model, device, args.threads)
             rows.append(row)
             print(f"{model} on {label}: {row['prompt_tps']:.0f} prompt tok/s, {row['decode_tps']:.1f} decode tok/s",
                   file=sys.stderr)
@@ -139,6 +184,13 @@ def main() -> int:
         if "plan_error" in r:
             print(f"| {r['model']} | {r['device']} | {r['planned_mib']:.1f} | {r['actual_mib']:.1f} "
                   f"| {r['plan_error']:+.1%} |")
+    print("\n| model | device | chat tokens | from scratch: TTFT ms | warm: restore ms | warm: TTFT ms "
+          "| cold: restore ms | cold: TTFT ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        k = r["restore"]
+        print(f"| {r['model']} | {r['device']} | {k['history_tokens']} | {k['scratch_ttft_ms']:.0f} "
+              f"| {k['warm_restore_ms']:.1f} | {k['warm_ttft_ms']:.0f} | {k['cold_restore_ms']:.1f} | {k['cold_ttft_ms']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2, default=str))
     return 0

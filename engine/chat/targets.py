@@ -70,7 +70,8 @@ class LocalTarget:
             if window_moved:  # the oldest turns left the window: shift the cache, else re-evaluate
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
             try:
-                for item in generate(worker.backend, prompt, params, job.cancel, worker.prefill_piece()):
+                piece = worker.prefill_piece()
+                for item in generate(worker.backend, prompt, params, job.cancel, piece):
                     if isinstance(item, TurnResult):
                         item.stats.context_shift = shift
                         if restore is not None:
@@ -78,7 +79,8 @@ class LocalTarget:
                             item.stats.restore_ms = round(restore.restore_ms, 2)
                             item.stats.park_ms = round(restore.park_ms, 2)
                             item.stats.ttft_ms += restore.restore_ms + restore.park_ms
-                        worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000)
+                        worker.note_prompt_speed(item.stats.prompt_tokens_evaluated, item.stats.prompt_ms / 1000,
+                                                 piece, item.stats.decode_tps)
                         worker.publish(conversation_id)  # before the caller hears the turn ended
                     job.emit(item)
             except ContextFull as exc:

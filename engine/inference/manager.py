@@ -93,8 +93,10 @@ class ModelManager:
             snap = self.devices()
             device = snap.gpu(self.gpu_device)
             if device is None:
-                if snap.skipped or any(not g.device for g in snap.gpus) or self.gpu_device not in ("auto", "none"):
-                    note = f"running on the CPU: {snap.note or 'no GPU device ' + repr(self.gpu_device)}"
+                if self.gpu_device not in ("auto", "none"):
+                    note = f"no GPU device {self.gpu_device!r}: running on the CPU" + (f" ({snap.note})" if snap.note else "")
+                elif snap.skipped or any(not g.device for g in snap.gpus):
+                    note = f"running on the CPU: {snap.note}"
             elif self.vram_budget_mb is not None:
                 budget = min(self.vram_budget_mb, device.free_bytes / MIB)
             else:

@@ -175,6 +175,8 @@ class Worker:
         self.pending = 0
         self.last_used = time.monotonic()
         self.prompt_tps: float | None = None  # measured, smoothed: prices a cache miss for the router
+        self.call_s: float | None = None  # fixed cost of one decode call (a decode step), smoothed
+        self.token_s: float | None = None  # prompt cost per token beyond that, smoothed
         self._closed = False
         self.plan = None  # the planner's Plan this model was loaded with, when planned
         self.plan_error: dict = {}  # plan vs llama.cpp's allocation, relative, by kind
@@ -230,17 +232,35 @@ class Worker:
         return job
 
     def prefill_piece(self) -> int:
-        """Prompt tokens per decode call: as many as take about PIECE_S at the measured prompt speed
-        (Stop and pre-emption act between pieces), at least MIN_PIECE, at most n_batch."""
+        """Prompt tokens per decode call: as many as take about PIECE_S (Stop and pre-emption act
+        between pieces), at least MIN_PIECE, at most n_batch.
+
+        A call costs a fixed part (one decode step: launching a GPU's kernels, syncing) plus a part
+        per token. Where the fixed part alone is near PIECE_S (a software or small integrated GPU),
+        small pieces would only multiply it: a piece may then take twice the fixed part, since no
+        Stop can be quicker than one call anyway."""
         n_batch = self.backend.params.n_batch
         if self.prompt_tps is None:
             return min(n_batch, DEFAULT_PIECE)
-        return max(MIN_PIECE, min(n_batch, int(self.prompt_tps * PIECE_S)))
+        if self.call_s is None or self.token_s is None:
+            return max(MIN_PIECE, min(n_batch, int(self.prompt_tps * PIECE_S)))
+        target = max(PIECE_S, 2 * self.call_s)
+        return max(MIN_PIECE, min(n_batch, int((target - self.call_s) / self.token_s)))
 
-    def note_prompt_speed(self, tokens: int, seconds: float) -> None:
+    def note_prompt_speed(self, tokens: int, seconds: float, piece: int | None = None,
+                          decode_tps: float | None = None) -> None:
+        """Record a turn's prompt evaluation (`tokens` in `seconds`, in pieces of `piece`) and its
+        decoding speed, which gives the fixed cost of one call."""
+        if decode_tps and decode_tps > 0:
+            step = 1 / decode_tps
+            self.call_s = step if self.call_s is None else 0.7 * self.call_s + 0.3 * step
         if tokens >= 16 and seconds > 0:  # tiny batches say little about prompt throughput
             tps = tokens / seconds
             self.prompt_tps = tps if self.prompt_tps is None else 0.7 * self.prompt_tps + 0.3 * tps
+            if piece and self.call_s is not None:
+                calls = -(-tokens // piece)
+                per_token = max(seconds - calls * self.call_s, 0.1 * seconds) / tokens
+                self.token_s = per_token if self.token_s is None else 0.7 * self.token_s + 0.3 * per_token
 
     def _run(self) -> None:
         _yield_cpu_to_the_ui()

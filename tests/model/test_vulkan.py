@@ -65,22 +65,34 @@ def test_devices_report_lists_the_vulkan_backend_and_its_device(lavapipe):
     assert gpu["software"] and gpu["memory_from"] == "ggml"
 
 
-def test_full_offload_answers_like_the_cpu(model_paths, lavapipe):
+def test_full_offload_allocates_as_planned_and_answers_like_the_cpu(model_paths, lavapipe):
     prompt_text = "<|im_start|>user\nList three colours.<|im_end|>\n<|im_start|>assistant\n"
-    results = {}
-    for where, device in (("cpu", None), ("vulkan", lavapipe)):
-        b = Backend(model_paths["demo-small"], _params(device))
+    p = plan(model_paths["demo-small"], lavapipe.free_bytes / 2**20, 2048, n_gpu_layers=-1)
+    load = {k: v for k, v in p.load_kwargs().items() if k != "n_batch"}
+    tokens = {}
+    for where, device in (("cpu", None), ("vulkan", lavapipe.name)):
+        b = Backend(model_paths["demo-small"], LoadParams(n_threads=THREADS, **(load | {"n_gpu_layers": 0} if
+                                                                               device is None else load),
+                                                          gpu_device=device))
         try:
             if device is not None:
-                assert b.offload == {"backend": "vulkan", "device": lavapipe.name, "n_gpu_layers": 31, "n_layers": 31}
-                assert b.memory_report["weights"].get(lavapipe.name, 0) > 0
-            results[where] = run_prompt(b, b.tokenize(prompt_text, special=True), max_tokens=12).token_ids
+                assert b.offload == {"backend": "vulkan", "device": device, "n_gpu_layers": 31, "n_layers": 31}
+                r = b.memory_report
+                on_device = {kind: r[kind].get(device, 0) for kind in ("weights", "kv", "compute", "output")}
+                actual = sum(on_device.values())
+                error = (p.gpu_bytes_total - actual) / actual
+                print(f"plan {p.gpu_bytes_total / 2**20:.1f} MiB vs {actual / 2**20:.1f} MiB allocated on {device} "
+                      f"({error:+.1%}); by kind {on_device}")
+                assert abs(p.weights_bytes_gpu - on_device["weights"]) / on_device["weights"] < 0.05
+                assert abs(p.kv_bytes_gpu - on_device["kv"]) / on_device["kv"] < 0.05
+                assert abs(error) < 0.05
+            tokens[where] = run_prompt(b, b.tokenize(prompt_text, special=True), max_tokens=8).token_ids
         finally:
             b.close()
-    cpu, gpu = results["cpu"], results["vulkan"]
+    cpu, gpu = tokens["cpu"], tokens["vulkan"]
     same = next((i for i, (x, y) in enumerate(zip(cpu, gpu)) if x != y), min(len(cpu), len(gpu)))
     print(f"greedy tokens agree for the first {same} of {len(cpu)}")
-    assert same >= 8, f"Vulkan diverges from the CPU at token {same}: {cpu} vs {gpu}"
+    assert same >= 6, f"Vulkan diverges from the CPU at token {same}: {cpu} vs {gpu}"
 
 
 def test_a_cpu_plan_keeps_every_tensor_and_batch_off_the_device(model_paths, lavapipe):
@@ -99,63 +111,39 @@ def _assistant(lavapipe, **kw) -> Assistant:
     return Assistant(Database(db_path()), "demo-small", manager=manager, **kw)
 
 
-def test_turn_two_evaluates_only_its_new_tokens_on_the_device(model_paths, lavapipe):
-    a = _assistant(lavapipe)
-    try:
-        cid = a.new_conversation()
-        first = turn(a, cid, "Hi! Name a fruit.", max_tokens=6)
-        assert first.stats["offload"]["backend"] == "vulkan" and first.stats["offload"]["n_gpu_layers"] == 31
-        assert first.fallback is None
-        text = "And a vegetable?"
-        second = turn(a, cid, text, max_tokens=6)
-        assert second.stats["cache_mode"] == "append"
-        assert second.stats["prompt_tokens_evaluated"] <= len(a.backend.tokenize(text, special=False)) + OVERHEAD
-    finally:
-        a.close()
-        a.db.close()
+def new_tokens(a: Assistant, text: str) -> int:
+    return len(a.backend.tokenize(text, special=False))
 
 
-def test_park_and_restore_with_the_cache_on_the_device(model_paths, lavapipe):
+def test_turns_reuse_and_park_and_restore_the_cache_on_the_device(model_paths, lavapipe):
+    """Turn 2 evaluates only its new tokens; a conversation parked while another used the context
+    comes back from RAM (warm), and after a restart from disk (cold), onto the device."""
     a = _assistant(lavapipe, kv_warm_mb=64)
     try:
         convs = [a.new_conversation(SYSTEM), a.new_conversation(SYSTEM.replace("careful", "terse"))]
-        for c in convs:
-            turn(a, c, "Hi! Name a fruit.", max_tokens=4)
-        text = "Another one?"
-        back = turn(a, convs[0], text, max_tokens=4)  # B was in the context: A comes back from RAM
+        first = turn(a, convs[0], "Hi! Name a fruit.", max_tokens=4)
+        assert first.stats["offload"] == {"backend": "vulkan", "device": lavapipe.name, "n_gpu_layers": 31,
+                                          "n_layers": 31, "note": None}
+        assert first.fallback is None
+        text = "And a vegetable?"
+        second = turn(a, convs[0], text, max_tokens=4)
+        assert second.stats["cache_mode"] == "append" and second.stats["restored_from"] == "hot"
+        assert second.stats["prompt_tokens_evaluated"] <= new_tokens(a, text) + OVERHEAD
+        turn(a, convs[1], "Hi! Name a fruit.", max_tokens=4)  # the other chat takes the context
+        back = turn(a, convs[0], "Another one?", max_tokens=4)
         assert back.stats["restored_from"] == "warm", back.stats
-        assert back.stats["prompt_tokens_evaluated"] <= len(a.backend.tokenize(text, special=False)) + OVERHEAD
+        assert back.stats["prompt_tokens_evaluated"] <= new_tokens(a, "Another one?") + OVERHEAD
     finally:
         a.close()
         a.db.close()
-    # a restart: the state comes back from disk onto the device
-    b = _assistant(lavapipe)
+    b = _assistant(lavapipe)  # a restart: the state comes back from its file onto the device
     try:
         again = turn(b, convs[1], text, max_tokens=4)
         assert again.stats["restored_from"] == "cold", again.stats
-        assert again.stats["prompt_tokens_evaluated"] <= len(b.backend.tokenize(text, special=False)) + OVERHEAD
+        assert again.stats["prompt_tokens_evaluated"] <= new_tokens(b, text) + OVERHEAD
     finally:
         b.close()
         b.db.close()
-
-
-def test_the_plan_matches_what_the_device_allocated(model_paths, lavapipe):
-    p = plan(model_paths["demo-small"], lavapipe.free_bytes / 2**20, 2048, n_gpu_layers=-1)
-    b = Backend(model_paths["demo-small"], LoadParams(n_threads=THREADS, gpu_device=lavapipe.name,
-                                                      **{k: v for k, v in p.load_kwargs().items() if k != "n_batch"}))
-    try:
-        r = b.memory_report
-        on_device = {kind: r[kind].get(lavapipe.name, 0) for kind in ("weights", "kv", "compute", "output")}
-        actual = sum(on_device.values())
-        error = (p.gpu_bytes_total - actual) / actual
-        print(f"plan {p.gpu_bytes_total / 2**20:.1f} MiB vs {actual / 2**20:.1f} MiB on {lavapipe.name} "
-              f"({error:+.1%}); by kind {on_device}; planned weights {p.weights_bytes_gpu}, kv {p.kv_bytes_gpu}, "
-              f"compute {p.compute_buffer_bytes_estimate}")
-        assert abs(p.weights_bytes_gpu - on_device["weights"]) / on_device["weights"] < 0.05
-        assert abs(p.kv_bytes_gpu - on_device["kv"]) / on_device["kv"] < 0.05
-        assert abs(error) < 0.05
-    finally:
-        b.close()
 
 
 def test_no_vulkan_driver_loads_on_the_cpu_and_says_why(model_paths, lavapipe, tmp_path):
@@ -169,4 +157,5 @@ def test_no_vulkan_driver_loads_on_the_cpu_and_says_why(model_paths, lavapipe, t
     assert run.returncode == 0, run.stderr[-2000:]
     (done,) = [e for e in map(json.loads, run.stdout.splitlines()) if e.get("event") == "done"]
     assert done["stats"]["offload"]["backend"] == "cpu"
-    assert "running on the CPU" in done["fallback"] and lavapipe.name in done["fallback"]
+    assert f"no GPU device '{lavapipe.name}': running on the CPU" in done["fallback"]
+    assert "vulkan backend not loaded" in done["fallback"]  # ggml found no driver, and that is said
