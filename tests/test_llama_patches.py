@@ -27,7 +27,7 @@ def sdist_tree(tmp_path_factory) -> Path:
             pytest.fail(f"{sdist} missing: the llama.cpp wheel was not built from it")
         pytest.skip(f"{sdist} not downloaded (built by `make venv`)")
     into = tmp_path_factory.mktemp("sdist")
-    wanted = {patches._VK, patches._GGML, patches._PY}  # only the files the patches touch
+    wanted = {patches._VK, patches._GGML, patches._PY, patches._LOADER}  # only the files the patches touch
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.name.split("/", 1)[-1] in wanted]
         tar.extractall(into, members=members, filter="data")

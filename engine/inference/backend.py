@@ -23,12 +23,17 @@ import numpy as np
 # JSON lines; a crash must say what it says on stderr only.
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
+from engine.models.ggml_registry import choose_gpu, registry  # noqa: E402
+
+# ggml's backend modules are loaded before llama_cpp is imported (which would load them too, but
+# quietly): the registry keeps ggml's reasons for a GPU backend it skipped (no Vulkan loader, no driver).
+registry().load()
+
 import llama_cpp  # noqa: E402 - after the environment it reads
 from llama_cpp import Llama  # noqa: E402
 from llama_cpp import _logger as llama_logger  # noqa: E402
 from llama_cpp import llama_cpp as _LLAMA_C  # noqa: E402 - the ctypes module Llama() calls into
 
-from engine.models.ggml_registry import choose_gpu, registry  # noqa: E402
 from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -84,7 +89,6 @@ def _ggml_softmax_sum():
     ggml loaded for this processor (libggml-cpu-haswell.so, ...), or libggml-cpu in a static build.
     """
     reg = registry()
-    reg.load()
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     candidates = [reg.cpu_module()] if reg.cpu_module() else []
     candidates += [lib_dir / name for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")]

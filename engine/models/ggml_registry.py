@@ -148,7 +148,11 @@ class Registry:
         lib.ggml_log_set.argtypes = [_LOG_CALLBACK, ctypes.c_void_p]
         lib.ggml_log_set(keep, None)
         try:
-            lib.ggml_backend_load_all_from_path(str(self.directory).encode())
+            # Loaded already (llama_cpp loads them at import when it comes first, our patched
+            # wheel; a static build registers them at start): loading twice would list every
+            # device twice.
+            if not lib.ggml_backend_reg_count():
+                lib.ggml_backend_load_all_from_path(str(self.directory).encode())
         finally:
             lib.ggml_log_set(old_cb if get is not None and old_cb else _LOG_CALLBACK(), old_data)
         self.skipped = _skipped(self.directory, "".join(lines), self.backends_unlocked())

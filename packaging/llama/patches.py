@@ -77,6 +77,27 @@ _PY_NEW = _PY_OLD + """\
 """
 
 
+_LOADER = "llama_cpp/llama_cpp.py"
+_LOADER_OLD = """\
+# Load the library
+_lib = load_shared_library(_lib_base_name, _base_path)
+"""
+_LOADER_NEW = _LOADER_OLD + """\
+# offline-assistant patch: with GGML_BACKEND_DL no backend is registered until one is loaded, and
+# llama.cpp refuses to load a model ("no backends are loaded"). Load the modules beside libllama
+# (the best CPU variant, and each GPU backend whose driver stack loads), unless the host program
+# already did (the engine loads them first to keep the reasons a GPU backend was skipped).
+_ggml = _lib  # Linux and macOS find ggml's symbols through libllama; Windows asks ggml.dll
+if not hasattr(_ggml, "ggml_backend_load_all_from_path") and (_base_path / "ggml.dll").exists():
+    _ggml = ctypes.CDLL(str(_base_path / "ggml.dll"))
+if hasattr(_ggml, "ggml_backend_load_all_from_path"):
+    _ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    if _ggml.ggml_backend_reg_count() == 0:
+        _ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        _ggml.ggml_backend_load_all_from_path(str(_base_path).encode())
+"""
+
+
 def _variant_block(text: str) -> str:
     start = text.find(_GGML_OLD_HEAD)
     end = text.find(_GGML_OLD_TAIL, start)
@@ -95,6 +116,8 @@ def patches(source: Path) -> list[Patch]:
               "a laptop-sized set of CPU variants, no AMX"),
         Patch("install-cpu-variants", _PY, _PY_OLD, _PY_NEW,
               "ship the CPU variant modules in the wheel"),
+        Patch("load-backends-on-import", _LOADER, _LOADER_OLD, _LOADER_NEW,
+              "llama_cpp registers its backend modules itself (its server, bare Llama users)"),
     ]
 
 
