@@ -57,6 +57,7 @@ class SettingsDialog(QDialog):
         budget = settings.get("runtime.vram_budget_mb")
         self.vram.setValue(int(budget) if budget >= 0 else int(total_mb * 0.9))
         self.vram_label = QLabel()
+        self.vram_label.setWordWrap(True)
         if not gpu:
             self.vram.setEnabled(False)
             self.vram_label.setText(tr("No GPU found: models run on the CPU ({why})").format(

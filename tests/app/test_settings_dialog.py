@@ -110,3 +110,46 @@ def test_the_window_answers_on_the_l3_endpoint_from_settings(qtbot, assistant_ho
         w.close()
     finally:
         server.stop()
+
+
+def test_gpu_choice_lists_ggml_devices_and_persists(qtbot, assistant_home, model_paths, tmp_path):
+    """The GPU row lists automatic, none and every device ggml offers (the software lavapipe only by
+    name); screenshots in English and Chinese (ASSISTANT_SCREENSHOTS=docs/screenshots to refresh)."""
+    import os
+    from pathlib import Path
+
+    snap = snapshot()
+    names = [g.device for g in snap.gpus if g.device]
+    out = Path(os.environ["ASSISTANT_SCREENSHOTS"]) if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    app = QApplication.instance()
+    from app.main import setup_application
+    setup_application(app)  # the bundled CJK font, as the app has it
+    for language in ("en", "zh_CN"):
+        translator = install(app, language) if language != "en" else None
+        try:
+            settings = Settings(assistant_home / "settings.json")
+            dialog = SettingsDialog(settings)
+            qtbot.addWidget(dialog)
+            combo = dialog.gpu_device
+            assert [combo.itemData(i) for i in range(combo.count())] == ["auto", "none", *names]
+            assert combo.currentData() == "auto"
+            software = [g for g in snap.gpus if g.software]
+            if software:  # lavapipe here: listed, marked, never the automatic choice
+                label = combo.itemText(combo.findData(software[0].device))
+                assert tr(" (software)").strip() in label and software[0].backend in label
+            dialog.resize(640, 900)
+            dialog.show()
+            qtbot.wait(50)
+            dialog.grab().toImage().save(str(out / f"settings-gpu-{language}.png"))
+            dialog.close()
+        finally:
+            if translator is not None:
+                app.removeTranslator(translator)
+                app.removeTranslator(translator.qt)
+    dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
+    qtbot.addWidget(dialog)
+    pick = names[0] if names else "none"
+    dialog.gpu_device.setCurrentIndex(dialog.gpu_device.findData(pick))
+    dialog.save()
+    assert Settings(assistant_home / "settings.json").get("runtime.gpu_device") == pick
