@@ -206,8 +206,12 @@ class CudaBuild:
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.proc.wait()
+                pass
+            try:  # the compilers too, not only the shell that started them
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
         seconds = round(time.monotonic() - self.started, 1) if self.started else None
         rc = self.rc_file.read_text().strip() if self.rc_file.exists() else None
         out = {"seconds": seconds, "paused_s": round(self.paused_s, 1), "progress": self.progress(),

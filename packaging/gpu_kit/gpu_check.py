@@ -221,7 +221,8 @@ class Check:
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         result_path.unlink(missing_ok=True)
         logf = self.work / "logs" / f"worker-{backend}.log"
-        timeout = max(30.0, deadline - time.time() + 60)
+        # A step may outlast the worker's deadline; the kill comes before the runner's own limit.
+        timeout = max(10.0, min(deadline + 60, self.end + 20) - time.time())
         t = time.time()
         with open(logf, "a", encoding="utf-8") as lf:
             lf.write(f"\n=== {backend} tasks={tasks} profile={profile}\n")
@@ -252,9 +253,11 @@ class Check:
             self.part("cuda_build", status="skipped", reason="missing: " + "; ".join(self.tools["missing"]),
                       tools=self.tools)
             return
-        src = self.work / "ggml-src"
-        if not (src / "ggml" / "CMakeLists.txt").exists():
+        src, stamp = self.work / "ggml-src", self.manifest["created"]
+        if not (src / "stamp").exists() or (src / "stamp").read_text() != stamp:
+            shutil.rmtree(src, ignore_errors=True)  # sources of another payload
             untar(self.payload / "ggml-src.tar.xz", src)
+            (src / "stamp").write_text(stamp)
         self.cuda = cuda_build.CudaBuild(src / "ggml", self.work / "cuda-build", self.tools, arch=self.args.cuda_arch,
                                          jobs=self.args.cuda_jobs, flash_attn=not self.args.cuda_no_fa)
         self.cuda.start()

@@ -48,7 +48,7 @@ WHEELS = ("numpy", "jinja2", "markupsafe", "diskcache", "typing_extensions", "ps
           "platformdirs", "nvidia-ml-py")
 SYSLIBS = ("libvulkan.so.1", "libGLdispatch.so.0", "libgomp.so.1", "libstdc++.so.6")
 # Other backends' folders stay behind: the box builds ggml-base and ggml-cuda only.
-GGML_KEEP_BACKENDS = {"ggml-cuda"}
+GGML_KEEP_BACKENDS = {"ggml-cuda", "ggml-cpu"}  # ggml-base includes ggml-cpu headers
 
 
 def xz_tar(dest: Path, members: list[tuple[str, bytes, int]]) -> None:
