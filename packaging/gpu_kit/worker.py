@@ -114,6 +114,7 @@ class Run:
         mine = [d for d in devs if d.backend == self.spec["backend"] and d.is_gpu]
         mine.sort(key=lambda d: (d.software, d.type != "gpu"))
         if not mine:
+            self.result["registry"]["log"] = [line.rstrip() for line in reg.log_lines[-30:]]  # why ggml skipped it
             raise RuntimeError(f"no {self.spec['backend']} device: ggml loaded {reg.backends()}, "
                                f"skipped {reg.skipped or 'nothing'} {reg.error}")
         return mine[0].as_dict()
