@@ -64,7 +64,7 @@ dist: venv models $(BIN)/.dist-installed
 
 # The built app in a clean environment (no venv on PATH, empty HOME): selftest + terminal chat.
 dist-test: dist
-	$(BIN)/python packaging/dist_test.py
+	$(BIN)/python packaging/dist_test.py --backend $(LLAMA_BACKEND)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -261,6 +261,7 @@ class Backend:
         self._memory_report = parse_memory_report("".join(captured.parts))
         self._memory_report["model_size_bytes"] = int(llama_cpp.llama_model_size(model))  # Σ tensor bytes, exact
         self.offload = self._offload_facts(params)
+        self._on_device = self.offload["n_gpu_layers"] > 0
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = self._llama._ctx
         self.n_vocab = self._llama.n_vocab()
@@ -460,6 +461,11 @@ class Backend:
             part = tokens[done:done + step]
             try:
                 self._llama.eval(part)
+                # On a GPU llama_decode only queues the work; it runs until the next logits read.
+                # Wait for it here, so a piece is a piece of work (Stop and pre-emption act between
+                # pieces, not after everything queued) and prompt timings measure the evaluation.
+                if self._on_device:
+                    llama_cpp.llama_synchronize(self._ctx.ctx)
             except RuntimeError as exc:  # llama_cpp's "llama_decode returned N"
                 self._resync()
                 raise DecodeError(f"llama.cpp could not evaluate the tokens ({exc})") from exc
