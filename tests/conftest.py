@@ -19,7 +19,8 @@ MODELS = {
 def pytest_collection_modifyitems(items):
     """Everything under tests/model/ loads a real GGUF: mark it so `-m "not model"` stays fast."""
     for item in items:
-        if "model" in Path(str(item.fspath)).relative_to(ROOT / "tests").parts[:-1]:
+        path = Path(str(item.fspath))
+        if path.is_relative_to(ROOT / "tests") and "model" in path.relative_to(ROOT / "tests").parts[:-1]:
             item.add_marker(pytest.mark.model)
 
 
