@@ -85,7 +85,11 @@ class ModelManager:
     def resolve(self, name_or_path: str | None) -> ResolvedModel:
         return resolve_model(name_or_path, self.catalog)
 
-    def plan_for(self, model: ResolvedModel, gpu: bool) -> tuple[Plan, GPUInfo | None, str | None]:
+    def plan_for(self, model: ResolvedModel, gpu: bool) -> Plan:
+        """How `model` would be loaded now (on the chosen GPU if `gpu`), without loading it."""
+        return self._plan(model, gpu)[0]
+
+    def _plan(self, model: ResolvedModel, gpu: bool) -> tuple[Plan, GPUInfo | None, str | None]:
         """The plan, the GPU it is for (None: CPU) and a note when the GPU could not be used as asked."""
         want_gpu = gpu or bool(self.n_gpu_layers)
         device, note, budget = None, None, 0.0
@@ -130,7 +134,7 @@ class ModelManager:
         with self._lock:
             if key in self._workers:
                 return self._workers[key][0]
-            p, device, note = self.plan_for(model, gpu)
+            p, device, note = self._plan(model, gpu)
             need = ram_bytes(p)
             if need > self.budget_bytes:
                 # Evicting every other model would not make room: refuse before evicting any, so the

@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 
 from engine.inference.backend import LoadParams
+from engine.inference.manager import ModelManager
+from tests.fake_backend import FakeGPU
 from engine.api import Assistant, InputError, TurnDone
 from engine.config.paths import db_path
 from engine.inference.remote import RemoteConfig
@@ -355,8 +357,11 @@ def test_an_l3_that_hangs_mid_answer_reports_it_and_keeps_what_was_shown(local_o
 
 @pytest.mark.parametrize("vram_mb", [0, 16])
 def test_without_vram_l2_is_planned_on_the_cpu_and_answers(model_paths, vram_mb):
-    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": "demo-int4"}, load=PARAMS,
-                  vram_budget_mb=vram_mb, kv_tiers=False)
+    # A budget is a share of a GPU's memory: the machine is scripted to have one with plenty free
+    # (this VM has none), so the plan is the budget's alone; the load itself is real.
+    manager = ModelManager(params=PARAMS, vram_budget_mb=vram_mb, devices=FakeGPU(free_mb=8192))
+    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": "demo-int4"}, manager=manager,
+                  kv_tiers=False)
     try:
         cid = a.new_conversation()
         [done] = [x for x in a.send(cid, "Explain what a hash map is.", greedy(6), route="L2")
