@@ -116,3 +116,32 @@ def test_sampling_is_cheap_enough_for_a_live_gauge():
     per_sample = (time.perf_counter() - t0) / n
     # target < 1 ms (measured ~0.13 ms here, docs/planner.md); generous bound for loaded CI machines
     assert per_sample < 0.005
+
+
+def test_auto_prefers_a_real_discrete_gpu_and_the_native_backend_of_a_card():
+    from engine.models.ggml_registry import GgmlDevice, choose_gpu
+    lavapipe = GgmlDevice("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "vulkan", "gpu", 32 << 30, 32 << 30)
+    igpu = GgmlDevice("Vulkan1", "Intel(R) Iris(R) Xe Graphics", "vulkan", "igpu", 12 << 30, 16 << 30)
+    rtx_vk = GgmlDevice("Vulkan2", "NVIDIA GeForce RTX 4060 Laptop GPU", "vulkan", "gpu", 7 << 30, 8 << 30)
+    rtx_cuda = GgmlDevice("CUDA0", "NVIDIA GeForce RTX 4060 Laptop GPU", "cuda", "gpu", 7 << 30, 8 << 30)
+    assert choose_gpu([lavapipe]) is None                      # software: only by name
+    assert choose_gpu([lavapipe], "Vulkan0") is lavapipe
+    assert choose_gpu([lavapipe, igpu]) is igpu
+    assert choose_gpu([lavapipe, igpu, rtx_vk]) is rtx_vk      # discrete before integrated, whatever is free
+    assert choose_gpu([rtx_vk, igpu, rtx_cuda]) is rtx_cuda    # one card, two backends: CUDA
+    assert choose_gpu([rtx_vk, rtx_cuda], "none") is None
+    assert choose_gpu([rtx_vk], "CUDA3") is None
+
+
+def test_one_nvidia_card_seen_by_cuda_and_vulkan_gets_nvml_memory_on_both():
+    from engine.models.devices import merge_gpus
+    from engine.models.ggml_registry import GgmlDevice
+    nvml = [devices.GPUInfo(0, "NVIDIA GeForce RTX 4060 Laptop GPU", "nvidia", 8 << 30, 6 << 30, 2 << 30)]
+    ggml = [GgmlDevice("Vulkan0", "NVIDIA GeForce RTX 4060 Laptop GPU", "vulkan", "gpu", 7 << 30, 8 << 30),
+            GgmlDevice("CUDA0", "NVIDIA GeForce RTX 4060 Laptop GPU", "cuda", "gpu", 0, 0),  # not asked: NVML is
+            GgmlDevice("CPU", "AMD Ryzen 7", "cpu", "cpu", 0, 0)]
+    gpus = merge_gpus(ggml, nvml)
+    assert [(g.device, g.free_bytes, g.memory_from) for g in gpus] == [("Vulkan0", 6 << 30, "nvml"),
+                                                                       ("CUDA0", 6 << 30, "nvml")]
+    snap = devices.DeviceSnapshot(0, 8, 8, 32 << 30, 16 << 30, 1 << 28, gpus=tuple(gpus))
+    assert snap.best_gpu.device == "CUDA0"

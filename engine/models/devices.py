@@ -177,11 +177,12 @@ def _same_card(nvml_name: str, description: str) -> bool:
 def merge_gpus(ggml: list[GgmlDevice], nvml: list[GPUInfo]) -> list[GPUInfo]:
     """One GPUInfo per ggml GPU device, with NVML's memory figures for the card it names; then the
     NVIDIA cards no backend drives (device ""), so the report still shows them."""
-    out, matched = [], set()
+    out, matched = [], set()  # (backend, NVML index): a card may be seen by CUDA and by Vulkan
     for i, d in enumerate(x for x in ggml if x.is_gpu):
-        card = next((g for g in nvml if g.index not in matched and _same_card(g.name, d.description)), None)
+        card = next((g for g in nvml if (d.backend, g.index) not in matched and _same_card(g.name, d.description)),
+                    None)
         if card is not None:
-            matched.add(card.index)
+            matched.add((d.backend, card.index))
             out.append(replace(card, index=i, backend=d.backend, device=d.name, kind=d.type,
                                memory_from="nvml"))
         else:
@@ -189,8 +190,9 @@ def merge_gpus(ggml: list[GgmlDevice], nvml: list[GPUInfo]) -> list[GPUInfo]:
                                max(0, d.total_bytes - d.free_bytes), unified=d.type == "igpu",
                                backend=d.backend, device=d.name, kind=d.type, software=d.software,
                                memory_from="ggml"))
+    seen = {index for _, index in matched}
     for g in nvml:
-        if g.index not in matched:
+        if g.index not in seen:
             out.append(replace(g, index=len(out), memory_from="nvml"))
     return out
 

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 TYPES = ("cpu", "gpu", "igpu", "accel", "meta")  # enum ggml_backend_dev_type, in order
 # Vulkan drivers that run on the CPU: real Vulkan devices, much slower than the CPU backend for
 # decoding. llama.cpp hides them unless GGML_VK_VISIBLE_DEVICES names them; "auto" never picks them.
+NATIVE = ("cuda", "metal", "hip", "musa", "sycl")  # preferred over Vulkan for the same card
 SOFTWARE = re.compile(r"llvmpipe|lavapipe|swiftshader|softpipe", re.IGNORECASE)
 
 
@@ -243,6 +244,9 @@ def choose_gpu(devices: list[GgmlDevice], want: str = "auto") -> GgmlDevice | No
     if want != "auto":
         return next((d for d in devices if d.name == want), None)
     real = [d for d in devices if d.is_gpu and not d.software]
+    # One card seen by two backends (a CUDA build also finds it through Vulkan): its native backend.
+    native = {d.description for d in real if d.backend in NATIVE}
+    real = [d for d in real if d.backend in NATIVE or d.description not in native]
     return max(real, key=lambda d: (d.type == "gpu", d.free_bytes), default=None)
 
 
