@@ -28,7 +28,7 @@ from engine.models.ggml_registry import GgmlDevice, registry
 from engine.models.planner import plan
 from engine.storage import Database
 
-from .helpers import THREADS, greedy, run_prompt, turn
+from .helpers import THREADS, run_prompt, turn
 
 OVERHEAD = 16
 
