@@ -95,3 +95,10 @@ def test_n_gpu_layers_overrides_the_plan_for_every_local_model(fakes, make_assis
     cpu = make_assistant(tiers=_tiers(fakes), vram_budget_mb=None, n_gpu_layers=0)
     done, w = _l2_turn(cpu)
     assert w.plan.offload == "cpu" and w.backend.params.gpu_device is None
+
+
+def test_a_fallback_plan_says_why_it_has_fewer_layers(fakes, make_assistant):
+    a = make_assistant(tiers=_tiers(fakes, gpu_layers_fit=3), vram_budget_mb=None)
+    _, w = _l2_turn(a)
+    assert "n_gpu_layers 2 after the gpu load failed" in w.plan.explanation.lower()
+    assert "set by the user" not in w.plan.explanation and "over the budget" not in w.plan.explanation

@@ -174,8 +174,8 @@ class ModelManager:
                 fewer = p.n_gpu_layers // 2 if isinstance(exc, DeviceMemoryError) else 0
                 log.warning("GPU load of %s failed (%s); retrying with %d layers", model.id, exc, fewer)
                 note = f"{exc}; loaded with {fewer} layers on the GPU" if fewer else f"{exc}; running on the CPU"
-                p = plan(model.path, 0, self.params.n_ctx, swa_full=self.params.swa_full, catalog=self.catalog,
-                         n_gpu_layers=fewer)
+                p = plan(model.path, p.budget_bytes / MIB, self.params.n_ctx, swa_full=self.params.swa_full,
+                         catalog=self.catalog, n_gpu_layers=fewer, layers_reason="after the GPU load failed")
 
     def _make_room(self, need: int) -> None:
         used = sum(b for _, b in self._workers.values())

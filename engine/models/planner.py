@@ -106,7 +106,8 @@ def _gpu_bytes(f: ModelFacts, t: _Try, n_ubatch: int, swa_full: bool) -> tuple[i
 
 def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX, *,
          kv_type: str | None = None, n_ubatch: int = DEFAULT_N_UBATCH, swa_full: bool = False,
-         catalog: Catalog | None = None, n_gpu_layers: int | None = None) -> Plan:
+         catalog: Catalog | None = None, n_gpu_layers: int | None = None,
+         layers_reason: str = "set by the user") -> Plan:
     """Plan a load of `model` into a VRAM budget.
 
     Args:
@@ -118,6 +119,7 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
         swa_full: keep sliding-window layers at full context (as LoadParams.swa_full).
         n_gpu_layers: the user's layer count (-1 = all), instead of searching the budget; the plan
             then says what it costs, even beyond the budget.
+        layers_reason: why n_gpu_layers was given, for the explanation.
 
     Raises:
         PlanError: budget or context not usable numbers. ModelNotFound, GGUFError: see load_facts.
@@ -147,7 +149,7 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
         full = f.n_layers + 1
         ngl = full if n_gpu_layers < 0 else min(n_gpu_layers, full)
         choice = _Try(ngl, n_ctx, kvs[0], fa_for[kvs[0]])
-        steps.append(f"n_gpu_layers {ngl} set by the user" + (" (over the budget)" if not fits(choice) and ngl else ""))
+        steps.append(f"n_gpu_layers {ngl} {layers_reason}" + (" (over the budget)" if not fits(choice) and ngl else ""))
     elif vram_budget_mb <= 0:
         choice = _Try(0, n_ctx, kvs[0], fa_for[kvs[0]])
         steps.append("no VRAM budget: CPU only")
