@@ -74,3 +74,20 @@ def test_a_high_warning_threshold_flags_the_answer(qtbot, model_paths, monkeypat
     assert w.confidence_warning.isVisible() and "may be inaccurate" in w.confidence_warning.text()
     assert "可能不准确" in w.view.toHtml()
     w.close()
+
+
+def test_a_gpu_that_cannot_be_used_is_said_in_the_banner(qtbot, model_paths, monkeypatch):
+    """The settings name a GPU this machine does not have: the answer still comes (on the CPU) and
+    the window's banner says why (done.stats.offload.note)."""
+    monkeypatch.setenv("ASSISTANT_RUNTIME_GPU_DEVICE", "NoSuchGPU0")
+    w = create_main_window("demo-small", temperature=0.0, max_tokens=4)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
+    w.composer.edit.setPlainText("Hello!")
+    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
+    qtbot.waitUntil(lambda: not w.busy and w.last_done is not None, timeout=120_000)
+    offload = w.last_done["stats"]["offload"]
+    assert offload["backend"] == "cpu" and "NoSuchGPU0" in offload["note"]
+    assert w.banner.isVisible() and "NoSuchGPU0" in w.banner.text() and "running on the CPU" in w.banner.text()
+    w.close()
