@@ -102,7 +102,7 @@ class Registry:
                 return self._lib is not None
             try:
                 self._lib = self._open()
-            except OSError as exc:
+            except (OSError, AttributeError) as exc:  # no library, or one without the registry API
                 self.error = f"llama.cpp's ggml library could not be loaded: {exc}"
                 log.warning(self.error)
                 return False
