@@ -11,7 +11,6 @@ import ctypes
 import logging
 import math
 import os
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 # JSON lines; a crash must say what it says on stderr only.
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
-from engine.models.ggml_registry import choose_gpu, registry  # noqa: E402
+from engine.models.ggml_registry import registry  # noqa: E402
 
 # ggml's backend modules are loaded before llama_cpp is imported (which would load them too, but
 # quietly): the registry keeps ggml's reasons for a GPU backend it skipped (no Vulkan loader, no driver).
@@ -34,6 +33,8 @@ from llama_cpp import Llama  # noqa: E402
 from llama_cpp import _logger as llama_logger  # noqa: E402
 from llama_cpp import llama_cpp as _LLAMA_C  # noqa: E402 - the ctypes module Llama() calls into
 
+from engine.inference.load_log import device_out_of_memory, parse_memory_report  # noqa: E402
+from engine.inference.placement import NoSuchDevice, device_list, model_devices, offload_facts  # noqa: E402
 from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -88,9 +89,9 @@ def _ggml_softmax_sum():
     the per-token logprob within the decode-speed budget. It lives in the CPU backend: the variant
     ggml loaded for this processor (libggml-cpu-haswell.so, ...), or libggml-cpu in a static build.
     """
-    reg = registry()
+    cpu = registry().cpu_module()
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    candidates = [reg.cpu_module()] if reg.cpu_module() else []
+    candidates = [cpu] if cpu else []
     candidates += [lib_dir / name for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")]
     for path in candidates:
         try:
@@ -106,19 +107,10 @@ def _ggml_softmax_sum():
 _SOFTMAX_SUM = _ggml_softmax_sum()
 
 
-# ---- load-time memory report -----------------------------------------------------------------
-# llama.cpp states what it allocated only in its log ("load_tensors: CPU_Mapped model buffer size =
-# 92.10 MiB", "llama_kv_cache: CPU KV buffer size = 45.00 MiB", "sched_reserve: CPU compute buffer
-# size = 99.38 MiB"). While a model loads, a temporary log callback records those lines and hands
-# every line on to llama-cpp-python's own callback, so what reaches stderr does not change.
-_BUFFER_LINE = re.compile(r"(\S+)\s+(model|KV|RS|compute|output) buffer size =\s*([\d.]+) MiB")
-_KV_LINE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers.*"
-                      r"K \((\w+)\):\s*([\d.]+) MiB, V \((\w+)\):\s*([\d.]+) MiB")
-_OFFLOAD_LINE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-# What llama.cpp / ggml log when a device buffer cannot be had (Vulkan, CUDA, Metal wordings).
-_DEVICE_OOM = re.compile(r"failed to allocate|unable to allocate|out of memory|OutOfDeviceMemory|"
-                         r"ErrorOutOfHostMemory|cudaMalloc failed", re.IGNORECASE)
-_MIB = 1024 * 1024
+# ---- load-time log capture ----------------------------------------------------------------------
+# llama.cpp states what it allocated only in its log (engine/inference/load_log.py reads it). While
+# a model loads, a temporary log callback records the lines and hands every line on to
+# llama-cpp-python's own callback, so what reaches stderr does not change.
 _LOG_CAPTURE_LOCK = threading.Lock()  # llama_log_set is process-wide: one capture at a time
 
 
@@ -141,63 +133,6 @@ class _LoadLogCapture:
     def __exit__(self, *exc) -> None:
         llama_cpp.llama_log_set(llama_logger.llama_log_callback, ctypes.c_void_p(0))
         _LOG_CAPTURE_LOCK.release()
-
-
-def parse_memory_report(log_text: str) -> dict:
-    """Bytes llama.cpp allocated at load, by kind and buffer type, from its log lines.
-
-    Sizes are logged in MiB with two decimals, so each is exact to about ±5 KiB.
-    """
-    kinds = {"model": "weights", "KV": "kv", "RS": "kv", "compute": "compute", "output": "output"}
-    report: dict = {k: {} for k in ("weights", "kv", "compute", "output")}
-    report["kv_caches"] = []
-    for line in log_text.splitlines():
-        m = _BUFFER_LINE.search(line)
-        if m:
-            buft, kind, size = m.group(1), kinds[m.group(2)], round(float(m.group(3)) * _MIB)
-            by_buft = report[kind]
-            # weights and KV can come in several buffers of one type (split files, SWA + full caches);
-            # a compute or output buffer logged twice was re-reserved: the last size holds.
-            by_buft[buft] = by_buft.get(buft, 0) + size if kind in ("weights", "kv") else size
-        m = _KV_LINE.search(line)
-        if m:
-            report["kv_caches"].append({
-                "bytes": round(float(m.group(1)) * _MIB), "cells": int(m.group(2)), "layers": int(m.group(3)),
-                "type_k": m.group(4), "type_v": m.group(6)})
-        m = _OFFLOAD_LINE.search(line)
-        if m:
-            report["layers_offloaded"], report["layers_total"] = int(m.group(1)), int(m.group(2))
-    for kind in ("weights", "kv", "compute", "output"):
-        report[f"{kind}_bytes"] = sum(report[kind].values())
-    report["weights_repack_bytes"] = sum(v for k, v in report["weights"].items() if k.endswith("_REPACK"))
-    return report
-
-
-class _model_devices:
-    """Sets llama_model_params.devices for the Llama() built inside (llama-cpp-python has no
-    argument for it): wraps llama_model_default_params, which Llama.__init__ calls first.
-    Loads are serialised by _LOG_CAPTURE_LOCK, so the wrapper is never seen by another load."""
-
-    def __init__(self, devices: list[int] | None):
-        self.devices = devices
-
-    def __enter__(self) -> None:
-        if self.devices is None:
-            return
-        self._array = (ctypes.c_void_p * (len(self.devices) + 1))(*self.devices, None)  # NULL-terminated
-        self._original = original = _LLAMA_C.llama_model_default_params
-        array = self._array
-
-        def with_devices():
-            params = original()
-            params.devices = ctypes.cast(array, ctypes.c_void_p)
-            return params
-
-        _LLAMA_C.llama_model_default_params = with_devices
-
-    def __exit__(self, *exc) -> None:
-        if self.devices is not None:
-            _LLAMA_C.llama_model_default_params = self._original
 
 
 def _quiet_llama_logs(debug: bool) -> None:
@@ -230,9 +165,12 @@ class Backend:
         if params.type_v != "f16" and not params.flash_attn:
             raise ModelLoadError("a quantised V cache needs flash attention in llama.cpp (set flash_attn)")
         n_threads = params.n_threads or os.cpu_count() or 1
-        devices = self._device_list(params)
         try:
-            with _LoadLogCapture() as captured, _model_devices(devices):
+            devices = device_list(params.n_gpu_layers, params.gpu_device)
+        except NoSuchDevice as exc:
+            raise ModelLoadError(str(exc)) from exc
+        try:
+            with _LoadLogCapture() as captured, model_devices(_LLAMA_C, devices):
                 self._llama = Llama(
                     model_path=str(self.path), n_ctx=params.n_ctx, n_batch=params.n_batch,
                     n_ubatch=params.n_batch, n_threads=n_threads, n_threads_batch=n_threads,
@@ -245,7 +183,7 @@ class Backend:
                 )
         except (ValueError, RuntimeError, OSError) as exc:
             text = "".join(captured.parts)
-            if params.n_gpu_layers > 0 and _DEVICE_OOM.search(text):
+            if params.n_gpu_layers > 0 and device_out_of_memory(text):
                 raise DeviceMemoryError(
                     f"the GPU ({params.gpu_device or 'default device'}) could not hold {self.path.name} with "
                     f"{params.n_gpu_layers} layers and a {params.n_ctx}-token context: out of device memory"
@@ -260,7 +198,8 @@ class Backend:
         model = self._llama._model.model
         self._memory_report = parse_memory_report("".join(captured.parts))
         self._memory_report["model_size_bytes"] = int(llama_cpp.llama_model_size(model))  # Σ tensor bytes, exact
-        self.offload = self._offload_facts(params)
+        self.offload = offload_facts(self._memory_report, params.gpu_device,
+                                     int(self.gguf.arch_value("block_count", 0) or 0) + 1)
         self._on_device = self.offload["n_gpu_layers"] > 0
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = self._llama._ctx
@@ -289,39 +228,6 @@ class Backend:
         buffer type (e.g. {"CPU_Mapped": ..., "CUDA0": ...}), their totals ("kv_bytes", ...), the
         KV caches' cells/layers/types, and "model_size_bytes" (Σ tensor bytes, exact)."""
         return dict(self._memory_report)
-
-    @staticmethod
-    def _device_list(params: LoadParams) -> list[int] | None:
-        """ggml device pointers for llama_model_params.devices: [] keeps the model off every device;
-        None leaves llama.cpp's default (all GPUs)."""
-        if params.n_gpu_layers <= 0:
-            return []
-        name = params.gpu_device
-        if not name:  # the same choice as the planner's "auto": never a software rasteriser
-            chosen = choose_gpu(registry().devices(memory=False))
-            if chosen is None:
-                return []
-            name = chosen.name
-        handle = registry().device_handle(name)
-        if handle is None:
-            names = [d.name for d in registry().devices(memory=False)]
-            raise ModelLoadError(f"no GPU device named {name!r} (this machine has: "
-                                 f"{', '.join(names) or 'none'})")
-        return [handle]
-
-    def _offload_facts(self, params: LoadParams) -> dict:
-        """Where the layers went, as llama.cpp reported it ("offloaded 31/31 layers to GPU")."""
-        report = self._memory_report
-        on_device = report.get("layers_offloaded", 0)
-        device = None
-        if on_device:  # the buffer llama.cpp filled is named after the device ("Vulkan0", "CUDA0")
-            device = params.gpu_device or next((b for b in report["weights"] if not b.startswith("CPU")), None)
-        backend = "cpu"
-        if device:
-            backend = next((d.backend for d in registry().devices(memory=False) if d.name == device),
-                           re.sub(r"\d+$", "", device).lower())
-        return {"backend": backend, "device": device, "n_gpu_layers": on_device,
-                "n_layers": report.get("layers_total", int(self.gguf.arch_value("block_count", 0) or 0) + 1)}
 
     @property
     def arch(self) -> str:
