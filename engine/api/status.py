@@ -57,7 +57,7 @@ class StatusPublisher:
             models.append({"id": w.model.id, "identity": v.identity, "levels": levels, "n_ctx": v.n_ctx,
                            "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
                            "offload": w.plan.offload if w.plan else None,
-                           "device": dict(getattr(w.backend, "offload", None) or {}) | {"note": w.load_note},
+                           "device": w.offload,
                            "demo": bool(w.model.entry and w.model.entry.demo)})
         kv = a.kv_pages()
         devices = snapshot()

@@ -282,9 +282,8 @@ class Turns:
         summary_used = bool(window and block.summary)
         offload = None
         if target.identity:  # where the layers are, and why not where they were asked to be
-            worker = target.worker
-            offload = dict(getattr(worker.backend, "offload", None) or {}) | {"note": worker.load_note}
-            note = "; ".join(x for x in (note, worker.load_note) if x) or None
+            offload = target.worker.offload
+            note = "; ".join(x for x in (note, offload["note"]) if x) or None
         stats = item.stats.as_dict() | {"level": target.level, "route_reason": decision.reason,
                                         "fallback": note, "offload": offload, "confidence": report, "context": context,
                                         "summary_used": summary_used, "risk": risk,

@@ -34,6 +34,11 @@ DEFAULT_PIECE = 128  # before the model's prompt speed is measured
 MODEL_NICE = 5  # how much lower than the app's other threads a model thread runs (Linux)
 
 
+def _smoothed(old: float | None, new: float) -> float:
+    """An exponential moving average of a measured speed or cost (the newest reading weighs 0.3)."""
+    return new if old is None else 0.7 * old + 0.3 * new
+
+
 class ModelUnloaded(RuntimeError):
     """The model was closed before this job could run."""
 
@@ -252,15 +257,18 @@ class Worker:
         """Record a turn's prompt evaluation (`tokens` in `seconds`, in pieces of `piece`) and its
         decoding speed, which gives the fixed cost of one call."""
         if decode_tps and decode_tps > 0:
-            step = 1 / decode_tps
-            self.call_s = step if self.call_s is None else 0.7 * self.call_s + 0.3 * step
+            self.call_s = _smoothed(self.call_s, 1 / decode_tps)
         if tokens >= 16 and seconds > 0:  # tiny batches say little about prompt throughput
-            tps = tokens / seconds
-            self.prompt_tps = tps if self.prompt_tps is None else 0.7 * self.prompt_tps + 0.3 * tps
+            self.prompt_tps = _smoothed(self.prompt_tps, tokens / seconds)
             if piece and self.call_s is not None:
                 calls = -(-tokens // piece)
-                per_token = max(seconds - calls * self.call_s, 0.1 * seconds) / tokens
-                self.token_s = per_token if self.token_s is None else 0.7 * self.token_s + 0.3 * per_token
+                self.token_s = _smoothed(self.token_s, max(seconds - calls * self.call_s, 0.1 * seconds) / tokens)
+
+    @property
+    def offload(self) -> dict:
+        """Where this model's layers are (the backend's report) and why not where the plan put
+        them (`note`): done.stats.offload and the status's per-model entry."""
+        return dict(getattr(self.backend, "offload", None) or {}) | {"note": self.load_note}
 
     def _run(self) -> None:
         _yield_cpu_to_the_ui()
