@@ -5,13 +5,14 @@ refresh the README's, run with ASSISTANT_SCREENSHOTS=docs/screenshots."""
 import os
 from pathlib import Path
 
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QRawFont
 from PySide6.QtWidgets import QApplication, QWidget
 
 from app.main import CJK_FAMILY, create_main_window
 from app.engine_worker import EngineWorker
 from app.theme import apply_theme
+
+from .helpers import send
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("conversationList newConversationButton searchBox chatView composer sendButton stopButton "
@@ -43,9 +44,7 @@ def test_widget_names_and_screenshots_in_both_themes(qtbot, model_paths, tmp_pat
     w.resize(1200, 760)
     w.show()
     qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
-    w.composer.edit.setPlainText("你好！Please write `print('hi')` in Python.")
-    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
-    qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
+    send(qtbot, w, "你好！Please write `print('hi')` in Python.")
     # Tracked files change only when asked: a test run leaves the working tree as it found it.
     out = ROOT / os.environ["ASSISTANT_SCREENSHOTS"] if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
     out.mkdir(parents=True, exist_ok=True)
@@ -67,10 +66,8 @@ def test_a_high_warning_threshold_flags_the_answer(qtbot, model_paths, monkeypat
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
-    w.composer.edit.setPlainText("What is the capital of Mongolia?")
-    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
-    qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
-    assert w.last_done["stats"]["confidence"]["low"]
+    done = send(qtbot, w, "What is the capital of Mongolia?")
+    assert done["stats"]["confidence"]["low"]
     assert w.confidence_warning.isVisible() and "may be inaccurate" in w.confidence_warning.text()
     assert "可能不准确" in w.view.toHtml()
     w.close()
@@ -84,10 +81,7 @@ def test_a_gpu_that_cannot_be_used_is_said_in_the_banner(qtbot, model_paths, mon
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
-    w.composer.edit.setPlainText("Hello!")
-    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
-    qtbot.waitUntil(lambda: not w.busy and w.last_done is not None, timeout=120_000)
-    offload = w.last_done["stats"]["offload"]
+    offload = send(qtbot, w, "Hello!")["stats"]["offload"]
     assert offload["backend"] == "cpu" and "NoSuchGPU0" in offload["note"]
     assert w.banner.isVisible() and "NoSuchGPU0" in w.banner.text() and "running on the CPU" in w.banner.text()
     w.close()

@@ -12,6 +12,8 @@ from PySide6.QtCore import Qt, QTimer
 from app.engine_worker import EngineWorker
 from app.main_window import MainWindow
 
+from .helpers import send
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -53,15 +55,6 @@ def window(qtbot, model_paths):
     assert w.engine_ready, w.banner.text()
     yield w
     w.close()
-
-
-def send(qtbot, w, text, timeout=120_000):
-    # Waiting on window state, not on the worker's signals: those are emitted on the engine thread.
-    w.composer.edit.setPlainText(text)
-    qtbot.keyClick(w.composer.edit, Qt.Key_Return)
-    assert w.busy
-    qtbot.waitUntil(lambda: not w.busy, timeout=timeout)
-    return w.last_done
 
 
 def test_chat_streams_into_the_view_and_the_loop_keeps_ticking(qtbot, model_paths, record_property):
