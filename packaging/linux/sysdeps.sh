@@ -58,7 +58,8 @@ done
 verify_qxcb() {
     local root qxcb
     root=$(cd "$(dirname "$0")/../.." && pwd)
-    qxcb=$(ls "$root"/.venv/lib/python3*/site-packages/PySide6/Qt/plugins/platforms/libqxcb.so 2>/dev/null | head -1)
+    # `|| true`: no match is the normal case before the venv exists (ls exits 2, pipefail keeps it)
+    qxcb=$(ls "$root"/.venv/lib/python3*/site-packages/PySide6/Qt/plugins/platforms/libqxcb.so 2>/dev/null | head -1 || true)
     [ -n "$qxcb" ] || return 0
     local lost
     lost=$(ldd "$qxcb" | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
