@@ -50,9 +50,12 @@ class FakeDecodeError(DecodeError):
     """What a failed llama_decode looks like to the engine (Backend.eval raises DecodeError)."""
 
 
-def write_tiny_gguf(path: Path, context_length: int = 8192, n_layers: int = 2) -> Path:
-    """A well-formed GGUF of a few KB with the metadata the planner reads (no usable weights)."""
+def write_tiny_gguf(path: Path, context_length: int = 8192, n_layers: int = 2, instruct: bool = True) -> Path:
+    """A well-formed GGUF of a few KB with the metadata the planner reads (no usable weights).
+    `instruct`: it carries a chat template, as instruction-tuned GGUFs do (base ones don't)."""
     w = gguf.GGUFWriter(str(path), "llama")
+    if instruct:
+        w.add_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")
     w.add_block_count(n_layers)
     w.add_context_length(context_length)
     w.add_embedding_length(64)
@@ -376,12 +379,13 @@ class FakeModels:
         self.built: list[FakeBackend] = []
         self.loads: list[tuple[str, LoadParams]] = []  # (file stem, params) of every load
 
-    def model_file(self, stem: str, n_layers: int = 2, **options) -> Path:
-        """A tiny GGUF named `<stem>.gguf` (planned like any model file); `options` for its backends."""
+    def model_file(self, stem: str, n_layers: int = 2, instruct: bool = True, **options) -> Path:
+        """A tiny GGUF named `<stem>.gguf` (planned like any model file); `options` for its backends;
+        `instruct=False`: a base model's file (no chat template)."""
         self.setup(stem).options.update(options)
         path = self.folder / f"{stem}.gguf"
         if not path.exists():
-            write_tiny_gguf(path, n_layers=n_layers)
+            write_tiny_gguf(path, n_layers=n_layers, instruct=instruct)
         return path
 
     def setup(self, stem: str) -> _ModelSetup:

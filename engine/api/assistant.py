@@ -30,8 +30,8 @@ EMBEDDER_JOIN_S = 60.0  # longest close() waits for an embedder still loading
 
 # Settings a running engine picks up at once; any other change applies on the next start.
 LIVE_SETTINGS = frozenset({
-    "cascade.enabled", "cascade.threshold", "router.max_switch_s", "summary.every_turns", "memory.k",
-    "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
+    "cascade.enabled", "cascade.threshold", "router.max_switch_s", "router.base_models", "summary.every_turns",
+    "memory.k", "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
     "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
 })
 
@@ -109,7 +109,8 @@ class Assistant(AssistantCore):
                 memory=service, memory_k=settings.get("memory.k"),
                 kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
                 warn_threshold=settings.get("confidence.warn_threshold") or None,
-                gpu_device=gpu_device or settings.get("runtime.gpu_device") or "auto", n_gpu_layers=n_gpu_layers)
+                gpu_device=gpu_device or settings.get("runtime.gpu_device") or "auto", n_gpu_layers=n_gpu_layers,
+                base_models=settings.get("router.base_models"))
         except BaseException:
             for thing in owned:
                 thing.close()
@@ -234,6 +235,8 @@ class Assistant(AssistantCore):
             s = self.settings
             self.configure_cascade(s.get("cascade.enabled"), s.get("cascade.threshold") or None)
         elif key == "router.max_switch_s":
+        elif key == "router.base_models":
+            self.base_models = bool(value)
             self.max_switch_s = float(value)
         elif key == "summary.every_turns":
             self.summary_every = int(value)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
 from typing import Iterator
 
 import psutil
@@ -31,6 +32,7 @@ from engine.inference.runtime import Worker
 from engine.kv.tiers import KVTiers
 from engine.memory.service import MemoryService
 from engine.models.catalog import Catalog, ModelNotFound
+from engine.models.instruct import is_instruct
 from engine.routing.router import RouteDecision, apply_stickiness, classify
 from engine.storage import Database, clean_text
 
@@ -72,6 +74,8 @@ class AssistantCore(Turns, TurnMemory):
             any temperature (None: the model's catalog calibration, applied to greedy answers only).
         kv_warm_mb, kv_cold_mb: RAM and disk budgets of the KV state tiers (engine/kv/tiers.py;
             None: 10 % of RAM up to 1 GB, and 2 GB); kv_tiers=False keeps no state across switches.
+        base_models: let auto routing, its fallbacks and the cascade answer with a tier whose model
+            is a base model (not instruction-tuned). Off: only the user's explicit route reaches it.
 
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
@@ -84,8 +88,10 @@ class AssistantCore(Turns, TurnMemory):
                  vram_budget_mb: float | None = None, manager: ModelManager | None = None,
                  summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3,
                  kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None,
-                 warn_threshold: float | None = None, gpu_device: str = "auto", n_gpu_layers: int | None = None):
+                 warn_threshold: float | None = None, gpu_device: str = "auto", n_gpu_layers: int | None = None,
+                 base_models: bool = False):
         self.db = db
+        self.base_models = base_models  # auto routing, fallbacks and the cascade may pick a base model
         self.settings = None  # the Settings it was built from (engine.api), for live changes
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
                                                vram_budget_mb=vram_budget_mb, gpu_device=gpu_device,
@@ -94,7 +100,9 @@ class AssistantCore(Turns, TurnMemory):
         if model is not None:
             self.tiers = {"L1": model, "L2": model}
         else:
-            self.tiers = dict(tiers or {"L1": "demo-small", "L2": "demo-int4"})
+            # Both tiers on the instruction-tuned demo: demo-int4 is a base model (tests and
+            # benchmarks name it for its MQA mechanics; a chat never gets it by default).
+            self.tiers = dict(tiers or {"L1": "demo-small", "L2": "demo-small"})
         self.remote = RemoteClient(remote) if remote and remote.base_url else None
         self.max_switch_s = max_switch_s
         self.summary_every = summary_every  # turns between background summaries; 0 = off
@@ -215,7 +223,7 @@ class AssistantCore(Turns, TurnMemory):
         row = self.db.conversation(conversation_id)
         if row and row["route"] in LEVELS:
             return RouteDecision(row["route"], "conversation override", 0.0)
-        decision = classify(text)
+        decision = self._instruct_tier(classify(text))
         warm = self._warm.get(conversation_id)
         warm_worker = self.manager.find_loaded(self.tiers.get(warm, "")) if warm else None
         if warm_worker and decision.level in ("L1", "L2") and warm != decision.level:
@@ -228,9 +236,26 @@ class AssistantCore(Turns, TurnMemory):
             else:
                 uncached = len(LocalTarget(warm, warm_worker).session(history).prompt(user))
             tps = (target.prompt_tps if target else None) or DEFAULT_PROMPT_TPS
-            decision = apply_stickiness(decision, warm_level=warm, uncached_tokens=uncached,
-                                        prompt_tps=tps, max_switch_s=self.max_switch_s)
+            decision = self._instruct_tier(apply_stickiness(decision, warm_level=warm, uncached_tokens=uncached,
+                                                            prompt_tps=tps, max_switch_s=self.max_switch_s))
         return decision
+
+    def _instruct_tier(self, decision: RouteDecision) -> RouteDecision:
+        """The router's pick, moved off a local tier that holds a base model when the other local
+        tier's model is instruction-tuned: only a user's explicit route (per message or per
+        conversation) sends a chat to a base model."""
+        other = {"L1": "L2", "L2": "L1"}.get(decision.level)
+        if self.base_models or other is None or self.tiers.get(decision.level) == self.tiers.get(other):
+            return decision
+        if self.tier_is_instruct(decision.level) is False and self.tier_is_instruct(other):
+            why = f"{decision.reason}; {decision.level} holds a base model (not instruction-tuned) → {other}"
+            return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
+        return decision
+
+    def tier_is_instruct(self, level: str) -> bool | None:
+        """Whether `level`'s model is instruction-tuned (None: no model, or it can't be told)."""
+        model = self.tiers.get(level)
+        return is_instruct(model, self.manager.catalog) if model else None
 
     def _local(self, level: str) -> LocalTarget | None:
         model = self.tiers.get(level)
@@ -266,7 +291,19 @@ class AssistantCore(Turns, TurnMemory):
             if target is None:
                 reasons.append("not configured")
                 continue
+            if candidate != level and self._skip_base(candidate, FALLBACK_ORDER[level]):
+                # A fallback is the engine's choice, not the user's: not to a base model while
+                # an instruction-tuned tier is further down the list.
+                reasons[-1:] = [", ".join(reasons[-1:] + [f"{candidate} holds a base model"])]
+                continue
             yield target, note
+
+    def _skip_base(self, candidate: str, order: tuple[str, ...]) -> bool:
+        if self.base_models or self.tier_is_instruct(candidate) is not False:
+            return False
+        later = order[order.index(candidate) + 1:]
+        return any(self.tiers.get(c) not in (None, self.tiers.get(candidate)) and self.tier_is_instruct(c)
+                   for c in later if c != "L3") or ("L3" in later and self.remote is not None)
 
 
     # ---- summary chain

@@ -124,7 +124,8 @@ class Turns:
                 and self.cascade_threshold is not None
                 and done.confidence is not None and done.confidence < self.cascade_threshold
                 and done.stats.get("finish_reason") != "cancelled"
-                and bool(self.tiers.get("L2")) and self.tiers["L2"] != self.tiers["L1"])
+                and bool(self.tiers.get("L2")) and self.tiers["L2"] != self.tiers["L1"]
+                and (self.base_models or self.tier_is_instruct("L2") is not False))  # not on a base model
 
     def _answer(self, conv: Conversation, turn: TurnInput, decision: RouteDecision, params: GenerateParams,
                 cancel: threading.Event | None, flush_s: float, commit_user: bool,

@@ -19,13 +19,15 @@ log = logging.getLogger(__name__)
 
 DEFAULTS: dict[str, Any] = {
     "tier.L1": "demo-small",         # CPU model (catalog id or path)
-    "tier.L2": "demo-int4",          # GPU INT4 model
+    "tier.L2": "demo-small",         # GPU INT4 model; the instruction-tuned demo until the user picks
+                                     # one (demo-int4 is a base model: tests and benchmarks only)
     "l3.base_url": "",               # OpenAI-compatible endpoint; empty = no L3
     "l3.api_key": "",
     "l3.model": "",
     "l3.n_ctx": 8192,                # the endpoint's context window (for the estimated budget)
     "l3.timeout_s": 60,              # seconds without a byte from the endpoint before it counts as down
     "router.mode": "auto",           # auto | L1 | L2 | L3
+    "router.base_models": False,     # auto routing and the cascade may answer with a base model
     "router.max_switch_s": 1.5,      # cache-aware stickiness: longest re-evaluation worth a switch
     "cascade.enabled": True,         # low-confidence L1 answer → re-answer on L2
     "cascade.threshold": 0.0,        # geometric-mean token probability below which L1 is re-asked;

@@ -160,7 +160,7 @@ def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
     probe = ModelManager(params=params)
     sizes = [ram_bytes(probe.plan_for(probe.resolve(m), gpu=False)) for m in ("demo-small", "demo-int4")]
     manager = ModelManager(budget_bytes=max(sizes) + 1, params=params)  # one model at a time
-    a = Assistant(Database(db_path()), None, params, tiers={"L1": "demo-small", "L2": "demo-int4"},
+    a = Assistant(Database(db_path()), None, params, tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True,
                   manager=manager)
     try:
         cid = a.new_conversation(SYSTEM)

@@ -17,6 +17,8 @@ from .l3_server import LoopbackServer
 
 DESIGN = "Design a scalable architecture for a chat service with millions of users, covering storage, caching and failover."
 TIERS = {"L1": "demo-small", "L2": "demo-int4"}
+# demo-int4 is a base model, kept off auto routes by default; these tests are about the routing
+# mechanics between two real models, so `base_models=True` lets it stand for an L2 chat model.
 
 
 def dones(items):
@@ -29,7 +31,7 @@ def ask(assistant, cid, text, route="auto", max_tokens=16):
 
 @pytest.fixture
 def two_tier(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048, n_threads=THREADS))
+    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS))
     yield a
     a.close()
 
@@ -62,7 +64,8 @@ def test_user_override_per_message_and_per_conversation(two_tier):
 
 
 def test_cascade_uses_the_models_calibration(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=1024, n_threads=THREADS), cascade=True)
+    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=1024, n_threads=THREADS),
+                  cascade=True)
     try:
         assert a.cascade_threshold == a._primary.model.entry.confidence_threshold == 0.09
     finally:
@@ -70,8 +73,8 @@ def test_cascade_uses_the_models_calibration(model_paths):
 
 
 def test_cascade_reasks_weak_l1_answer_on_l2(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048, n_threads=THREADS), cascade=True,
-                  cascade_threshold=0.999)
+    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS),
+                  cascade=True, cascade_threshold=0.999)
     try:
         cid = a.new_conversation()
         first, second = ask(a, cid, "hi there!")
@@ -99,7 +102,7 @@ def test_sticky_when_kv_is_warm_on_l2(two_tier):
 
 def test_l3_end_to_end_then_falls_back_when_server_stops(model_paths):
     server = LoopbackServer(model_paths["demo-small"])
-    a = Assistant(Database(db_path()), tiers=TIERS, load=LoadParams(n_ctx=2048, n_threads=THREADS),
+    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS),
                   remote=RemoteConfig(server.url, retries=1, backoff_s=0.05))
     try:
         cid = a.new_conversation()

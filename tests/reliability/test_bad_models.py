@@ -104,7 +104,7 @@ def test_a_bad_file_is_refused_with_its_reason(bad_files, kind):
 def routed(model_paths, tmp_path_factory):
     """The two-tier facade; each test below points its L2 at a different bad file."""
     db = Database(tmp_path_factory.mktemp("routed") / "assistant.db")
-    a = Assistant(db, tiers={"L1": "demo-small", "L2": "demo-int4"}, load=PARAMS, kv_tiers=False)
+    a = Assistant(db, tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=PARAMS, kv_tiers=False)
     yield a
     a.close()
     db.close()
@@ -187,7 +187,7 @@ def test_a_model_larger_than_the_ram_budget_is_refused_and_l1_stays(model_paths)
     assert big > small * 1.5, (small, big)
     budget = (small + big) // 2  # room for L1, not for L2 even with L1 evicted
     manager = ModelManager(budget_bytes=budget, params=params, vram_budget_mb=0)
-    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": "demo-int4"}, load=params,
+    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=params,
                   manager=manager, kv_tiers=False)
     try:
         cid = a.new_conversation()
