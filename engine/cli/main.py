@@ -335,20 +335,49 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fit(entry, vram_budget_mb: float | None, ram_available: int) -> str:
+    """One word for how `entry` would run here, as the model manager's fit badge decides:
+    "gpu", "partial", "cpu", "too_big" (for the free RAM), or "unknown" when it cannot be planned."""
+    from engine.api import plan, ram_bytes  # main.py's import block is shared; hoist when it is free
+
+    try:
+        p = plan(entry, vram_budget_mb if entry.tier == "L2" else 0, 4096)
+    except Exception as exc:  # a listing must list every model, planned or not
+        log.info("cannot plan %s: %s", entry.id, exc)
+        return "unknown"
+    if ram_bytes(p) > ram_available:
+        return "too_big"
+    return {"full": "gpu", "partial": "partial"}.get(p.offload, "cpu")
+
+
 def cmd_models(args: argparse.Namespace) -> int:
+    from engine.api import device_snapshot  # see _fit
+
+    budget = Settings().get("runtime.vram_budget_mb")
+    budget = None if budget is None or budget < 0 else budget  # None: free VRAM minus a margin
+    ram_available = device_snapshot().ram_available_bytes
+    catalog = load_catalog()
     rows = []
-    for e in load_catalog().entries:
-        rows.append({"id": e.id, "name": e.name, "tier": e.tier, "demo": e.demo, "file": e.file,
-                     "present": e.present(), "path": str(e.path()), "size_bytes": e.size_bytes,
-                     "quant": e.quant, "arch": e.arch})
+    for e in catalog.entries:
+        present = e.present()
+        rows.append({"id": e.id, "name": e.name, "family": e.family, "params_b": e.params_b,
+                     "size_class": e.size_class, "quant": e.quant, "quants": list(e.files) or [e.quant],
+                     "size_bytes": e.size_bytes, "size_checked": e.size_checked, "license": e.license,
+                     "instruct": e.instruct, "tier": e.tier, "sources": e.sources or {"huggingface": e.source_repo},
+                     "demo": e.demo, "downloaded": present, "present": present, "fits": _fit(e, budget, ram_available),
+                     "file": e.file, "path": str(e.path()), "arch": e.arch})
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))
     else:
+        print(f"  {'id':<32} {'tier':<4} {'size':>8}  {'quant':<7} {'fits':<8} name")
         for r in rows:
             mark = "✓" if r["present"] else " "
-            print(f"{mark} {r['id']:<32} {r['tier']:<3} {r['size_bytes'] / 1e6:>8.0f} MB  {r['name']}")
+            kind = "" if r["instruct"] or "base model" in r["name"] else "  [base model]"
+            demo = " (demo)" if r["demo"] else ""
+            print(f"{mark} {r['id']:<32} {r['tier']:<4} {r['size_bytes'] / 1e6:>5.0f} MB  {r['quant']:<7} "
+                  f"{r['fits']:<8} {r['name']}{demo}{kind}")
         print("\nembedding models for the memory (setting memory.embedder):")
-        for e in load_catalog().embedders:
+        for e in catalog.embedders:
             mark = "✓" if e.present() else " "
             where = "bundled" if e.bundled else f"→ {e.path()} (from {e.source_repo})"
             print(f"{mark} {e.id:<40} {e.size_bytes / 1e6:>8.0f} MB  {e.languages}  {where}")
@@ -392,9 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU to use: auto, none, or a device name from `assistant devices` (e.g. Vulkan0)")
     c.set_defaults(func=cmd_chat)
 
-    m = sub.add_parser("models", help="list the model catalog and which files are present")
-    m.add_argument("--json", action="store_true")
-    m.set_defaults(func=cmd_models)
+    m = sub.add_parser("models", help="list the model catalog, which files are present and how each fits here")
+    m.add_argument("--json", action="store_true",
+                   help="print a JSON list (id, family, params_b, quant, size, licence, tier, sources, fits, ...)")
+    m.set_defaults(func=cmd_models)  # `assistant models` with no sub-command lists the catalog
 
     su = sub.add_parser("summary", help="print a conversation's summary chain")
     su.add_argument("--conversation", type=int, required=True, metavar="ID")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.config.paths import catalog_path, find_model_file, models_dir
@@ -11,6 +11,17 @@ from engine.config.paths import catalog_path, find_model_file, models_dir
 
 class ModelNotFound(LookupError):
     """The user named a model that is neither in the catalog nor an existing file."""
+
+
+HUBS = ("huggingface", "modelscope")  # hub ids a catalog entry's `sources` may name
+QUANT_SEP = "@"  # "qwen3-4b@q8_0": a catalog entry at another quant than its default file
+# Size classes by parameter count (billions, upper bounds): the catalog has a CPU (L1) and a
+# 6 GB-GPU (L2) pick in each, so a user can trade quality for speed at any tier.
+SIZE_CLASSES = (("small", 2.5), ("medium", 5.0), ("large", float("inf")))
+
+
+def size_class(params_b: float) -> str:
+    return next(name for name, upper in SIZE_CLASSES if params_b < upper)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,59 @@ class ModelEntry:
     description: str = ""
     pypi_wheels: list[str] = field(default_factory=list)
     wheel_members: list[str] = field(default_factory=list)
+    family: str = ""  # "qwen3", "llama3.2", ...: groups quants and sizes of one model line
+    params_b: float = 0.0  # parameters, billions
+    # False unless the catalog says so: a base model answers chat prompts with nonsense, so the
+    # default must never claim instruction tuning (demo-int4 is a base model).
+    instruct: bool = False
+    sources: dict[str, str] = field(default_factory=dict)  # hub id (HUBS) -> repository
+    files: dict[str, str] = field(default_factory=dict)  # quant -> GGUF file name
+    sizes: dict[str, int] = field(default_factory=dict)  # quant -> bytes (approximate unless size_checked)
+    size_checked: bool = False  # sizes compared with the hub's listing (else estimates)
+    speed_note: str = ""
+
+    def __post_init__(self):
+        # The default file must be the files table's entry for the default quant, or a download
+        # and the planner would talk about two different files.
+        if self.files and self.files.get(self.quant, self.file) != self.file:
+            raise ValueError(f"catalog entry {self.id}: file {self.file} is not files[{self.quant}] "
+                             f"({self.files[self.quant]})")
+
+    @property
+    def size_class(self) -> str:
+        return size_class(self.params_b)
+
+    def with_quant(self, quant: str) -> ModelEntry:
+        """This model at another quantisation: file, quant, size and url are that quant's.
+
+        The id gets a suffix (`<id>@<quant>`, lower case) only when the quant differs from the
+        entry's default, so settings and conversations that store the id keep naming the
+        default file, and Catalog.get resolves the suffixed id back to this copy. The sha256
+        belongs to the default file and is dropped for another quant (the downloader then
+        checks the hub's LFS ETag).
+
+        Raises:
+            ValueError: the catalog has no file for that quant.
+        """
+        key = next((q for q in self.files if q.upper() == quant.upper()), None)
+        if key is None:
+            if quant.upper() == self.quant.upper():
+                return self
+            known = ", ".join(self.files) or self.quant
+            raise ValueError(f"model '{self.id}' has no {quant} file in the catalog (has {known})")
+        if key == self.quant:
+            return self
+        file = self.files[key]
+        return replace(self, id=f"{self.id}{QUANT_SEP}{key.lower()}", file=file, quant=key,
+                       size_bytes=self.sizes.get(key, 0), sha256="",
+                       url=self.url.replace(self.file, file) if self.url.endswith(self.file) else "",
+                       pypi_wheels=[], wheel_members=[])
+
+    def repo_for(self, hub_id: str) -> str:
+        """The repository of this model on a hub; "hf-mirror" serves the Hugging Face repos.
+        Falls back to source_repo when the catalog names no repository for that hub."""
+        hub = "huggingface" if hub_id == "hf-mirror" else hub_id
+        return self.sources.get(hub) or self.source_repo
 
     def path(self, base: Path | None = None) -> Path:
         return base / self.file if base else find_model_file(self.file)
@@ -87,7 +151,16 @@ class Catalog:
         return next((e for e in self.embedders if e.id == embedder_id), None)
 
     def get(self, model_id: str) -> ModelEntry | None:
-        return next((e for e in self.entries if e.id == model_id), None)
+        """The entry with this id; `<id>@<quant>` gives that entry at another quant."""
+        entry = next((e for e in self.entries if e.id == model_id), None)
+        if entry is None and QUANT_SEP in model_id:
+            base, _, quant = model_id.rpartition(QUANT_SEP)
+            entry = self.get(base)
+            try:
+                return entry.with_quant(quant) if entry else None
+            except ValueError:
+                return None
+        return entry
 
     @property
     def default(self) -> ModelEntry:
