@@ -1,10 +1,13 @@
 """Hub search and downloads from each hub, against fake Hugging Face and ModelScope servers on
 127.0.0.1 serving small real GGUFs (tests/hub_server.py). No network."""
 
+import argparse
 import hashlib
+import json
 
 import pytest
 
+from engine.cli.hub import fit_by_size, register
 from engine.models.downloads import DownloadError, download, part_path
 from engine.models.hubs import (HubError, HubFile, default_hub, entry_for, get_hub, hubs, looks_instruct, quant_of,
                                 repo_files, search)
@@ -153,3 +156,38 @@ def test_download_a_found_file_from_each_hub_checks_its_sha256(ggufs, env, hub_i
     assert corrupt and path.read_bytes() == ggufs["big"].read_bytes() and path.name == f.name
     q4 = path.parent / "qwen2.5-0.5b-instruct-q4_k_m.gguf"
     assert not q4.exists() and not part_path(q4).exists()
+
+
+def test_fit_by_size_words():
+    gib = 1 << 30
+    assert [fit_by_size(s, 6 * gib, 16 * gib) for s in (0, gib, 8 * gib, 18 * gib, 30 * gib)] == \
+        ["unknown", "gpu", "cpu", "partial", "too_big"]
+    assert fit_by_size(8 * gib, 0, 4 * gib) == "too_big"
+
+
+def test_cli_search_and_download(ggufs, env, capsys):
+    hub = HubServer(layout(ggufs), meta=META)
+    env.setenv("ASSISTANT_HUB_HF_MIRROR", hub.url)
+    parser = argparse.ArgumentParser(prog="assistant models")
+    register(parser.add_subparsers(dest="models_command"))
+    try:
+        args = parser.parse_args(["search", "qwen", "--hub", "hf-mirror", "--json", "--limit", "3"])
+        assert args.func(args) == 0
+        rows = json.loads(capsys.readouterr().out)
+        args = parser.parse_args(["search", "qwen", "--hub", "hf-mirror"])
+        assert args.func(args) == 0
+        text = capsys.readouterr().out
+        args = parser.parse_args(["download", QWEN, "qwen2.5-0.5b-instruct-q4_k_m.gguf", "--hub", "hf-mirror"])
+        assert args.func(args) == 0
+        path = capsys.readouterr().out.strip()
+        args = parser.parse_args(["download", QWEN, "nothing-q4_0.gguf", "--hub", "hf-mirror"])
+        assert args.func(args) == 1
+        err = capsys.readouterr().err
+    finally:
+        hub.stop()
+    assert [r["repo"] for r in rows] == [QWEN]
+    assert [(f["quant"], f["parts"]) for f in rows[0]["files"]] == [("Q4_K_M", 1), ("Q8_0", 1), ("F16", 2)]
+    assert rows[0]["files"][2]["fits"] == "split" and rows[0]["files"][0]["fits"] in ("gpu", "cpu")
+    assert "Q4_K_M" in text and "split in 2 files: cannot be loaded" in text
+    assert open(path, "rb").read() == ggufs["small"].read_bytes()
+    assert "has no file nothing-q4_0.gguf" in err
