@@ -128,8 +128,11 @@ class _FileServer:
         if key in self.status:
             self.send_status(h, self.status[key])
             return
-        data = PORTAL if self.html and not head else self.files[key].read_bytes()
-        if self.corrupt:
+        if head:  # metadata only: no need to read the file
+            data = b""
+        else:
+            data = PORTAL if self.html else self.files[key].read_bytes()
+        if self.corrupt and data:
             data = data[:1000] + bytes([data[1000] ^ 0xFF]) + data[1001:]
         start, status = 0, 200
         rng = h.headers.get("Range")
