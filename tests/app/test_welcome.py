@@ -1,0 +1,179 @@
+"""The first-start welcome: shown on an empty data dir with demo tiers, "Try the demo models" dismisses it
+for good, "Download and use" fetches the recommended pair from a local fake hub and switches the
+running engine's tiers, errors read as plain words, and the hub defaults to one reachable from
+mainland China under zh_CN. Screenshots: ASSISTANT_SCREENSHOTS=docs/screenshots to refresh them."""
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QWidget
+
+from app.engine_worker import EngineWorker
+from app.i18n import install
+from app.main_window import MainWindow
+from app.welcome import WelcomePanel
+from engine.config.settings import Settings
+from engine.models.catalog import load_catalog
+from engine.models.devices import snapshot
+from engine.models.recommend import Pick, Recommendation
+from tests.hub_server import HubServer
+
+from .helpers import send
+
+
+def open_window(qtbot):
+    w = MainWindow(EngineWorker(None, n_ctx=1024, memory=False), temperature=0.0, max_tokens=4)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def panel_of(w):
+    return w.findChild(QWidget, "welcomePanel")
+
+
+@pytest.fixture
+def models_dir(tmp_path, monkeypatch, model_paths):
+    """An empty models folder but for the demo model the tiers start on (a fresh install)."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / model_paths["demo-small"].name).symlink_to(model_paths["demo-small"])
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(folder))
+    return folder
+
+
+def two_real_entries():
+    entries = [e for e in load_catalog().entries if not e.demo and e.repo_for("huggingface")]
+    return [dataclasses.replace(e, sha256="") for e in entries[:2]]  # the fake hub serves the demo's bytes
+
+
+def scripted(monkeypatch, l1, l2):
+    pick = lambda e: Pick(e, e.size_bytes, 0, 20.0, "fast", "test pick")  # noqa: E731
+    rec = Recommendation(pick(l1), pick(l2), snapshot(), "Test CPU", None, 8 << 30)
+    monkeypatch.setattr("app.welcome.recommend_models", lambda **_kw: rec)
+
+
+def test_first_start_shows_the_welcome_and_try_demo_dismisses_it_for_good(qtbot, assistant_home, models_dir):
+    w = open_window(qtbot)
+    try:
+        panel = panel_of(w)
+        assert panel is not None and panel.isVisible() and not w.view.isVisible()
+        facts = panel.findChild(QWidget, "machineFacts")
+        qtbot.waitUntil(lambda: "CPU:" in facts.text(), timeout=60_000)  # the check runs off the GUI thread
+        assert "RAM:" in facts.text() and "GPU:" in facts.text()
+        table = panel.findChild(QWidget, "recommendedModels")
+        for row in range(table.rowCount()):  # whatever fits this machine: size, need and speed class
+            assert "GB" in table.item(row, 2).text() and "RAM" in table.item(row, 3).text()
+            assert table.item(row, 4).text().split(" ")[0] in ("fast", "usable", "slow")
+        qtbot.mouseClick(panel.findChild(QWidget, "tryDemo"), Qt.LeftButton)
+        assert panel.isHidden() and w.view.isVisible()
+        assert Settings(assistant_home / "settings.json").get("ui.welcome_done") is True
+    finally:
+        w.close()
+    again = open_window(qtbot)
+    try:
+        assert again.welcome is None and panel_of(again) is None
+    finally:
+        again.close()
+
+
+def test_download_and_use_switches_the_tiers_in_two_clicks(qtbot, assistant_home, models_dir, model_paths,
+                                                          monkeypatch):
+    l1, l2 = two_real_entries()
+    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in (l1, l2)},
+                    throttle_bytes_per_s=40e6)
+    monkeypatch.setenv("ASSISTANT_HUB_HUGGINGFACE", hub.url)
+    monkeypatch.setenv("ASSISTANT_MODELS_HUB", "huggingface")  # settings: models.hub
+    scripted(monkeypatch, l1, l2)
+    w = open_window(qtbot)
+    try:
+        panel = panel_of(w)
+        button = panel.findChild(QWidget, "downloadAndUse")
+        qtbot.waitUntil(button.isEnabled, timeout=30_000)
+        assert panel.findChild(QWidget, "hubEndpoint").currentData() == "huggingface"
+        table = panel.findChild(QWidget, "recommendedModels")
+        assert [table.item(r, 1).text() for r in range(2)] == [l1.name, l2.name]
+        qtbot.mouseClick(button, Qt.LeftButton)  # click one
+        bar = panel.findChild(QWidget, "welcomeProgress")
+        qtbot.waitUntil(lambda: bar.isVisible() and bar.value() > 0, timeout=30_000)  # progress shows
+        qtbot.waitUntil(panel.isHidden, timeout=120_000)
+        settings = Settings(assistant_home / "settings.json")
+        assert (settings.get("tier.L1"), settings.get("tier.L2"), settings.get("ui.welcome_done")) == \
+            (l1.id, l2.id, True)
+        for e in (l1, l2):
+            assert (models_dir / e.file).read_bytes() == model_paths["demo-small"].read_bytes()
+        # The running engine took the new tiers: the next answer (click two) comes from one of them.
+        qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
+        qtbot.waitUntil(lambda: w.status_label.text() == "Settings applied", timeout=30_000)
+        done = send(qtbot, w, "Hello!")
+        assert done["model"] in (l1.id, l2.id), done
+    finally:
+        w.close()
+        hub.stop()
+
+
+def test_cancel_and_an_unreachable_hub_are_said_in_plain_words(qtbot, assistant_home, models_dir, model_paths,
+                                                              monkeypatch):
+    l1, l2 = two_real_entries()
+    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in (l1, l2)},
+                    throttle_bytes_per_s=2e6)
+    monkeypatch.setenv("ASSISTANT_HUB_HUGGINGFACE", hub.url)
+    monkeypatch.setenv("ASSISTANT_MODELS_HUB", "huggingface")
+    scripted(monkeypatch, l1, l2)
+    w = open_window(qtbot)
+    try:
+        panel = panel_of(w)
+        button, cancel = panel.findChild(QWidget, "downloadAndUse"), panel.findChild(QWidget, "cancelDownload")
+        message = panel.findChild(QWidget, "welcomeMessage")
+        qtbot.waitUntil(button.isEnabled, timeout=30_000)
+        qtbot.mouseClick(button, Qt.LeftButton)
+        qtbot.waitUntil(lambda: panel.findChild(QWidget, "welcomeProgress").value() > 0, timeout=30_000)
+        qtbot.mouseClick(cancel, Qt.LeftButton)
+        qtbot.waitUntil(button.isEnabled, timeout=30_000)
+        assert "cancelled" in message.text() and not panel.isHidden() and cancel.isHidden()
+        assert Settings(assistant_home / "settings.json").get("tier.L1") == "demo-small"
+        hub.stop()  # the hub goes away: the next try says so
+        qtbot.mouseClick(button, Qt.LeftButton)
+        qtbot.waitUntil(button.isEnabled, timeout=60_000)
+        text = message.text()
+        assert text.startswith("Download failed: ") and "Error" not in text and "Traceback" not in text, text
+    finally:
+        w.close()
+
+
+def test_the_hub_defaults_by_locale_and_screenshots(qtbot, assistant_home, tmp_path, monkeypatch):
+    out = Path(os.environ["ASSISTANT_SCREENSHOTS"]) if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    app = QApplication.instance()
+    from app.main import setup_application
+
+    setup_application(app)  # the bundled CJK font, as the app has it
+    for language, hub in (("en", "huggingface"), ("zh_CN", "modelscope")):
+        monkeypatch.setenv("ASSISTANT_UI_LANGUAGE", language)
+        translator = install(app, language) if language != "en" else None
+        try:
+            panel = WelcomePanel(Settings(assistant_home / "settings.json"))
+            qtbot.addWidget(panel)
+            assert panel.hub.currentData() == hub
+            qtbot.waitUntil(lambda: panel.task is not None and not panel.busy(), timeout=60_000)
+            assert panel.recommendation is not None
+            panel.resize(820, 620)
+            panel.show()
+            qtbot.wait(50)
+            panel.grab().toImage().save(str(out / f"welcome-{language}.png"))
+            panel.close_work()
+            panel.close()
+        finally:
+            if translator is not None:
+                app.removeTranslator(translator)
+                app.removeTranslator(translator.qt)
+    # a choice the user makes is kept over the locale's default
+    panel = WelcomePanel(Settings(assistant_home / "settings.json"))
+    qtbot.addWidget(panel)
+    panel.hub.setCurrentIndex(panel.hub.findData("hf-mirror"))
+    panel.hub.activated.emit(panel.hub.currentIndex())
+    panel.close_work()
+    assert Settings(assistant_home / "settings.json").get("models.hub") == "hf-mirror"
