@@ -30,7 +30,8 @@ SWA_PATTERNS = {"gemma2": (2, False), "gemma3": (6, False), "gemma-embedding": (
                 "exaone4": (4, False), "olmo2": (4, False), "smallthinker": (4, True)}
 # Catalog-only estimates: vocabulary per architecture family (not a catalog fact); unknown
 # architectures get Gemma 3's 262144, the largest common one, so the estimate errs high.
-VOCAB_BY_ARCH = {"qwen2": 152064, "qwen3": 151936, "llama": 128256, "gemma3": 262144, "gemma2": 256000}
+VOCAB_BY_ARCH = {"qwen2": 152064, "qwen3": 151936, "llama": 128256, "gemma3": 262144, "gemma2": 256000,
+                 "phi3": 200064, "glm4": 151552}  # vocab_size in each family's config.json
 # Bits per weight of the token embedding / the output matrix in llama-quantize's mixes.
 _EMBD_BITS = {"Q4_0": 4.5, "Q4_1": 5.0, "Q4_K_M": 4.5, "Q4_K_S": 4.5, "Q5_K_M": 5.5, "Q6_K": 6.5625,
               "Q8_0": 8.5, "F16": 16.0, "BF16": 16.0}

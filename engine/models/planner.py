@@ -73,13 +73,18 @@ def load_facts(model: str | Path | ModelEntry | ModelFacts, catalog: Catalog | N
     else from catalog facts (weights estimated).
 
     Raises:
-        ModelNotFound: unknown id or missing file. GGUFError: not a usable GGUF.
+        ModelNotFound: unknown id or missing file. GGUFError: not a usable GGUF. PlanError: an
+        entry not downloaded whose shape the catalog doesn't give.
     """
     if isinstance(model, ModelFacts):
         return model
     if isinstance(model, ModelEntry):
-        return kv_math.facts_from_gguf(read_gguf(model.path()), model.id) if model.present() \
-            else kv_math.facts_from_catalog(model)
+        if model.present():
+            return kv_math.facts_from_gguf(read_gguf(model.path()), model.id)
+        if not (model.n_layers and model.n_heads and model.n_kv_heads and model.head_dim_k):
+            # A hub search result: nothing is known until its GGUF header is on disk.
+            raise PlanError(f"{model.id}: the model's shape is unknown until it is downloaded")
+        return kv_math.facts_from_catalog(model)
     catalog = catalog or load_catalog()
     entry = catalog.get(str(model))
     if entry is not None:

@@ -61,7 +61,7 @@ def test_corrupt_bytes_fail_the_sha256_and_a_missing_file_says_so(entry, model_p
             download(entry)
         assert not entry.path().exists() and not part_path(entry.path()).exists()
         with pytest.raises(DownloadError, match="cannot reach"):
-            download(replace(entry, file="missing.gguf"))
+            download(replace(entry, file="missing.gguf", files={}))
     finally:
         hub.stop()
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
