@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "memory.k": 3,                   # memories retrieved per message (above the model's threshold)
     "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
+    "generate.repetition_guard": True,  # end an answer that loops (same block or line again and again)
     "runtime.n_ctx": 4096,
     "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
     "ui.language": "auto",           # auto (system locale) | zh_CN | en

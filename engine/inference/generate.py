@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 
 from engine.inference.backend import Backend, ContextFull, SamplingParams
+from engine.inference.repetition import RepetitionGuard
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class GenerateParams:
     sampling: SamplingParams = SamplingParams()
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    repetition_guard: bool = True  # end a looping answer (engine/inference/repetition.py)
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class TurnStats:
     ttft_ms: float
     prompt_tps: float
     decode_tps: float
-    finish_reason: str  # "stop" | "length" | "cancelled" | "stop_string" | "context_full"
+    # "stop" | "length" | "cancelled" | "stop_string" | "context_full" | "repetition" (the answer
+    # looped: it ends after the first occurrence of the repeated block, see dropped_tokens)
+    finish_reason: str
     cache_mode: str  # "append" | "rollback" (kept a prefix) | "reeval" (rollback impossible) | "fresh"
     prompt_ms: float = 0.0
     decode_ms: float = 0.0
@@ -47,6 +51,7 @@ class TurnStats:
     restored_from: str | None = None  # KV state came from "hot" | "warm" | "cold" (engine/kv/tiers.py)
     restore_ms: float = 0.0  # time to restore it (included in ttft_ms)
     park_ms: float = 0.0  # copying the previous conversation's state to RAM first (included in ttft_ms)
+    dropped_tokens: int = 0  # "repetition": sampled tokens cut as repeats (streamed, not kept)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -135,9 +140,11 @@ def generate(
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     ids: list[int] = []
     logprobs: list[float] = []
-    ends: list[int] = []  # text length after each token, to cut ids at a stop string
+    ends: list[int] = []  # text length after each token, to cut ids at a stop string or a loop
     text, emitted = "", 0
     finish = "length"
+    guard = RepetitionGuard() if params.repetition_guard else None
+    dropped = 0
     t_first = t_last = None
     n_sampled = 0
     while len(ids) < max_tokens:
@@ -156,6 +163,7 @@ def generate(
             break
         ids.append(token)
         logprobs.append(logprob)
+        before = len(text)
         text += decoder.decode(backend.token_bytes(token))
         ends.append(len(text))
         if params.stop:
@@ -171,12 +179,25 @@ def generate(
             safe = len(text) - _stop_hold(text, params.stop)
         else:
             safe = len(text)
+        keep = guard.feed(token, text[before:]) if guard is not None else None
+        if keep is not None:
+            # A loop: keep its first occurrence. Repeats already streamed stay on screen until
+            # the TurnResult (trimmed) replaces the streamed text; held-back text up to the cut
+            # still goes out, as a flush (token -1).
+            dropped = len(ids) - keep
+            cut = ends[keep - 1] if keep else 0
+            del ids[keep:], logprobs[keep:]
+            text, finish = text[:cut], "repetition"
+            if cut > emitted:
+                yield Chunk(text[emitted:], -1, 0.0)
+            emitted = max(emitted, cut)
+            break
         yield Chunk(text[emitted:safe], token, logprob)
         emitted = max(emitted, safe)
     else:
         if len(ids) >= backend.n_ctx - len(prompt):
             finish = "context_full"
-    if finish != "stop_string":
+    if finish not in ("stop_string", "repetition"):  # the cut text needs no pending bytes
         text += decoder.decode(b"", final=True)
         if len(text) > emitted:  # held-back text; token -1 marks a flush, not a token
             yield Chunk(text[emitted:], -1, 0.0)
@@ -196,5 +217,6 @@ def generate(
         cache_mode=mode,
         prompt_ms=round((t_prompt - t0) * 1000, 2),
         decode_ms=round(decode_s * 1000, 2),
+        dropped_tokens=dropped,
     )
     yield TurnResult(ids, text, logprobs, stats)
