@@ -178,7 +178,10 @@ class EngineWorker(QObject):
             self.turn_failed.emit(conversation_id, "the engine is not ready")
             return
         self.cancel.clear()
-        params = GenerateParams(SamplingParams(temperature=temperature), max_tokens=max_tokens)
+        settings = self.assistant.settings
+        guard = settings is None or bool(settings.get("generate.repetition_guard"))  # read per turn: live
+        params = GenerateParams(SamplingParams(temperature=temperature), max_tokens=max_tokens,
+                                repetition_guard=guard)
         pending: list[str] = []
         last = time.monotonic()
         try:

@@ -92,6 +92,7 @@ class ChatLoop:
         self.params = GenerateParams(
             sampling=SamplingParams(temperature=args.temperature, seed=args.seed),
             max_tokens=args.max_tokens,
+            repetition_guard=not args.no_repetition_guard,
         )
         self.failures = 0
         self.generating = False
@@ -412,6 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--l3-model", help="model name to ask the L3 endpoint for")
     c.add_argument("--no-cascade", action="store_true", help="never re-ask a low-confidence L1 answer on L2")
     c.add_argument("--cascade-threshold", type=float, help="confidence below which L1 answers are re-asked")
+    c.add_argument("--no-repetition-guard", action="store_true",
+                   help="let an answer that repeats itself run on to --max-tokens")
     c.add_argument("--no-memory", action="store_true",
                    help="neither retrieve memories into turns nor index this chat's messages")
     c.add_argument("--vram-budget-mb", type=float, help="VRAM for the GPU tier (default: free VRAM minus a margin)")
