@@ -21,8 +21,8 @@ import traceback
 
 from PySide6.QtCore import QCoreApplication, QObject, Signal, Slot
 
-from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
-                        SamplingParams, StorageError, TurnDone)
+from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
+                        ModelNotFound, SamplingParams, StorageError, TurnDone)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -39,6 +39,7 @@ class EngineWorker(QObject):
     superseded = Signal(int, str)    # a low-confidence answer being re-asked on L2 (JSON, as done)
     done = Signal(int, str)          # conversation id, JSON {"text", "stats", "level", "model", ...}
     turn_failed = Signal(int, str)   # conversation id, message
+    too_long = Signal(int, str)      # conversation id, JSON {"tokens", "fits", "n_ctx", "estimated", "message"}
     created = Signal(int)            # a new conversation's id
     notice = Signal(str)             # a one-line result or problem for the status bar / banner
     found = Signal(str, str)         # search query, JSON list of matching conversation ids
@@ -172,6 +173,15 @@ class EngineWorker(QObject):
                    lambda a, p: a.resend_edited(conversation_id, text, p, self.cancel, route=route),
                    temperature, max_tokens)
 
+    # ---- a message too long for the context, sent again with the user's choice (MessageTooLong)
+    @Slot(int, str, str, float, int, str, bool)
+    def send_overflow(self, conversation_id: int, text: str, route: str, temperature: float, max_tokens: int,
+                      overflow: str, edit: bool) -> None:
+        """`overflow`: "head_tail" or "summarise"; `edit`: the text replaces the last user message."""
+        call = "resend_edited" if edit else "send"
+        self._turn(conversation_id, lambda a, p: getattr(a, call)(conversation_id, text, p, self.cancel, route=route,
+                                                                  overflow=overflow), temperature, max_tokens)
+
     def _turn(self, conversation_id: int, start, temperature: float, max_tokens: int) -> None:
         """Run one turn's generator, batching tokens into signals."""
         if self.assistant is None:
@@ -198,6 +208,9 @@ class EngineWorker(QObject):
                 if (now - last) * 1000 >= TOKEN_BATCH_MS:
                     self.tokens.emit(conversation_id, "".join(pending))
                     pending, last = [], now
+        except MessageTooLong as exc:  # the window asks the user: head and tail, a summary, or neither
+            self.too_long.emit(conversation_id, json.dumps({"tokens": exc.tokens, "fits": exc.fits, "n_ctx": exc.n_ctx,
+                                                            "estimated": exc.estimated, "message": str(exc)}))
         except (InputError, ConversationNotFound, StorageError) as exc:  # StorageError: disk full, read-only
             self.turn_failed.emit(conversation_id, str(exc))
         except Exception as exc:  # noqa: BLE001 - the window stays usable; the trace goes to the log

@@ -31,6 +31,7 @@ class MainWindow(QMainWindow):
     _send = Signal(int, str, str, float, int)
     _regenerate = Signal(int, str, float, int)
     _resend = Signal(int, str, str, float, int)
+    _send_overflow = Signal(int, str, str, float, int, str, bool)  # a too-long message, with the user's choice
     _shutdown = Signal()
     _forget_all = Signal()
     _apply_settings = Signal(str)  # JSON list of changed setting keys
@@ -49,6 +50,8 @@ class MainWindow(QMainWindow):
         self.engine_ready = False
         self._pending: tuple[str, str] | None = None  # a first message waiting for its new chat
         self.editing = False  # the composer holds an edit of the last user message
+        self._sent: tuple[str, str, bool] | None = None  # (text, route, edit) in flight: MessageTooLong gives it back
+        self.too_long_dialog: QMessageBox | None = None
         self.last_done: dict | None = None  # the latest finished turn (its text and stats)
         self.engine_error: str | None = None  # why the engine could not start
 
@@ -149,6 +152,8 @@ class MainWindow(QMainWindow):
         self._send.connect(w.send)
         self._regenerate.connect(w.regenerate)
         self._resend.connect(w.resend_edited)
+        self._send_overflow.connect(w.send_overflow)
+        w.too_long.connect(self._on_too_long)
         self._shutdown.connect(w.shutdown, Qt.BlockingQueuedConnection)
         self._forget_all.connect(w.forget_all_memories)
         self._apply_settings.connect(w.apply_settings)
@@ -268,6 +273,46 @@ class MainWindow(QMainWindow):
         self.view.fail(message)
         self.show_banner(message)
 
+    # ---- a message too long for the context: the user chooses how it is shortened, or keeps it
+    def _on_too_long(self, cid: int, payload: str) -> None:
+        info = json.loads(payload)
+        self._set_busy(False)
+        self.view.drop_last_turn()  # nothing was stored; the bubble comes back if the user sends it
+        text, route, edit = self._sent or ("", "auto", False)
+        approx = "~" if info.get("estimated") else ""
+        box = QMessageBox(QMessageBox.Warning, tr("Message too long"), tr(
+            "This message has {tokens} tokens; at most {fits} fit in the model's context of {n_ctx} tokens.").format(
+            tokens=approx + str(info["tokens"]), fits=approx + str(info["fits"]), n_ctx=info["n_ctx"]), parent=self)
+        box.setInformativeText(tr("Keep its beginning and end (the middle is cut), or have the model summarise it? "
+                                  "The chat keeps your whole message either way."))
+        box.setObjectName("messageTooLongDialog")
+        head = box.addButton(tr("Keep head and tail"), QMessageBox.AcceptRole)
+        summary = box.addButton(tr("Summarise it"), QMessageBox.AcceptRole)
+        cancel = box.addButton(QMessageBox.Cancel)
+        head.setObjectName("keepHeadTailButton")
+        summary.setObjectName("summariseButton")
+        cancel.setObjectName("cancelButton")
+        choices = {head: "head_tail", summary: "summarise"}
+        box.finished.connect(lambda _r: self._overflow_chosen(cid, text, route, edit, choices.get(box.clickedButton())))
+        self.too_long_dialog = box
+        box.open()
+
+    def _overflow_chosen(self, cid: int, text: str, route: str, edit: bool, overflow: str | None) -> None:
+        self.too_long_dialog = None
+        if overflow is None:  # Cancel: the text is the user's again, in the composer
+            self.composer.edit.setPlainText(text)
+            self.editing = edit
+            if edit:
+                self._load.emit(cid)  # the turn it was to replace is still there
+            self.status_label.setText(tr("Not sent: the message is too long for the context"))
+            return
+        self.hide_banner()
+        self.view.add_user(text)
+        self._set_busy(True)
+        self.status_label.setText(tr("Summarising the message…") if overflow == "summarise" else tr("Thinking…"))
+        self._sent = (text, route, edit)
+        self._send_overflow.emit(cid, text, route, self.temperature, self.max_tokens, overflow, edit)
+
     def _show_confidence(self, stats: dict) -> None:
         """The flagged answer's warning with its weakest sentences (also inline in the bubble)."""
         conf = stats.get("confidence") or {}
@@ -295,6 +340,7 @@ class MainWindow(QMainWindow):
             self.hide_banner()
             self.view.add_user(text)
             self._set_busy(True)
+            self._sent = (text, route, True)
             self._resend.emit(self.conversation_id, text, route, self.temperature, self.max_tokens)
             return
         self._send_to(self.conversation_id, text, route)
@@ -337,6 +383,7 @@ class MainWindow(QMainWindow):
         self.view.add_user(text)
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))
+        self._sent = (text, route, False)
         self._send.emit(cid, text, route, self.temperature, self.max_tokens)
 
     def stop(self) -> None:

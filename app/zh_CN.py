@@ -131,6 +131,17 @@ TABLE = {
     'Status': '状态',
     'Warn below confidence': '置信度低于此值时警告',
     'copy': '复制',
+    # a message too long for the context (MessageTooLong)
+    'Message too long': '消息过长',
+    "This message has {tokens} tokens; at most {fits} fit in the model's context of {n_ctx} tokens.":
+        '这条消息有 {tokens} 个词元；模型上下文共 {n_ctx} 个词元，最多只能容纳 {fits} 个。',
+    'Keep its beginning and end (the middle is cut), or have the model summarise it? '
+    'The chat keeps your whole message either way.':
+        '保留开头和结尾（删去中间部分），还是让模型对其进行摘要？无论哪种方式，对话都会保存完整的消息。',
+    'Keep head and tail': '保留开头和结尾',
+    'Summarise it': '进行摘要',
+    'Not sent: the message is too long for the context': '未发送：消息超出上下文长度',
+    'Summarising the message…': '正在摘要消息…',
     # the first-start welcome (app/welcome.py) and the model manager's hub search
     'Welcome': '欢迎',
     'Everything runs on this computer. You start with two tiny demo models, which show how the app works but answer poorly; here is a real pair that fits this machine.':

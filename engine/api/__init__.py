@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
     "MAX_MESSAGE_CHARS": "engine.chat.turns",
     # errors a front-end reports to the user
     "InputError": "engine.chat.targets",
+    "MessageTooLong": "engine.chat.targets",
     "ConversationNotFound": "engine.chat.conversation",
     "ModelNotFound": "engine.models.catalog",
     "ModelLoadError": "engine.inference.backend",

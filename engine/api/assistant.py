@@ -204,9 +204,10 @@ class Assistant(AssistantCore):
     # ---- turns: the caller's stop event, or the assistant's own Stop
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
-             flush_s: float = 1.0, _replaces: list[int] | None = None) -> Iterator[Chunk | TurnDone]:
+             flush_s: float = 1.0, _replaces: list[int] | None = None,
+             overflow: str = "refuse") -> Iterator[Chunk | TurnDone]:
         return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces))
+                                          _replaces, overflow))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    cancel: threading.Event | None = None, route: str = "auto",

@@ -6,20 +6,45 @@ them alike.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from typing import Iterator
 
-from engine.inference.backend import ContextFull, DecodeError
-from engine.chat.window import Window, apply_shift, fit_window, session_counter
+from engine.inference.backend import ContextFull, DecodeError, SamplingParams
+from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
+                                session_counter)
 from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats, common_prefix, generate
 from engine.kv.tiers import KVTiers
-from engine.inference.remote import RemoteClient, estimate_prompt
+from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
 from engine.inference.runtime import FOREGROUND, Job, Worker
 from engine.chat.session import Message, Session
 
 
+log = logging.getLogger(__name__)
+
+SUMMARY_PIECE_MAX = 384  # tokens one part's summary may take (overflow="summarise")
+_SUMMARISE_SYSTEM = "You condense text faithfully: keep names, numbers, instructions and any question asked."
+_SUMMARISE = GenerateParams(SamplingParams(temperature=0.0, repeat_penalty=1.1, seed=0))
+
+
 class InputError(ValueError):
     """The user's message cannot be sent as it is (empty, too long, no room left)."""
+
+
+class MessageTooLong(InputError):
+    """The message does not fit even with no earlier turn and the least room for the answer.
+
+    Attributes: `tokens` (the message's), `fits` (the most of them that would), `n_ctx`,
+    `estimated` (counted with tiktoken for a remote model). Send it again with
+    `overflow="head_tail"` or `overflow="summarise"` to have it shortened.
+    """
+
+    def __init__(self, tokens: int, fits: int, n_ctx: int, estimated: bool = False, where: str = "this model"):
+        approx = "~" if estimated else ""
+        super().__init__(f"message too long for {where}: {approx}{tokens} tokens, at most {approx}{fits} fit "
+                         f"(the context holds {n_ctx}); keep its head and tail, or summarise it")
+        self.tokens, self.fits, self.n_ctx, self.estimated = tokens, fits, n_ctx, estimated
 
 
 class LocalTarget:
@@ -41,17 +66,74 @@ class LocalTarget:
 
     def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
             first_kept: int = 0) -> Window:
-        """The window for this turn; InputError if the message alone cannot fit.
-        Tokenizing reads only the vocabulary, so it is safe beside the model's thread."""
+        """The window for this turn, its max_answer capped to the room the prompt leaves.
+        Tokenizing reads only the vocabulary, so it is safe beside the model's thread.
+
+        Raises:
+            MessageTooLong: the message does not fit even with the answer floor (window.py).
+        """
         n_ctx = self.worker.backend.n_ctx
-        n_user = len(self.session([]).content_ids(user))
-        if n_user > n_ctx // 2:
-            raise InputError(f"message too long for this model: {n_user} tokens, the context holds {n_ctx}")
-        reserve = min(params.max_tokens, n_ctx // 4)  # room for the answer
+        reserve = min(params.max_tokens, n_ctx // 4)  # room for the answer; shrinks for a long message
         try:
-            return fit_window(session_counter(self.session([])), n_ctx, system, turns, user, reserve, first_kept)
-        except ValueError as exc:
-            raise InputError(str(exc)) from exc
+            window = fit_window(session_counter(self.session([])), n_ctx, system, turns, user, reserve, first_kept,
+                                floor=answer_floor(n_ctx))
+        except TooLong as exc:
+            n_user = len(self.session([]).content_ids(user))
+            raise MessageTooLong(n_user, max(0, n_user - (exc.needed - exc.limit)), n_ctx) from exc
+        window.max_answer = min(params.max_tokens, window.answer_room)
+        return window
+
+    def count_text(self, text: str) -> int:
+        """Tokens of `text` as message content for this model (the vocabulary only)."""
+        return len(self.worker.backend.tokenize(text, special=False))
+
+    def summarise(self, text: str, fits: int, cancel: threading.Event | None = None) -> str:
+        """`text` summarised part by part on this model, within about `fits` tokens: the overflow
+        choice for a message too long for the context. Each part is half the context; the parts'
+        summaries share `fits`. Runs in the foreground (the user waits) and returns the
+        conversation's KV sequence as it was.
+
+        Raises:
+            InputError: `fits` is too small for a useful summary of every part, or Stop.
+        """
+        backend = self.worker.backend
+        ids = backend.tokenize(text, special=False)
+        part = max(64, backend.n_ctx // 2)
+        n = math.ceil(len(ids) / part)
+        header = f"[a long message ({group(len(ids))} tokens) summarised in {n} parts]"
+        out = min(SUMMARY_PIECE_MAX, (fits - self.count_text(header) - MARKER_ROOM) // n - 8)
+        if out < 16:
+            raise InputError(f"the message is too long to summarise within {fits} tokens ({len(ids)} tokens "
+                             f"in {n} parts); keep its head and tail instead")
+        params = GenerateParams(_SUMMARISE.sampling, max_tokens=out)
+        summaries = []
+        for k in range(n):
+            piece = backend.detokenize(ids[k * part:(k + 1) * part])
+            ask = (f"Part {k + 1} of {n} of a long text. Summarise it in at most {max(10, out * 2 // 3)} words:"
+                   f"\n\n{piece}")
+            summaries.append(self._complete([Message("system", _SUMMARISE_SYSTEM), Message("user", ask)],
+                                            params, cancel).strip() or "(nothing)")
+            if cancel is not None and cancel.is_set():
+                raise InputError("stopped while summarising the message; nothing was sent")
+        return header + "\n\n" + "\n\n".join(f"Part {k + 1}: {s}" for k, s in enumerate(summaries))
+
+    def _complete(self, messages: list[Message], params: GenerateParams, cancel: threading.Event | None) -> str:
+        """One answer to `messages` outside any conversation: the foreground KV sequence is saved
+        first and put back after, as a background summary does (engine/chat/summaries.py)."""
+        def run(worker: Worker, job: Job) -> None:
+            saved = worker.backend.save_sequence()
+            try:
+                prompt = Session(worker.backend, worker.template, messages).prompt()
+                for item in generate(worker.backend, prompt, params, job.cancel, worker.prefill_piece()):
+                    if isinstance(item, TurnResult):
+                        job.emit(item)
+            finally:
+                if not worker.backend.restore_sequence(saved):
+                    log.warning("could not restore the KV sequence after summarising a message; "
+                                "the next turn re-evaluates")
+
+        results = [item for item in self.worker.submit(run, FOREGROUND, cancel) if isinstance(item, TurnResult)]
+        return results[-1].text if results else ""
 
     def uncached_tokens(self, history: list[Message], user: Message) -> int:
         """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix."""
@@ -123,14 +205,20 @@ class RemoteTarget:
         """The window within the endpoint's configured context, counted with tiktoken: an
         estimate (the remote tokenizer is unknown), labelled so."""
         n_ctx = self.client.config.n_ctx
-        n_user = estimate_prompt([user])
-        if n_user > n_ctx // 2:
-            raise InputError(f"message too long for the L3 model: ~{n_user} tokens, its context holds {n_ctx}")
         reserve = min(params.max_tokens, n_ctx // 4)
         try:
-            return fit_window(estimate_prompt, n_ctx, system, turns, user, reserve, first_kept, estimated=True)
-        except ValueError as exc:
-            raise InputError(str(exc)) from exc
+            window = fit_window(estimate_prompt, n_ctx, system, turns, user, reserve, first_kept, estimated=True,
+                                floor=answer_floor(n_ctx))
+        except TooLong as exc:
+            n_user = self.count_text(user.text_for_model)
+            raise MessageTooLong(n_user, max(0, n_user - (exc.needed - exc.limit)), n_ctx, estimated=True,
+                                 where="the L3 model") from exc
+        window.max_answer = min(params.max_tokens, window.answer_room)
+        return window
+
+    @staticmethod
+    def count_text(text: str) -> int:
+        return estimate_tokens(text)
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False, **_) -> Iterator[Chunk | TurnResult]:

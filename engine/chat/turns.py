@@ -8,13 +8,14 @@ import logging
 import re
 import threading
 import time
+from dataclasses import replace
 from typing import Iterator
 
 from engine.chat.conversation import Conversation, StableBlock, TurnDone, TurnInput
 from engine.chat.session import Message
-from engine.chat.targets import InputError
+from engine.chat.targets import InputError, MessageTooLong
 from engine.chat.turn_memory import _memories_used
-from engine.chat.window import Window
+from engine.chat.window import Window, head_tail
 from engine.inference.generate import Chunk, GenerateParams, TurnResult
 from engine.inference.remote import RemoteError
 from engine.inference.runtime import BACKGROUND, ModelUnloaded
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 _CJK = re.compile(r"[\u3400-\u9fff]")
 
 MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
+# What to do with a message too long for the context (MessageTooLong): refuse it, keep its head
+# and tail (the middle cut, a marker says how much), or have the L1 model summarise it in parts.
+# The stored message keeps every word typed; the shortened text is what the models read.
+OVERFLOW = ("refuse", "head_tail", "summarise")
 
 
 class Turns:
@@ -60,7 +65,7 @@ class Turns:
 
     def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
                       cancel: threading.Event | None = None, route: str = "auto",
-                      flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
+                      flush_s: float = 1.0, overflow: str = "refuse") -> Iterator[Chunk | TurnDone]:
         """Replace the last user message (and its answer) with `text` and answer that; the old
         turn is superseded in the record once the new message is stored.
 
@@ -75,7 +80,7 @@ class Turns:
         conv.messages = conv.messages[:last]
         try:
             yield from self.send(conversation_id, text, params, cancel, route, flush_s,
-                                 _replaces=[m.id for m in old if m.id is not None])
+                                 _replaces=[m.id for m in old if m.id is not None], overflow=overflow)
         except BaseException:
             if not any(m.role == "user" and m.id is not None and m not in old for m in conv.messages[last:]):
                 conv.messages[last:last] = old  # nothing was stored: the old turn stands
@@ -83,14 +88,23 @@ class Turns:
 
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
-             flush_s: float = 1.0, _replaces: list[int] | None = None) -> Iterator[Chunk | TurnDone]:
+             flush_s: float = 1.0, _replaces: list[int] | None = None,
+             overflow: str = "refuse") -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
+        Args:
+            overflow: a message too long for the context: "refuse" (MessageTooLong), "head_tail"
+                or "summarise" (see OVERFLOW; the answer's stats["context"]["overflow"] says what
+                was done).
+
         Raises:
+            MessageTooLong: the message does not fit the context and overflow is "refuse".
             InputError: empty or oversized message, or no room left in the context.
             ConversationNotFound: unknown id.
         """
+        if overflow not in OVERFLOW:
+            raise InputError(f"overflow must be one of {', '.join(OVERFLOW)}, not {overflow!r}")
         conv = self.conversation(conversation_id)
         text = clean_text(text).strip()
         if not text:
@@ -102,7 +116,8 @@ class Turns:
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
         turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [])
         try:
-            done = yield from self._answer(conv, turn, decision, params, cancel, flush_s, commit_user=True)
+            done = yield from self._answer(conv, turn, decision, params, cancel, flush_s, commit_user=True,
+                                           overflow=overflow)
             if done is None:
                 return
             if self._should_cascade(done, route):
@@ -129,13 +144,16 @@ class Turns:
 
     def _answer(self, conv: Conversation, turn: TurnInput, decision: RouteDecision, params: GenerateParams,
                 cancel: threading.Event | None, flush_s: float, commit_user: bool,
-                supersedes: TurnDone | None = None):
+                supersedes: TurnDone | None = None, overflow: str = "refuse"):
         user = turn.user
         turns = conv.messages if commit_user else conv.messages[:-2]  # cascade: without user + weak answer
         failures: list[str] = []
         for target, note in self._targets(decision.level):
-            window, moved = self._window(conv, target, turns, turn, params, cancel)
+            window, moved = self._window(conv, target, turns, turn, params, cancel, overflow)
             history = window.messages if window else conv.history()
+            run = params  # a long message leaves less room than asked: the answer gets what is left
+            if window is not None and window.max_answer is not None and window.max_answer < params.max_tokens:
+                run = replace(params, max_tokens=window.max_answer)
             if commit_user and user.id is None:
                 user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
                                               token_ids=user.ids.get(target.identity), token_model=target.identity,
@@ -148,7 +166,7 @@ class Turns:
                 if turn.fact:
                     self._remember(conv, turn)
             try:
-                done = yield from self._stream(conv, target, history, turn, decision, note, params, cancel,
+                done = yield from self._stream(conv, target, history, turn, decision, note, run, cancel,
                                                flush_s, supersedes, window, moved)
                 if done is not None and window is not None:
                     conv.first_kept[target.identity] = window.first_kept
@@ -161,7 +179,8 @@ class Turns:
         raise InputError("no model is available for this message" + (f": {failures[-1]}" if failures else ""))
 
     def _window(self, conv: Conversation, target, turns: list[Message], turn: TurnInput,
-                params: GenerateParams, cancel: threading.Event | None = None) -> tuple[Window | None, bool]:
+                params: GenerateParams, cancel: threading.Event | None = None,
+                overflow: str = "refuse") -> tuple[Window | None, bool]:
         """This turn's window for a target, and whether it moved (older turns overflowed). When it
         moves, the stable block (pinned memories, summary) is brought up to date: a new prefix is
         re-evaluated or shifted then anyway."""
@@ -170,7 +189,7 @@ class Turns:
         block = conv.stable.get(key)
         if block is None:
             block = conv.stable[key] = StableBlock(self._pinned())
-        window = self._fit(conv, target, block, turns, turn, params, start)
+        window = self._fit(conv, target, block, turns, turn, params, start, overflow, cancel)
         if window is None or window.first_kept == start:
             return window, False
         self.catch_up_summary(conv, cancel=cancel)  # the turns leaving the window: in the summary it carries
@@ -178,22 +197,62 @@ class Turns:
         fresh = StableBlock(self._pinned(), chain[-1]["text"] if chain else None)
         if fresh != block:
             conv.stable[key] = fresh
-            window = self._fit(conv, target, fresh, turns, turn, params, start)
+            shortened = window.overflow
+            window = self._fit(conv, target, fresh, turns, turn, params, start, overflow, cancel)
+            window.overflow = window.overflow or shortened
         return window, True
 
-    @staticmethod
-    def _fit(conv: Conversation, target, block: StableBlock, turns: list[Message], turn: TurnInput,
-             params: GenerateParams, start: int) -> Window | None:
+    def _fit(self, conv: Conversation, target, block: StableBlock, turns: list[Message], turn: TurnInput,
+             params: GenerateParams, start: int, overflow: str = "refuse",
+             cancel: threading.Event | None = None) -> Window | None:
+        user = turn.user
         try:
-            return target.fit(conv.system(block), turns, turn.user, params, start)
-        except InputError:
-            if turn.user.model_text is None or turn.user.id is not None:
+            return target.fit(conv.system(block), turns, user, params, start)
+        except InputError as exc:
+            if user.id is not None and isinstance(exc, MessageTooLong):  # stored already (regenerate, cascade)
+                raise InputError(str(exc)) from exc
+            if user.id is not None or (user.model_text is None and (overflow == "refuse"
+                                                                   or not isinstance(exc, MessageTooLong))):
                 raise
-        # The message fits only without the memories retrieved for it: send it without them.
-        log.info("retrieved memories left out: the message fills the context")
-        turn.user.model_text, turn.user.ids = None, {}
-        turn.recall = Hits(status="skipped: no room in the context")
-        return target.fit(conv.system(block), turns, turn.user, params, start)
+            too_long = exc
+        if user.model_text is not None:
+            # The message fits only without the memories retrieved for it (or an earlier shortening
+            # was for another window): send it without them, or shorten it from the words typed.
+            log.info("retrieved memories left out: the message fills the context")
+            user.model_text, user.ids = None, {}
+            if turn.recall is not None:
+                turn.recall = Hits(status="skipped: no room in the context")
+            try:
+                return target.fit(conv.system(block), turns, user, params, start)
+            except MessageTooLong as exc:
+                if overflow == "refuse":
+                    raise
+                too_long = exc
+        return self._shorten(conv, target, block, turns, turn, params, start, overflow, too_long, cancel)
+
+    def _shorten(self, conv: Conversation, target, block: StableBlock, turns: list[Message], turn: TurnInput,
+                 params: GenerateParams, start: int, overflow: str, too_long: MessageTooLong,
+                 cancel: threading.Event | None) -> Window:
+        """The user's choice for a message too long for the context: the models read its head and
+        tail, or the L1 model's summary of it in parts (the stored content stays what was typed)."""
+        user, fits = turn.user, too_long.fits
+        source = user.content
+        if overflow == "summarise":  # head_tail then only trims it if another tokenizer counts more
+            source = self._local("L1").summarise(user.content, fits, cancel)
+        for _ in range(3):  # the template may count a few tokens more at the cut than the text alone
+            text, _ = head_tail(source, fits, target.count_text)
+            user.model_text, user.ids = text, {}
+            try:
+                window = target.fit(conv.system(block), turns, user, params, start)
+            except MessageTooLong as exc:
+                fits -= max(1, exc.tokens - exc.fits)
+                continue
+            window.overflow = {"mode": overflow, "tokens": too_long.tokens, "kept": target.count_text(text)}
+            log.info("a %d-token message was shortened (%s) to %d tokens", too_long.tokens, overflow,
+                     window.overflow["kept"])
+            return window
+        user.model_text, user.ids = None, {}
+        raise too_long
 
     def _stream(self, conv: Conversation, target, history: list[Message], turn: TurnInput,
                 decision: RouteDecision, note: str | None, params: GenerateParams,

@@ -4,7 +4,10 @@ The prompt is the system block (always kept), then the most recent whole turns, 
 user message, within n_ctx minus a reserve for the answer. When the next turn would not fit, the
 oldest whole turns leave the window (they stay in SQLite) — enough of them that overflow happens
 at occasional shift points, not on every turn — and the KV cache is shifted rather than
-re-evaluated where llama.cpp allows it.
+re-evaluated where llama.cpp allows it. A message that fits only without any earlier turn and with
+less room for the answer than asked is still answered: the reserve shrinks down to `answer_floor`.
+A longer one is `TooLong`; `head_tail` shortens it to what fits (the turn code offers that, or a
+summary, when the user chose so).
 """
 
 from __future__ import annotations
@@ -18,6 +21,25 @@ from engine.chat.session import Message, Session
 
 WARN_LEVEL = 0.8  # the UI warns when the window is this full
 REFILL = 0.6  # after an overflow the window is refilled only to this share of the budget
+# The least room an answer keeps when a long message takes the rest: 256 tokens answer a question
+# about a paste in a paragraph or two; n_ctx/16 keeps a small context (2048 → 128) mostly for the
+# message. Below this the answer would be cut mid-sentence, so the message is too long instead.
+ANSWER_FLOOR = 256
+MARKER_ROOM = 24  # tokens kept free for head_tail's "[… N tokens cut …]" line and joins
+
+
+def answer_floor(n_ctx: int) -> int:
+    """The smallest answer reserve a long message may leave (ANSWER_FLOOR or n_ctx/16)."""
+    return max(1, min(ANSWER_FLOOR, n_ctx // 16))
+
+
+class TooLong(ValueError):
+    """The system block and the message alone need `needed` tokens; `limit` is n_ctx minus the
+    answer floor."""
+
+    def __init__(self, needed: int, limit: int):
+        super().__init__(f"the message alone needs {needed} tokens; the context holds {limit} for the prompt")
+        self.needed, self.limit = needed, limit
 
 
 @dataclass
@@ -28,15 +50,23 @@ class Window:
     budget: int  # n_ctx - reserve
     n_ctx: int
     estimated: bool = False  # counts from tiktoken (a remote model), not the model's tokenizer
+    max_answer: int | None = None  # the turn's max_tokens, capped to the room the prompt leaves
+    # A message shortened to fit: {"mode": "head_tail" | "summarise", "tokens", "kept"} (tokens).
+    overflow: dict | None = None
 
     @property
     def water_level(self) -> float:
         return self.prompt_tokens / self.n_ctx
 
+    @property
+    def answer_room(self) -> int:
+        return self.n_ctx - self.prompt_tokens
+
     def as_dict(self) -> dict:
         return {"n_ctx": self.n_ctx, "used": self.prompt_tokens, "budget": self.budget,
                 "water_level": round(self.water_level, 3), "warn": self.water_level >= WARN_LEVEL,
-                "first_kept": self.first_kept, "estimated": self.estimated}
+                "first_kept": self.first_kept, "estimated": self.estimated, "max_answer": self.max_answer,
+                "overflow": self.overflow}
 
 
 def turn_starts(messages: list[Message]) -> list[int]:
@@ -51,15 +81,21 @@ def session_counter(session: Session) -> Callable[[list[Message]], int]:
 
 
 def fit_window(count: Callable[[list[Message]], int], n_ctx: int, system: list[Message], turns: list[Message],
-               user: Message, reserve: int, first_kept: int = 0, estimated: bool = False) -> Window:
+               user: Message, reserve: int, first_kept: int = 0, estimated: bool = False,
+               floor: int | None = None) -> Window:
     """The window for the next answer: system block + the most recent whole turns that fit.
 
     `count(messages)` is the prompt length of `messages` plus the answer header. `first_kept` is
     where the previous window started: the window never moves back (that would undo a shift), and
     when it must move forward it moves far enough to leave room (REFILL).
 
+    With a `floor` (the targets pass `answer_floor(n_ctx)`), when even the system block and the
+    message alone exceed n_ctx - reserve, the reserve shrinks to what is left, down to `floor`:
+    the window then holds no earlier turn and its budget is exactly the prompt.
+
     Raises:
-        ValueError: the system block and the new message alone exceed n_ctx - reserve.
+        TooLong: the system block and the new message alone exceed n_ctx - reserve (n_ctx - floor
+            with a floor).
     """
     budget = n_ctx - reserve
 
@@ -79,8 +115,11 @@ def fit_window(count: Callable[[list[Message]], int], n_ctx: int, system: list[M
         if n <= target:
             chosen, used = start, n
             break
-    if used > budget:
-        raise ValueError(f"the message alone needs {used} tokens; the context holds {budget} for the prompt")
+    if used > budget:  # every earlier turn is out: only the answer's room can shrink now
+        limit = budget if floor is None else n_ctx - min(reserve, floor)
+        if used > limit:
+            raise TooLong(used, limit)
+        return Window(system, len(turns), used, used, n_ctx, estimated)
     return Window(system + turns[chosen:], chosen, used, budget, n_ctx, estimated)
 
 
@@ -109,3 +148,40 @@ def apply_shift(backend: Backend, prompt: list[int]) -> bool:
     False means the caller's prefill re-evaluates from the common prefix instead."""
     cut = find_shift(backend.kv_tokens, prompt)
     return cut is not None and backend.shift_out(*cut)
+
+
+def head_tail(text: str, fits: int, count: Callable[[str], int]) -> tuple[str, int]:
+    """`text` cut to its head and tail within `fits` tokens (as `count` measures them), the middle
+    replaced by a marker saying how many tokens left; and that number (0: it fitted as it was)."""
+    total = count(text)
+    if total <= fits:
+        return text, 0
+    keep = max(0, fits - MARKER_ROOM)
+    chars = int(len(text) * keep / total)
+    for _ in range(8):  # tokens per character vary along the text: measure and correct
+        half = chars // 2
+        head = _cut_at_space(text[:half], from_end=True)
+        tail = _cut_at_space(text[len(text) - (chars - half):], from_end=False) if chars - half else ""
+        cut = total - count(head) - count(tail)
+        result = f"{head}\n\n[… {group(cut)} tokens cut …]\n\n{tail}"
+        n = count(result)
+        if n <= fits or chars == 0:
+            return result, cut
+        chars = max(0, int(chars * fits / n) - 16)
+    return result, cut
+
+
+def group(n: int) -> str:
+    """1234 → "1 234": thousands grouped with a space, readable in every language."""
+    return f"{n:,}".replace(",", " ")
+
+
+def _cut_at_space(part: str, from_end: bool, within: int = 64) -> str:
+    """Cut on whitespace near the cut point when there is some, so no word is split."""
+    if from_end:
+        i = part.rfind(" ", max(0, len(part) - within))
+        j = part.rfind("\n", max(0, len(part) - within))
+        k = max(i, j)
+        return part[:k] if k > 0 else part
+    cands = [x for x in (part.find(" ", 0, within), part.find("\n", 0, within)) if x >= 0]
+    return part[min(cands) + 1:] if cands else part

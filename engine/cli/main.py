@@ -13,9 +13,9 @@ import threading
 from typing import Iterator
 
 from engine import __version__
-from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
-                        RemoteError, SamplingParams, Settings, StorageError, TurnDone, db_path, load_catalog,
-                        user_dir)
+from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
+                        ModelNotFound, RemoteError, SamplingParams, Settings, StorageError, TurnDone, db_path,
+                        load_catalog, user_dir)
 from engine.cli.memory import add_memory_parser
 from engine.cli.plan import add_plan_parsers
 from engine.cli.route import add_route_parser
@@ -173,7 +173,7 @@ class ChatLoop:
         self.generating = True
         try:
             for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel,
-                                            route=self.args.route):
+                                            route=self.args.route, overflow=self.args.overflow):
                 if isinstance(item, TurnDone):
                     self._done(item)
                 elif item.text:
@@ -182,6 +182,9 @@ class ChatLoop:
                     else:
                         sys.stdout.write(item.text)
                         sys.stdout.flush()
+        except MessageTooLong as exc:  # the way out is a flag: say which
+            self.failures += 1
+            self.out.error(f"{exc} (run `assistant chat --overflow head_tail` or `--overflow summarise`)")
         except (InputError, StorageError) as exc:  # disk full / read-only: said, and the chat goes on
             self.failures += 1
             self.out.error(str(exc))
@@ -411,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--l3-url", help="OpenAI-compatible endpoint for L3, e.g. http://192.168.1.20:8000/v1")
     c.add_argument("--l3-key", help="API key for the L3 endpoint")
     c.add_argument("--l3-model", help="model name to ask the L3 endpoint for")
+    c.add_argument("--overflow", choices=["refuse", "head_tail", "summarise"], default="refuse",
+                   help="a message too long for the context: refuse it (default), keep its head and tail, "
+                        "or have the L1 model summarise it")
     c.add_argument("--no-cascade", action="store_true", help="never re-ask a low-confidence L1 answer on L2")
     c.add_argument("--cascade-threshold", type=float, help="confidence below which L1 answers are re-asked")
     c.add_argument("--no-repetition-guard", action="store_true",
