@@ -31,7 +31,7 @@ EMBEDDER_JOIN_S = 60.0  # longest close() waits for an embedder still loading
 # Settings a running engine picks up at once; any other change applies on the next start.
 LIVE_SETTINGS = frozenset({
     "cascade.enabled", "cascade.threshold", "router.max_switch_s", "router.base_models", "summary.every_turns",
-    "memory.k", "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
+    "memory.k", "generate.repetition_guard", "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
     "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
 })
 
@@ -235,9 +235,11 @@ class Assistant(AssistantCore):
         if key == "cascade.enabled" or key == "cascade.threshold":
             s = self.settings
             self.configure_cascade(s.get("cascade.enabled"), s.get("cascade.threshold") or None)
-        elif key == "router.max_switch_s":
         elif key == "router.base_models":
             self.base_models = bool(value)
+        elif key == "generate.repetition_guard":
+            pass  # front-ends read it into each turn's GenerateParams: the next turn has it
+        elif key == "router.max_switch_s":
             self.max_switch_s = float(value)
         elif key == "summary.every_turns":
             self.summary_every = int(value)
