@@ -31,8 +31,8 @@ EMBEDDER_JOIN_S = 60.0  # longest close() waits for an embedder still loading
 # Settings a running engine picks up at once; any other change applies on the next start.
 LIVE_SETTINGS = frozenset({
     "cascade.enabled", "cascade.threshold", "router.max_switch_s", "router.base_models", "summary.every_turns",
-    "memory.k", "generate.repetition_guard", "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
-    "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
+    "memory.k", "generate.repetition_guard", "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model",
+    "l3.n_ctx", "l3.timeout_s", "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
 })
 
 
