@@ -165,7 +165,9 @@ def demo(model_paths, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # module scope: set before the per-test home exists
         mp.setenv("ASSISTANT_HOME", str(home))  # KV snapshot files too
         db = Database(home / "assistant.db")
-        a = Assistant(db, "demo-small", LoadParams(n_ctx=4096, n_threads=2))
+        # One thread: on a shared 2-core machine two llama.cpp threads spin at every barrier while the
+        # other is descheduled (measured: 21 vs 89 prompt tok/s, 1.2 vs 33 decode tok/s under load).
+        a = Assistant(db, "demo-small", LoadParams(n_ctx=4096, n_threads=1))
         a.load_tokenizer()
         yield a
         a.close()
