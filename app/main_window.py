@@ -17,6 +17,7 @@ from app.composer import Composer
 from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
 from app.i18n import tr
+from app.render import answered_by
 from engine.api import Settings
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class MainWindow(QMainWindow):
         for b in (self.regen_button, self.edit_button, self.copy_button):
             actions.addWidget(b)
         actions.addStretch(1)
+        self._update_actions()
         self.composer.set_busy(True)  # until the engine is ready
         mode = Settings().get("router.mode")  # the settings' routing mode is the composer's default
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
@@ -242,6 +244,7 @@ class MainWindow(QMainWindow):
                                      "superseded": m["superseded"]} for m in messages])
             last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
             self.gauges.set_water_level(last.get("context"))
+            self._update_actions()
 
     def _on_tokens(self, cid: int, text: str) -> None:
         self.progress.hide()  # the first token ends the wait
@@ -266,12 +269,14 @@ class MainWindow(QMainWindow):
             self.gauges.set_water_level(context)
             if context:
                 self.composer.set_context(context["used"], context["n_ctx"])
-        self.status_label.setText(tr("Done"))
+        self.status_label.setText(answered_by(done))
+        self._update_actions()
 
     def _on_turn_failed(self, cid: int, message: str) -> None:
         self._set_busy(False)
         self.view.fail(message)
         self.show_banner(message)
+        self._update_actions()
 
     # ---- a message too long for the context: the user chooses how it is shortened, or keeps it
     def _on_too_long(self, cid: int, payload: str) -> None:
@@ -395,8 +400,14 @@ class MainWindow(QMainWindow):
         self.composer.set_busy(busy)
         self.chat_list.setEnabled(not busy)
         self.new_button.setEnabled(not busy)
-        for b in (self.regen_button, self.edit_button):
-            b.setEnabled(not busy)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        """Regenerate, Edit and Copy only when there is something to act on, and not mid-turn."""
+        idle = self.engine_ready and not self.busy
+        self.regen_button.setEnabled(idle and self.conversation_id is not None and self.view.ends_with_answer())
+        self.edit_button.setEnabled(idle and self.view.last_user() is not None)
+        self.copy_button.setEnabled(bool(self.view.last_answer()))
 
     def _select(self, item, _previous=None) -> None:
         if item is None or self.busy:
@@ -460,6 +471,7 @@ class MainWindow(QMainWindow):
             self.conversation_id = None
             self.view.set_messages([])
             self.gauges.set_water_level(None)
+            self._update_actions()
         self._delete.emit(cid)
 
     def export_chat(self, cid: int, fmt: str, path: str | None = None) -> None:
@@ -496,7 +508,12 @@ class MainWindow(QMainWindow):
     def open_models(self) -> None:
         from app.model_manager import ModelManagerDialog
 
-        ModelManagerDialog(Settings(), self).exec()
+        settings = Settings()
+        changed: list[str] = []
+        settings.on_change(lambda key, _value: changed.append(key))
+        ModelManagerDialog(settings, self).exec()
+        if changed:  # "Use for L1/L2": the running engine switches (tiers are live settings)
+            self._apply_settings.emit(json.dumps(sorted(set(changed))))
 
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog

@@ -27,6 +27,11 @@ RESULT_COLUMNS = ("Repository", "File", "Quant", "Size", "On this machine", "Sta
 GPU_OVERHEAD = 1.2  # file size → memory need of a model whose architecture is not known yet (KV, buffers)
 
 
+def entry_label(e: ModelEntry) -> str:
+    """A catalog model's name as lists show it: the flags, not the name, say demo and base model."""
+    return e.name + (tr(" (demo)") if e.demo else "") + ("" if e.instruct else tr(" (base model)"))
+
+
 def fit_badge(entry: ModelEntry, vram_budget_mb: float | None) -> tuple[str, str]:
     """(needs, badge) for the table, from the planner and the available RAM."""
     try:
@@ -226,7 +231,7 @@ class ModelManagerDialog(QDialog):
             needs, badge = fit_badge(e, self.vram_budget)
             status = tr("downloaded") if e.present() else (
                 tr("partly downloaded") if part_path(e.download_path()).exists() else tr("not downloaded"))
-            name = e.name + (tr(" (demo)") if e.demo and "(demo" not in e.name else "")
+            name = entry_label(e)
             for col, text in enumerate((name, e.tier, f"{e.size_bytes / 1e6:,.0f} MB", e.quant, needs, badge, status)):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.UserRole, e.id)
@@ -320,7 +325,7 @@ class ModelManagerDialog(QDialog):
         if e is None:
             return
         self.settings.set(f"tier.{tier}", e.id)
-        self.message.setText(tr("{tier} will use {name} from the next start.").format(tier=tier, name=e.name))
+        self.message.setText(tr("{tier} will use {name}.").format(tier=tier, name=e.name))
 
     def import_file(self, path: str | None = None, tier: str = "L1") -> bool:
         """Check a local GGUF and make it the model of `tier`; False (with the reason shown) if unusable."""
@@ -334,7 +339,7 @@ class ModelManagerDialog(QDialog):
             self.message.setText(tr("Not a usable model: {why}").format(why=exc))
             return False
         self.settings.set(f"tier.{tier}", str(Path(path).resolve()))
-        self.message.setText(tr("{file}: {arch}, {layers} layers — {tier} will use it from the next start.").format(
+        self.message.setText(tr("{file}: {arch}, {layers} layers — {tier} will use it.").format(
             file=Path(path).name, arch=info.arch or "?", layers=info.arch_value("block_count", "?"), tier=tier))
         return True
 

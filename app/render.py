@@ -79,7 +79,18 @@ def meta_line(stats: dict, level: str = "", model: str = "") -> str:
         parts.append(tr("fallback: {why}").format(why=stats["fallback"]))
     if stats.get("finish_reason") in ("cancelled", "interrupted"):
         parts.append(tr("stopped"))
+    elif stats.get("finish_reason") == "repetition":
+        parts.append(tr("stopped: the answer began repeating itself"))
+    elif stats.get("finish_reason") == "length":
+        parts.append(tr("cut at the length limit"))
     return " · ".join(p for p in parts if p)
+
+
+def answered_by(done: dict) -> str:
+    """The status line after a turn: which model answered, on which tier, and why that tier."""
+    why = done.get("fallback") or done.get("route_reason") or ""
+    text = tr("Answered by {model} ({level})").format(model=done.get("model") or "?", level=done.get("level") or "?")
+    return f"{text}: {why}" if why else text
 
 
 def notices_html(stats: dict) -> str:

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QVBoxLayout)
 
 from app.i18n import tr
+from app.model_manager import entry_label
 from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,12 @@ class SettingsDialog(QDialog):
         self.l1, self.l2 = QComboBox(), QComboBox()
         for combo, tier, key in ((self.l1, "L1", "tier.L1"), (self.l2, "L2", "tier.L2")):
             for e in catalog.entries:
-                label = e.name + ("" if e.present() else tr(" (not downloaded)"))
+                label = entry_label(e) + ("" if e.present() else tr(" (not downloaded)"))
                 combo.addItem(label, e.id)
-            combo.setCurrentIndex(max(0, combo.findData(settings.get(key))))
+            current = settings.get(key)
+            if combo.findData(current) < 0:  # an imported file or a hub download: keep it, don't swap it for row 0
+                combo.addItem(current, current)
+            combo.setCurrentIndex(combo.findData(current))
         form.addRow(tr("CPU model (L1)"), self.l1)
         form.addRow(tr("GPU model (L2)"), self.l2)
         snap = device_snapshot()
@@ -120,6 +124,12 @@ class SettingsDialog(QDialog):
         self.summary.setRange(0, 100)
         self.summary.setValue(settings.get("summary.every_turns"))
         self.summary.setSpecialValueText(tr("off"))
+        self.repetition_guard = QCheckBox(tr("Stop an answer that starts repeating itself"))
+        self.repetition_guard.setObjectName("repetitionGuard")
+        self.repetition_guard.setChecked(settings.get("generate.repetition_guard"))
+        self.base_models = QCheckBox(tr("Let automatic routing use base (not instruction-tuned) models"))
+        self.base_models.setObjectName("baseModels")
+        self.base_models.setChecked(settings.get("router.base_models"))
         self.memory = QCheckBox(tr("Remember across conversations"))
         self.memory.setChecked(settings.get("memory.enabled"))
         self.forget_all = QPushButton(tr("Forget everything…"))
@@ -135,6 +145,8 @@ class SettingsDialog(QDialog):
         self.cold.setValue(int(settings.get("kv.cold_budget_mb")))
         form.addRow(tr("Routing"), self.route)
         form.addRow(self.cascade)
+        form.addRow(self.repetition_guard)
+        form.addRow(self.base_models)
         form.addRow(tr("Cascade threshold"), self.threshold)
         form.addRow(tr("Warn below confidence"), self.warn)
         form.addRow(tr("Summarise every N turns"), self.summary)
@@ -211,6 +223,8 @@ class SettingsDialog(QDialog):
         s.set("l3.timeout_s", int(self.l3_timeout.value()))
         s.set("router.mode", self.route.currentData())
         s.set("cascade.enabled", self.cascade.isChecked())
+        s.set("generate.repetition_guard", self.repetition_guard.isChecked())
+        s.set("router.base_models", self.base_models.isChecked())
         s.set("cascade.threshold", float(self.threshold.value()))
         s.set("confidence.warn_threshold", float(self.warn.value()))
         s.set("summary.every_turns", int(self.summary.value()))

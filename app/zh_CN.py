@@ -120,8 +120,8 @@ TABLE = {
     'not downloaded': '未下载',
     'partly downloaded': '部分下载',
     'too big for free RAM': '超出可用内存',
-    '{file}: {arch}, {layers} layers — {tier} will use it from the next start.': '{file}：{arch}，{layers} 层 — {tier} 将在下次启动时使用它。',
-    '{tier} will use {name} from the next start.': '{tier} 将在下次启动时使用 {name}。',
+    '{file}: {arch}, {layers} layers — {tier} will use it.': '{file}：{arch}，{layers} 层 — {tier} 将使用它。',
+    '{tier} will use {name}.': '{tier} 将使用 {name}。',
     'Model': '模型',
     'Tier': '层级',
     'Size': '大小',
@@ -142,6 +142,10 @@ TABLE = {
     'Summarise it': '进行摘要',
     'Not sent: the message is too long for the context': '未发送：消息超出上下文长度',
     'Summarising the message…': '正在摘要消息…',
+    # turn status and answer meta line
+    'Answered by {model} ({level})': '由 {model}（{level}）回答',
+    'stopped: the answer began repeating itself': '已停止：回答开始重复',
+    'cut at the length limit': '已达长度上限而截断',
     # the first-start welcome (app/welcome.py) and the model manager's hub search
     'Welcome': '欢迎',
     'Everything runs on this computer. You start with two tiny demo models, which show how the app works but answer poorly; here is a real pair that fits this machine.':
@@ -200,4 +204,8 @@ TABLE = {
     'split file: not supported': '分片文件：不支持',
     '{file} is already downloaded.': '{file} 已经下载。',
     'Download the file first.': '请先下载该文件。',
+    # settings: decoding and routing guards
+    'Stop an answer that starts repeating itself': '回答开始重复时停止',
+    'Let automatic routing use base (not instruction-tuned) models': '允许自动路由使用基础模型（未经指令微调）',
+    ' (base model)': '（基础模型）',
 }

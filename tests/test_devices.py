@@ -67,7 +67,9 @@ def test_missing_nvml_library_gives_clean_cpu_only_report(linux):
     nvml = FakeNvml(init_error=pynvml.NVMLError_LibraryNotFound())
     snap = DeviceMonitor(nvml, ggml=None).snapshot()
     assert snap.gpus == () and snap.gpu_backend == "none" and snap.driver_version is None
-    assert "NVMLError_LibraryNotFound" in snap.note
+    # Words for a person, not NVML's exception (the Settings dialog shows the note).
+    assert snap.note == "no GPU device found (no NVIDIA driver installed)"
+    assert "NVMLError" not in snap.note
     d = snap.as_dict()
     assert d["has_gpu"] is False and d["gpus"] == [] and d["ram_total_bytes"] > 0
     assert default_vram_budget_mb(snap) == 0

@@ -16,6 +16,7 @@ from engine import __version__
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
                         ModelNotFound, RemoteError, SamplingParams, Settings, StorageError, TurnDone, db_path,
                         load_catalog, user_dir)
+from engine.cli import hub
 from engine.cli.memory import add_memory_parser
 from engine.cli.plan import add_plan_parsers
 from engine.cli.route import add_route_parser
@@ -202,7 +203,10 @@ class ChatLoop:
                            text=item.text, stats=item.stats)
             return
         s = item.stats
-        tail = " [stopped]" if s["finish_reason"] == "cancelled" else ""
+        # The terminal has already shown what a repetition cut dropped: say where the answer ends.
+        tail = {"cancelled": " [stopped]",
+                "repetition": f" [stopped: it began repeating itself; the answer ends at {item.text[-40:]!r}]",
+                }.get(s["finish_reason"], "")
         est = "~" if s.get("tokens_estimated") else ""
         meta = (f"[{item.level} {item.model} · {item.route_reason}"
                 + (f" · fallback: {item.fallback}" if item.fallback else "")
@@ -376,7 +380,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(f"  {'id':<32} {'tier':<4} {'size':>8}  {'quant':<7} {'fits':<8} name")
         for r in rows:
             mark = "✓" if r["present"] else " "
-            kind = "" if r["instruct"] or "base model" in r["name"] else "  [base model]"
+            kind = "" if r["instruct"] else " (base model)"
             demo = " (demo)" if r["demo"] else ""
             print(f"{mark} {r['id']:<32} {r['tier']:<4} {r['size_bytes'] / 1e6:>5.0f} MB  {r['quant']:<7} "
                   f"{r['fits']:<8} {r['name']}{demo}{kind}")
@@ -434,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true",
                    help="print a JSON list (id, family, params_b, quant, size, licence, tier, sources, fits, ...)")
     m.set_defaults(func=cmd_models)  # `assistant models` with no sub-command lists the catalog
+    hub.register(m.add_subparsers(dest="models_command", metavar="{search,download}"))
 
     su = sub.add_parser("summary", help="print a conversation's summary chain")
     su.add_argument("--conversation", type=int, required=True, metavar="ID")

@@ -124,8 +124,8 @@ class _NvmlProbe:
                 self.error = "NVML found no NVIDIA GPU"
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: no usable NVIDIA GPU
             self.handles, self.names = [], []
-            self.error = f"no NVIDIA GPU: {exc.__class__.__name__}: {exc}"
-            log.debug("NVML unavailable: %s", self.error)
+            self.error = _nvml_words(exc)
+            log.debug("NVML unavailable: %s: %s (%s)", exc.__class__.__name__, exc, self.error)
 
     def sample(self) -> tuple[list[GPUInfo], str]:
         gpus, problems = [], []
@@ -137,6 +137,21 @@ class _NvmlProbe:
                 continue
             gpus.append(GPUInfo(i, name, "nvidia", int(m.total), int(m.free), int(m.used)))
         return gpus, "; ".join(problems)
+
+
+# NVML's errors in words for a person (the Settings dialog shows them); the class name and NVML's
+# own text go to the debug log. A missing library is the normal case without an NVIDIA card.
+_NVML_WORDS = {
+    "NVMLError_LibraryNotFound": "no NVIDIA driver installed",
+    "NVMLError_DriverNotLoaded": "the NVIDIA driver is installed but not running",
+    "NVMLError_NoPermission": "no permission to read the NVIDIA GPU",
+    "NVMLError_LibRmVersionMismatch": "the NVIDIA driver was updated; restart the computer",
+    "NVMLError_GpuIsLost": "the NVIDIA GPU stopped answering",
+}
+
+
+def _nvml_words(exc: Exception) -> str:
+    return _NVML_WORDS.get(exc.__class__.__name__, "the NVIDIA driver did not answer")
 
 
 def _no_gpu_note(snap: DeviceSnapshot, nvml_error: str) -> str:

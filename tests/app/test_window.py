@@ -199,6 +199,16 @@ def test_regenerate_edit_and_copy(qtbot, window):
     assert QGuiApplication.clipboard().text() == window.last_done["text"]
 
 
+def test_actions_wait_for_something_to_act_on_and_the_status_says_who_answered(qtbot, window):
+    buttons = (window.regen_button, window.edit_button, window.copy_button)
+    assert [b.isEnabled() for b in buttons] == [False, False, False]  # an empty chat
+    done = send(qtbot, window, "Name a fruit.")
+    assert [b.isEnabled() for b in buttons] == [True, True, True]
+    assert window.status_label.text() == f"Answered by {done['model']} ({done['level']}): {done['route_reason']}"
+    window.delete_chat(window.conversation_id, "", confirmed=True)
+    assert [b.isEnabled() for b in buttons] == [False, False, False]
+
+
 def test_settings_changed_in_the_dialog_apply_live_or_say_they_wait(qtbot, window):
     """The dialog writes the file through its own Settings; the engine re-reads it, applies what it
     can at once and the window names what waits for the next start."""
