@@ -379,13 +379,14 @@ class FakeModels:
         self.built: list[FakeBackend] = []
         self.loads: list[tuple[str, LoadParams]] = []  # (file stem, params) of every load
 
-    def model_file(self, stem: str, n_layers: int = 2, instruct: bool = True, **options) -> Path:
+    def model_file(self, stem: str, n_layers: int = 2, instruct: bool = True, context_length: int = 8192,
+                   **options) -> Path:
         """A tiny GGUF named `<stem>.gguf` (planned like any model file); `options` for its backends;
         `instruct=False`: a base model's file (no chat template)."""
         self.setup(stem).options.update(options)
         path = self.folder / f"{stem}.gguf"
         if not path.exists():
-            write_tiny_gguf(path, n_layers=n_layers, instruct=instruct)
+            write_tiny_gguf(path, context_length, n_layers=n_layers, instruct=instruct)
         return path
 
     def setup(self, stem: str) -> _ModelSetup:
@@ -450,10 +451,10 @@ def make_assistant(fakes):
 
     def make(model: str | None = None, *, tiers: dict | None = None, n_ctx: int = 4096,
              vram_budget_mb: float | None = VRAM_MB, devices: FakeGPU | None = None,
-             n_gpu_layers: int | None = None, **kwargs) -> Assistant:
+             n_gpu_layers: int | None = None, n_ctx_max: int | None = None, **kwargs) -> Assistant:
         manager = ModelManager(budget_bytes=1 << 30, params=LoadParams(n_ctx=n_ctx, n_batch=32, n_threads=1),
                                vram_budget_mb=vram_budget_mb, backend_factory=fakes, devices=devices or FakeGPU(),
-                               n_gpu_layers=n_gpu_layers)
+                               n_gpu_layers=n_gpu_layers, n_ctx_max=n_ctx_max)
         db = Database(db_path())
         try:
             a = Assistant(db, model, tiers=tiers, manager=manager, **kwargs)

@@ -113,7 +113,10 @@ def test_a_weak_l1_answer_is_superseded_and_re_asked_on_l2(fakes, make_assistant
 def test_overflow_drops_the_oldest_whole_turns_and_reads_only_what_changed(fakes, make_assistant, can_shift):
     a = make_assistant(str(fakes.model_file("m", can_shift=can_shift)), n_ctx=512)
     fake = fakes.backend("m")
-    fakes.script("m").enqueue(*[Answer(f"Reply {i}: " + "words " * 8) for i in range(8)])
+    # Eight different words: the same word eight times is 48 byte-tokens of one 6-token block,
+    # which the repetition guard rightly cuts (engine/inference/repetition.py).
+    words = "one two three four five six seven eight nine "
+    fakes.script("m").enqueue(*[Answer(f"Reply {i}: " + words) for i in range(8)])
     cid = a.new_conversation("Be brief.")
     system = tokens(fake, "<|im_start|>system\nBe brief.<|im_end|>\n")
     budget = 512 - 64  # n_ctx minus the answer's reserve (max_tokens)

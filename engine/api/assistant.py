@@ -110,7 +110,9 @@ class Assistant(AssistantCore):
                 kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
                 warn_threshold=settings.get("confidence.warn_threshold") or None,
                 gpu_device=gpu_device or settings.get("runtime.gpu_device") or "auto", n_gpu_layers=n_gpu_layers,
-                base_models=settings.get("router.base_models"))
+                base_models=settings.get("router.base_models"),
+                # An explicit n_ctx is taken as asked; the settings' is a floor the plan may raise.
+                n_ctx_max=None if n_ctx else settings.get("runtime.n_ctx_max") or None)
         except BaseException:
             for thing in owned:
                 thing.close()

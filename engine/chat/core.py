@@ -74,6 +74,8 @@ class AssistantCore(Turns, TurnMemory):
             any temperature (None: the model's catalog calibration, applied to greedy answers only).
         kv_warm_mb, kv_cold_mb: RAM and disk budgets of the KV state tiers (engine/kv/tiers.py;
             None: 10 % of RAM up to 1 GB, and 2 GB); kv_tiers=False keeps no state across switches.
+        n_ctx_max: a longer context each model may load with where it was trained for it and it is
+            cheap (ModelManager._longer); None: exactly `load.n_ctx`.
         base_models: let auto routing, its fallbacks and the cascade answer with a tier whose model
             is a base model (not instruction-tuned). Off: only the user's explicit route reaches it.
 
@@ -89,13 +91,13 @@ class AssistantCore(Turns, TurnMemory):
                  summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3,
                  kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None,
                  warn_threshold: float | None = None, gpu_device: str = "auto", n_gpu_layers: int | None = None,
-                 base_models: bool = False):
+                 base_models: bool = False, n_ctx_max: int | None = None):
         self.db = db
         self.base_models = base_models  # auto routing, fallbacks and the cascade may pick a base model
         self.settings = None  # the Settings it was built from (engine.api), for live changes
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
                                                vram_budget_mb=vram_budget_mb, gpu_device=gpu_device,
-                                               n_gpu_layers=n_gpu_layers)
+                                               n_gpu_layers=n_gpu_layers, n_ctx_max=n_ctx_max)
         self.single_model = model is not None
         if model is not None:
             self.tiers = {"L1": model, "L2": model}

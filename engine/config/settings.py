@@ -42,6 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
     "generate.repetition_guard": True,  # end an answer that loops (same block or line again and again)
     "runtime.n_ctx": 4096,
+    "runtime.n_ctx_max": 16384,      # a longer context a model loads with where it was trained for it and
+                                     # it costs ≤ 1 GiB more RAM and no GPU layers; 0 = exactly runtime.n_ctx
     "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
     "ui.theme": "light",             # light | dark
@@ -167,7 +169,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 RANGES: dict[str, tuple[float, float]] = {
     "l3.n_ctx": (256, 10_000_000), "l3.timeout_s": (1, 3600), "router.max_switch_s": (0, 600),
     "cascade.threshold": (0, 1), "confidence.warn_threshold": (0, 1), "summary.every_turns": (0, 1000),
-    "memory.k": (0, 50), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000), "runtime.n_threads": (0, 1024),
+    "memory.k": (0, 50), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000),
+    "runtime.n_ctx_max": (0, 10_000_000), "runtime.n_threads": (0, 1024),
     "kv.warm_budget_mb": (0, 10_000_000), "kv.cold_budget_mb": (0, 100_000_000),
     "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
 }

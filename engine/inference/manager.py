@@ -19,6 +19,9 @@ from engine.models.planner import Plan, PlanError, plan, ram_bytes
 from engine.inference.runtime import BackendFactory, Worker
 
 log = logging.getLogger(__name__)
+# Host memory a longer context may add to a load (runtime.n_ctx_max): 1 GiB, or a tenth of the
+# budget if that is less. demo-small at 8192 tokens adds 90 MiB; a 7B Qwen2.5 at 16384 on the CPU ~0.7 GiB.
+LONGER_CTX_BYTES = 1 << 30
 
 
 def plan_error(p: Plan, report: dict) -> dict:
@@ -65,7 +68,8 @@ class ModelManager:
     def __init__(self, budget_bytes: int | None = None, params: LoadParams = LoadParams(),
                  debug: bool = False, catalog: Catalog | None = None, vram_budget_mb: float | None = None,
                  backend_factory: BackendFactory | None = None, gpu_device: str = "auto",
-                 n_gpu_layers: int | None = None, devices: Callable[[], DeviceSnapshot] = snapshot):
+                 n_gpu_layers: int | None = None, devices: Callable[[], DeviceSnapshot] = snapshot,
+                 n_ctx_max: int | None = None):
         self.budget_bytes = budget_bytes if budget_bytes is not None else int(psutil.virtual_memory().available * 0.8)
         self.params = params
         self.vram_budget_mb = vram_budget_mb
@@ -75,6 +79,7 @@ class ModelManager:
         self.gpu_device = gpu_device
         self.n_gpu_layers = n_gpu_layers
         self.devices = devices
+        self.n_ctx_max = n_ctx_max  # a longer context the plan may take when it is cheap (_longer)
         self._last_layers: dict[str, int] = {}  # model path -> layers on the GPU at its last load
         self._workers: dict[str, tuple[Worker, int]] = {}  # resolved path -> (worker, bytes)
         self._lock = threading.RLock()  # held through a load (seconds): never take it from a GUI thread
@@ -113,12 +118,34 @@ class ModelManager:
             # ValueError too: a GGUF without its architecture's metadata (no block_count) fails in
             # kv_math; as a ModelLoadError the facade falls back to another tier instead of crashing.
             raise ModelLoadError(str(exc)) from exc
+        if self.n_ctx_max and self.n_ctx_max > p.n_ctx:
+            p = self._longer(model, p, budget, layers)
         if device is not None and p.n_gpu_layers == 0:
             device = None
         if device is not None and p.offload == "partial" and layers is None:
             note = (f"only {p.n_gpu_layers} of {p.n_layers + 1} layers fit on {_label(device)} "
                     f"({budget:.0f} MiB to use); the rest run on the CPU")
         return p, device, note
+
+    def _longer(self, model: ResolvedModel, base: Plan, budget: float, layers: int | None) -> Plan:
+        """The longest context up to n_ctx_max (halving down) that the model was trained for and
+        that costs no GPU layers, no coarser KV type and at most LONGER_CTX_BYTES more host memory
+        than `base`: a long paste is then answered without a reload. Else `base`."""
+        extra = min(LONGER_CTX_BYTES, self.budget_bytes // 10)
+        n_ctx = self.n_ctx_max
+        while n_ctx > base.n_ctx:
+            try:
+                p = plan(model.path, budget, n_ctx, swa_full=self.params.swa_full, catalog=self.catalog,
+                         n_gpu_layers=layers)
+            except (GGUFError, PlanError, ValueError):
+                return base
+            # The planner keeps GPU memory within `budget`; what a longer context may not do is
+            # push layers off the GPU, coarsen the KV cache or take much more host memory.
+            if (p.n_ctx > base.n_ctx and p.n_gpu_layers >= base.n_gpu_layers and p.type_k == base.type_k
+                    and ram_bytes(p) - ram_bytes(base) <= extra):
+                return p
+            n_ctx //= 2
+        return base
 
     def get(self, name_or_path: str | None, gpu: bool = True) -> Worker:
         """The loaded worker for a model, loading it (and evicting LRU idle ones) if needed.
