@@ -2,147 +2,26 @@
 for this machine; download (progress, cancel, resume) from the chosen hub, delete, import a local
 GGUF, and choose the model of each tier. A search box lists GGUF repositories on the hub, a file per
 quant with its size and a fit badge, and downloads any of them. Searches and downloads run on
-their own QThread (`Task`); only the GUI thread touches the widgets."""
+their own QThread (`app.model_parts.Task`); only the GUI thread touches the widgets."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Callable
 
-import psutil
-from PySide6.QtCore import QLocale, Qt, QThread, Signal
-from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMessageBox,
-                               QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QProgressBar,
+                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
 
 from app.i18n import tr
-from engine.api import (DownloadCancelled, DownloadError, GGUFError, HubError, ModelEntry, PlanError, Settings,
-                        default_hub, device_snapshot, download, entry_for, hubs, load_catalog, part_path, plan,
-                        ram_bytes, read_gguf, search_hub)
+from app.model_parts import Task, entry_label, fit_badge, hub_combo, search_rows
+from engine.api import (GGUFError, HubError, ModelEntry, Settings, download, entry_for, load_catalog, part_path,
+                        read_gguf)
 
 log = logging.getLogger(__name__)
 COLUMNS = ("Model", "Tier", "Size", "Quant", "Needs", "On this machine", "Status")
 RESULT_COLUMNS = ("Repository", "File", "Quant", "Size", "On this machine", "Status")
-GPU_OVERHEAD = 1.2  # file size → memory need of a model whose architecture is not known yet (KV, buffers)
-
-
-def entry_label(e: ModelEntry) -> str:
-    """A catalog model's name as lists show it: the flags, not the name, say demo and base model."""
-    return e.name + (tr(" (demo)") if e.demo else "") + ("" if e.instruct else tr(" (base model)"))
-
-
-def fit_badge(entry: ModelEntry, vram_budget_mb: float | None) -> tuple[str, str]:
-    """(needs, badge) for the table, from the planner and the available RAM."""
-    try:
-        p = plan(entry.id, vram_budget_mb if entry.tier == "L2" else 0, 4096)
-    except (PlanError, OSError, ValueError) as exc:
-        return "?", str(exc)[:60]
-    ram = ram_bytes(p)
-    needs = f"RAM {ram / 2**30:.1f} GB" + (f" · VRAM {p.gpu_bytes_total / 2**30:.1f} GB" if p.gpu_bytes_total else "")
-    if ram > psutil.virtual_memory().available:
-        return needs, tr("too big for free RAM")
-    if p.offload == "full":
-        return needs, tr("fits on the GPU")
-    if p.offload == "partial":
-        return needs, tr("partly on the GPU")
-    return needs, tr("runs on the CPU")
-
-
-def size_badge(size_bytes: int, vram_budget_bytes: int, ram_available: int) -> str:
-    """The fit badge of a hub file before it is downloaded (its architecture unknown): its size plus
-    GPU_OVERHEAD against the VRAM budget, else the free RAM."""
-    need = size_bytes * GPU_OVERHEAD
-    if size_bytes <= 0:
-        return "?"
-    if need <= vram_budget_bytes:
-        return tr("fits on the GPU")
-    if need <= ram_available:
-        return tr("runs on the CPU")
-    if need <= ram_available + vram_budget_bytes:
-        return tr("partly on the GPU")
-    return tr("too big for free RAM")
-
-
-def ui_locale(settings: Settings) -> str:
-    language = settings.get("ui.language")
-    return QLocale.system().name() if language == "auto" else language
-
-
-def hub_combo(settings: Settings) -> QComboBox:
-    """The hub choice (objectName hubEndpoint): the saved one, else the UI locale's default; a choice
-    the user makes is saved in `models.hub`."""
-    combo = QComboBox()
-    combo.setObjectName("hubEndpoint")
-    names = {"huggingface": tr("Hugging Face"), "hf-mirror": tr("HF-compatible mirror (hf-mirror.com)"),
-             "modelscope": tr("ModelScope (reachable from mainland China)")}
-    for h in hubs():
-        combo.addItem(names.get(h.id, h.name), h.id)
-        combo.setItemData(combo.count() - 1, h.endpoint, Qt.ToolTipRole)
-    saved = settings.get("models.hub")
-    chosen = saved if saved != "auto" and combo.findData(saved) >= 0 else default_hub(ui_locale(settings))
-    combo.setCurrentIndex(max(0, combo.findData(chosen)))
-    combo.activated.connect(lambda _i: settings.set("models.hub", combo.currentData()))
-    return combo
-
-
-def plain_error(exc: BaseException) -> str:
-    """What a failed search or download says to the user: the engine's plain words for the errors
-    it knows, a pointer to the log for anything else (never a class name or a trace)."""
-    if isinstance(exc, (DownloadError, HubError, OSError)):
-        return str(exc)
-    return tr("Something went wrong; the details are in the log.")
-
-
-class Task(QThread):
-    """One job off the GUI thread: `op(task)` runs on this QThread; connect `done` (emitted there,
-    delivered queued to a GUI-thread receiver) and read `result` / `error` / `cancelled`.
-    `op` may call `task.report(done, total)` and should stop when `task.cancel` is set."""
-
-    progress = Signal(int, int)  # bytes so far, total
-
-    def __init__(self, op: Callable[["Task"], object], parent=None):
-        super().__init__(parent)
-        self.op = op
-        self.cancel = threading.Event()
-        self.result: object = None
-        self.error = ""
-        self.cancelled = False
-
-    def report(self, done: int, total: int) -> None:
-        self.progress.emit(done, total)
-
-    def run(self) -> None:
-        try:
-            self.result = self.op(self)
-        except DownloadCancelled as exc:
-            self.cancelled, self.error = True, str(exc)
-        except (DownloadError, HubError, OSError) as exc:
-            self.error = plain_error(exc)
-        except Exception as exc:  # noqa: BLE001 - said in plain words; the trace goes to the log
-            log.exception("background task failed")
-            self.error = plain_error(exc)
-
-    def stop(self) -> None:
-        self.cancel.set()
-        self.wait()
-
-
-def search_rows(query: str, hub_id: str, vram_budget_mb: float | None) -> list[dict]:
-    """Search `hub_id` and badge every file (runs on a Task's thread): rows for the results table."""
-    snap = device_snapshot()
-    if vram_budget_mb is None:
-        gpu = snap.best_gpu
-        vram = max(0, gpu.free_bytes - 512 * 2**20) if gpu and not gpu.software else 0
-    else:
-        vram = int(vram_budget_mb * 2**20)
-    rows = []
-    for repo in search_hub(query, hub_id):
-        for f in repo.files:
-            badge = tr("split file: not supported") if f.split else size_badge(f.size_bytes, vram,
-                                                                               snap.ram_available_bytes)
-            rows.append({"repo": repo, "file": f, "badge": badge})
-    return rows
 
 
 class ModelManagerDialog(QDialog):

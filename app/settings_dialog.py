@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QVBoxLayout)
 
 from app.i18n import tr
-from app.model_manager import entry_label
+from app.model_parts import entry_label
 from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
 
 log = logging.getLogger(__name__)

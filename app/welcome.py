@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QFrame, QGroupBox, QHBoxLayout, QLabel, QProgress
                                QTableWidgetItem, QVBoxLayout)
 
 from app.i18n import tr
-from app.model_manager import Task, hub_combo
+from app.model_parts import Task, hub_combo
 from engine.api import Settings, download, load_catalog, recommend_models
 
 log = logging.getLogger(__name__)
