@@ -1,28 +1,31 @@
 """From the first launch to the first answer on a downloaded model, through a local fake hub.
 
-    .venv/bin/python bench/first_run.py [--throttle-mb-s 0] [--runs 1]
+    .venv/bin/python bench/first_run.py [--throttle-mb-s 0] [--runs 3]
 
 A fresh install each run: an empty data folder and a models folder holding only the bundled demo
-model. The window opens (offscreen), the welcome checks the machine and recommends a pair; the
-script presses "Download and use" the moment it is enabled (no human think time), the pair comes
-from tests/hub_server.HubServer on 127.0.0.1, the running engine switches tiers, and one message is
-sent. The hub serves the demo model's bytes under the recommended files' names (no real model can be
-fetched here), so the download and the load are those of a 98 MB file: the table gives the steps,
-so a real model's share (its size over the link, its load) can be put in its place.
-`--throttle-mb-s` caps the hub's speed (0: loopback speed).
+model. This process prepares it and serves the recommended pair from tests/hub_server.HubServer on
+127.0.0.1; a new process then launches the app (offscreen) and is timed from its first line: the
+welcome checks the machine and recommends the pair, "Download and use" is pressed the moment it is
+enabled (no human think time), the running engine switches tiers, one message is sent. The hub
+serves the demo model's bytes under the recommended files' names (no real model can be fetched
+here), so the download and the load are those of a 98 MB file: the table gives each step, so a real
+model's share (its size over the link, its load) can be put in its place. `--throttle-mb-s` caps
+the hub's speed (0: loopback).
 """
 
-from __future__ import annotations
-
-import argparse
-import os
-import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+T0 = time.perf_counter()  # the launch: before the app's first import (the interpreter's start excluded)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -30,30 +33,16 @@ STEPS = ("window shown, welcome on screen", "machine checked, pair recommended",
          "engine switched to the new tiers", "first token of the first answer", "first answer done")
 
 
-def fresh_install(demo: Path) -> Path:
-    home = Path(tempfile.mkdtemp(prefix="bench-first-run-"))
-    models = home / "models"
-    models.mkdir()
-    (models / demo.name).symlink_to(demo)
-    os.environ["ASSISTANT_HOME"] = str(home)
-    os.environ["ASSISTANT_MODELS_DIR"] = str(models)
-    return home
-
-
-def one_run(app, demo: Path, throttle: float | None) -> tuple[list[float], str, int]:
+def launch() -> dict:
+    """The child: the app's first launch, each step's time since T0 (JSON on stdout)."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QCoreApplication
-    from PySide6.QtWidgets import QWidget
+    from PySide6.QtWidgets import QApplication, QWidget
 
-    from engine.api import Settings
-    from engine.models.recommend import recommend_models
-    from tests.hub_server import HubServer
+    from app.main import create_main_window
 
-    fresh_install(demo)
-    rec = recommend_models()
-    picks = [p.entry for p in (rec.l1, rec.l2) if p is not None]
-    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": demo for e in picks}, throttle_bytes_per_s=throttle)
-    os.environ["ASSISTANT_HUB_HUGGINGFACE"] = hub.url
-    os.environ["ASSISTANT_MODELS_HUB"] = "huggingface"
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("assistant-first-run-bench")
     marks: list[float] = []
 
     def wait(predicate, timeout=600.0):
@@ -63,10 +52,7 @@ def one_run(app, demo: Path, throttle: float | None) -> tuple[list[float], str, 
                 raise TimeoutError(f"step {len(marks) + 1} ({STEPS[len(marks)]}) took over {timeout:.0f} s")
             QCoreApplication.processEvents()
             time.sleep(0.002)
-        marks.append(time.perf_counter())
-
-    t0 = time.perf_counter()
-    from app.main import create_main_window
+        marks.append(time.perf_counter() - T0)
 
     w = create_main_window(None, temperature=0.0, max_tokens=32)
     w.show()
@@ -79,40 +65,62 @@ def one_run(app, demo: Path, throttle: float | None) -> tuple[list[float], str, 
         button.click()
         wait(panel.isHidden)
         wait(lambda: w.engine_ready and not w.busy and w.status_label.text() == "Settings applied")
-        w.composer.edit.setPlainText("Hello! Who are you?")
-        w.composer.send.emit(w.composer.edit.toPlainText(), "auto")
+        w.composer.send.emit("Hello! Who are you?", "auto")
         wait(lambda: bool(w.view.messages) and w.view.messages[-1]["role"] == "assistant"
              and bool(w.view.messages[-1]["content"]))
         wait(lambda: not w.busy)
-        model = (w.last_done or {}).get("model", "?")
-        assert model in {e.id for e in picks}, f"the first answer came from {model}, not the downloaded pair"
-        settings = Settings()
-        assert settings.get("tier.L1") in {e.id for e in picks}
+        return {"marks": marks, "model": (w.last_done or {}).get("model", "?")}
     finally:
         w.close()
+
+
+def one_run(demo: Path, throttle: float | None) -> tuple[list[float], str, int]:
+    """Prepare a fresh install and a hub with the recommended pair; time one launch in a child."""
+    from engine.models.recommend import recommend_models
+    from tests.hub_server import HubServer
+
+    home = Path(tempfile.mkdtemp(prefix="bench-first-run-"))
+    models = home / "models"
+    models.mkdir()
+    (models / demo.name).symlink_to(demo)
+    env = dict(os.environ, ASSISTANT_HOME=str(home), ASSISTANT_MODELS_DIR=str(models),
+               ASSISTANT_MODELS_HUB="huggingface")
+    os.environ.update(env)  # the recommendation below sees the same (empty) models folder
+    rec = recommend_models()
+    picks = {p.entry.id: p.entry for p in (rec.l1, rec.l2) if p is not None}
+    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": demo for e in picks.values()},
+                    throttle_bytes_per_s=throttle)
+    try:
+        env["ASSISTANT_HUB_HUGGINGFACE"] = hub.url
+        child = subprocess.run([sys.executable, __file__, "--launch"], env=env, capture_output=True, text=True)
+        if child.returncode != 0:
+            raise RuntimeError(f"the launch failed:\n{child.stderr[-3000:]}")
+        result = json.loads(child.stdout.strip().splitlines()[-1])
+    finally:
         hub.stop()
-    return [m - t0 for m in marks], model, sum(demo.stat().st_size for _ in {e.id for e in picks})
+    assert result["model"] in picks, f"the first answer came from {result['model']}, not the downloaded pair"
+    return result["marks"], result["model"], demo.stat().st_size * len(picks)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--throttle-mb-s", type=float, default=0.0, help="cap the hub's speed (0: loopback)")
-    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=3, help="launches, each a new process on a fresh install")
+    ap.add_argument("--launch", action="store_true", help=argparse.SUPPRESS)  # the timed child
     args = ap.parse_args()
-    from PySide6.QtWidgets import QApplication
-
+    if args.launch:
+        print(json.dumps(launch()))
+        return 0
     from tests.conftest import MODELS
 
-    demo = MODELS["demo-small"]
-    app = QApplication.instance() or QApplication(sys.argv[:1])
     runs = []
     for _ in range(args.runs):
-        marks, model, nbytes = one_run(app, demo, args.throttle_mb_s * 1e6 or None)
+        marks, model, nbytes = one_run(MODELS["demo-small"], args.throttle_mb_s * 1e6 or None)
         runs.append(marks)
     med = [statistics.median(r[i] for r in runs) for i in range(len(STEPS))]
     link = f"{args.throttle_mb_s:g} MB/s" if args.throttle_mb_s else "loopback"
     print(f"\nFirst launch → first answer on a downloaded model ({link}, {nbytes / 1e6:.0f} MB fetched, "
-          f"answered by {model}; median of {args.runs})\n")
+          f"answered by {model}; median of {args.runs} launches)\n")
     print("| step | at (s) | step took (s) |")
     print("|---|---|---|")
     prev = 0.0
