@@ -19,6 +19,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from app.chat_view import ChatView  # noqa: E402
 from app.engine_worker import EngineWorker  # noqa: E402
@@ -157,7 +158,6 @@ def test_the_window_refuses_bad_messages_clearly_and_stays_usable(qtbot, model_p
         refused = [
             ("\x00 \x00\n", "empty message"),                      # NULs only: empty once cleaned
             ("word " * 210_000, "message too long"),               # a 1 MB paste
-            ("🙂" * 10_000, "too long for this model"),            # fits the characters, not the context
         ]
         for text, why in refused:
             w.composer.edit.setPlainText(text)
@@ -167,6 +167,16 @@ def test_the_window_refuses_bad_messages_clearly_and_stays_usable(qtbot, model_p
             _wait_idle(qtbot, w)
             assert w.banner.isVisible() and why in w.banner.text(), (why, w.banner.text())
             assert w.composer.send_button.isEnabled() and w.view.messages[-1]["role"] == "user"
+        # Within the character limit but not the 1024-token context: the user is asked how to
+        # shorten it (tests/test_long_paste.py follows the other buttons); Cancel gives the text back.
+        emoji = "🙂" * 10_000
+        w.composer.edit.setPlainText(emoji)
+        qtbot.keyClick(w.composer.edit, Qt.Key_Return)
+        qtbot.waitUntil(lambda: w.too_long_dialog is not None, timeout=60_000)
+        assert "1024" in w.too_long_dialog.text() and not w.busy
+        w.too_long_dialog.button(QMessageBox.Cancel).click()
+        qtbot.waitUntil(lambda: w.too_long_dialog is None, timeout=5_000)
+        assert w.composer.edit.toPlainText() == emoji and w.composer.send_button.isEnabled()
         cid = w.conversation_id
         db = Database(db_path())
         try:
