@@ -155,7 +155,8 @@ def test_chat_done_event_carries_route_fields(assistant_home):
     first, second = done_events(events)
     assert (first["level"], first["model"], first["fallback"]) == ("L1", "demo-small", None)
     assert first["route_reason"]
-    assert (second["level"], second["model"]) == ("L2", "demo-int4")
+    # Default tiers: the instruction-tuned demo on both (demo-int4 is a base model, never a default).
+    assert (second["level"], second["model"]) == ("L2", "demo-small")
     assert second["fallback"] == "L3 not configured → L2"
 
 
