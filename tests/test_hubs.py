@@ -2,6 +2,7 @@
 127.0.0.1 serving small real GGUFs (tests/hub_server.py). No network."""
 
 import argparse
+import dataclasses
 import hashlib
 import json
 
@@ -191,3 +192,27 @@ def test_cli_search_and_download(ggufs, env, capsys):
     assert "Q4_K_M" in text and "split in 2 files: cannot be loaded" in text
     assert open(path, "rb").read() == ggufs["small"].read_bytes()
     assert "has no file nothing-q4_0.gguf" in err
+
+
+@pytest.mark.parametrize("name", ["../../.bashrc.gguf", "/etc/evil.gguf", "a/../../b.gguf", "C:\\x.gguf",
+                                  "dir\\..\\x.gguf", "ok/./x.gguf", "x\n.gguf", ""])
+def test_a_hostile_file_name_never_leaves_the_models_folder(name, tmp_path, monkeypatch):
+    from engine.models.downloads import DownloadError, download
+    from engine.models.hubs import HubError, entry_for, safe_repo_path
+
+    assert not safe_repo_path(name)
+    with pytest.raises(HubError, match="not a plain file name"):
+        entry_for("owner/repo", name, "huggingface")
+    # A catalog-like entry carrying such a name is refused before any connection is made.
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path / "models"))
+    entry = entry_for("owner/repo", "fine.gguf", "huggingface")
+    with pytest.raises(DownloadError, match="not a file name inside the models folder"):
+        download(dataclasses.replace(entry, file=name, files={}), hub="huggingface", timeout=0.1)
+    assert not any(tmp_path.rglob("*.gguf"))
+
+
+def test_plain_names_and_folders_inside_a_repo_are_fine():
+    from engine.models.hubs import entry_for, safe_repo_path
+
+    for name in ("qwen2.5-7b-instruct-q4_k_m.gguf", "Q4_K_M/model-Q4_K_M.gguf"):
+        assert safe_repo_path(name) and entry_for("owner/repo", name, "huggingface").file == name

@@ -25,9 +25,10 @@ from typing import Callable
 import httpx
 from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
+from engine.config.paths import models_dir
 from engine.models.catalog import ModelEntry
 from engine.models.gguf_info import GGUF_MAGIC, GGUFError, read_gguf
-from engine.models.hubs import Hub, HubError, file_url, get_hub, repo_files
+from engine.models.hubs import Hub, HubError, file_url, get_hub, repo_files, safe_repo_path
 
 log = logging.getLogger(__name__)
 CHUNK = 1 << 20
@@ -147,7 +148,11 @@ def download(entry: ModelEntry, progress: Callable[[int, int], None] | None = No
     repo = repo_of(entry, h)
     if not repo:
         raise DownloadError(f"model '{entry.id}' has no repository on {h.name} in the catalog; choose another hub")
-    dest = dest or entry.download_path()
+    if dest is None:
+        dest = entry.download_path()
+        # entry.file may come from a hub's listing (hubs.entry_for): never a path out of models/.
+        if not safe_repo_path(entry.file) or not dest.resolve().is_relative_to(models_dir().resolve()):
+            raise DownloadError(f"{entry.file!r} is not a file name inside the models folder; not downloaded")
     src = _resolve(entry, repo, h, timeout)
     total = src.size or entry.size_bytes
     expected = (entry.sha256 or src.sha256).lower()

@@ -269,6 +269,13 @@ def looks_instruct(name: str) -> bool:
     return bool(_INSTRUCT.search(name.replace("_", "-")))
 
 
+def safe_repo_path(name: str) -> bool:
+    """A relative path of plain parts: no "..", no root, no drive, no backslash, no control chars."""
+    parts = name.split("/")
+    return (bool(name) and "\\" not in name and ":" not in name and not name.startswith("/")
+            and all(p not in ("", ".", "..") for p in parts) and not any(ord(c) < 32 for c in name))
+
+
 def entry_for(repo: str | HubRepo, file: HubFile | str, hub_id: str) -> ModelEntry:
     """An ad-hoc catalog entry for a hub file, for `engine.models.downloads.download(entry, hub=hub_id)`.
 
@@ -281,6 +288,10 @@ def entry_for(repo: str | HubRepo, file: HubFile | str, hub_id: str) -> ModelEnt
     """
     repo_id = repo.repo if isinstance(repo, HubRepo) else repo
     hf = file if isinstance(file, HubFile) else HubFile(file, quant_of(file), 0)
+    if not safe_repo_path(hf.name):
+        # The name comes from a hub's listing and becomes a path under models/: a hostile or
+        # broken hub must not write elsewhere ("../../.bashrc.gguf", "/etc/x.gguf", "C:\\x.gguf").
+        raise HubError(f"{hf.name!r} is not a plain file name inside the repository; not downloaded")
     if hf.split:
         raise HubError(f"{hf.name} is split into {hf.parts} files; only single-file GGUFs can be loaded, "
                        "choose another quant")
