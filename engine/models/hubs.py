@@ -33,6 +33,7 @@ from huggingface_hub import HfApi
 from huggingface_hub.utils import get_session, hf_raise_for_status
 
 from engine.models.catalog import ModelEntry
+from engine.models.instruct import name_says_instruct
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,6 @@ SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 # Quant labels as llama.cpp's quantize names them; the last one in a file name wins.
 _QUANT = re.compile(r"(?<![a-z0-9])(i?q[1-8](?:_[a-z0-9]+)*|bf16|fp?16|fp?32|tq[12]_0|mxfp4)(?![a-z0-9])",
                     re.IGNORECASE)
-# Same labels as engine/models/instruct.py: a name saying instruct / it / chat is instruction-tuned.
-_INSTRUCT = re.compile(r"(^|[^a-z])(instruct|it|chat|sft|dpo|rlhf)([^a-z]|$)", re.IGNORECASE)
 
 
 class HubError(RuntimeError):
@@ -266,7 +265,7 @@ def file_url(hub_id: str, repo: str, file: str) -> str:
 def looks_instruct(name: str) -> bool:
     """Instruction-tuned, judged from a repo or file name ("-Instruct", "-it", "chat"…). Until the
     GGUF header is read this is all we know; a base model mistaken for a chat model answers badly."""
-    return bool(_INSTRUCT.search(name.replace("_", "-")))
+    return name_says_instruct(name)
 
 
 def safe_repo_path(name: str) -> bool:

@@ -43,4 +43,9 @@ def _file_is_instruct(path: str, _mtime: int) -> bool | None:
     if info.chat_template:
         return True
     labels = [str(info.metadata.get(k, "")) for k in ("general.finetune", "general.name")] + [Path(path).stem]
-    return any(_LABEL.search(label.replace("_", "-")) for label in labels)
+    return any(name_says_instruct(label) for label in labels)
+
+
+def name_says_instruct(name: str) -> bool:
+    """A model, repository or file name that says instruct / it / chat / sft / dpo / rlhf."""
+    return bool(_LABEL.search(name.replace("_", "-")))
