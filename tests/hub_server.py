@@ -45,11 +45,12 @@ class _FileServer:
 
     def __init__(self, files: dict[str, Path], throttle_bytes_per_s: float | None = None, corrupt: bool = False,
                  drop_after: int | None = None, ignore_range: bool = False, html: bool = False,
-                 status: dict[str, int] | None = None, meta: dict[str, dict] | None = None):
+                 status: dict[str, int] | None = None, meta: dict[str, dict] | None = None, oversize: int = 0):
         self.files = files
         self.throttle, self.corrupt, self.drop_after = throttle_bytes_per_s, corrupt, drop_after
         self.ignore_range, self.html, self.status = ignore_range, html, dict(status or {})
         self.meta = meta or {}  # repo -> {"downloads": n, "likes": n}
+        self.oversize = oversize  # bytes a GET sends beyond the size HEAD and the listing announce
         self.ranges: list[str] = []
         self.requests: list[tuple[str, str]] = []  # (method, path with query)
         self.digests = {k: hashlib.sha256(p.read_bytes()).hexdigest() for k, p in files.items()}
@@ -131,7 +132,7 @@ class _FileServer:
         if head:  # metadata only: no need to read the file
             data = b""
         else:
-            data = PORTAL if self.html else self.files[key].read_bytes()
+            data = PORTAL if self.html else self.files[key].read_bytes() + b"\0" * self.oversize
         if self.corrupt and data:
             data = data[:1000] + bytes([data[1000] ^ 0xFF]) + data[1001:]
         start, status = 0, 200

@@ -162,3 +162,12 @@ def test_an_unreachable_hub_says_so(serve, monkeypatch):
     monkeypatch.setenv("ASSISTANT_HUB_MODELSCOPE", "http://127.0.0.1:9")
     with pytest.raises(DownloadError, match="cannot reach .*ModelScope at http://127.0.0.1:9"):
         download(entry, hub="modelscope", timeout=2)
+
+
+@both
+def test_a_body_longer_than_announced_is_cut_off_and_deleted(serve, hub_id):
+    # A broken or hostile server streaming on past the file's size must not fill the disk.
+    server, entry = serve(hub_id, oversize=8 << 20)
+    with pytest.raises(DownloadError, match="sent more than the .* it announced; the download was deleted"):
+        download(entry, hub=hub_id)
+    assert not part_path(entry.download_path()).exists() and not entry.download_path().exists()

@@ -226,6 +226,11 @@ def _stream(url: str, part: Path, have: int, total: int, hub: Hub, repo: str, en
                         check_magic = False
                         if not chunk.startswith(GGUF_MAGIC):
                             raise _not_gguf(part, f, chunk, response, hub)
+                    if total and have + len(chunk) > total:  # an endless or wrong body must not fill the disk
+                        f.close()
+                        part.unlink(missing_ok=True)
+                        raise DownloadError(f"{hub.name} sent more than the {size_text(total)} of {entry.file} it "
+                                            "announced; the download was deleted, try again or choose another hub")
                     f.write(chunk)
                     if digest is not None:
                         digest.update(chunk)
