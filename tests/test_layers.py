@@ -11,8 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # Lower first: a group may import only from groups at a lower or equal rank (equal: itself).
+# docs (local documents) sits above memory, whose embedder and hybrid store it reuses, and below
+# chat, whose turns retrieve from it.
 RANK = {"config": 0, "storage": 1, "routing": 1, "models": 2, "inference": 3, "kv": 4, "memory": 4,
-        "chat": 5, "api": 6, "cli": 7}
+        "docs": 5, "chat": 6, "api": 7, "cli": 8}
 
 
 def imports(path: Path) -> list[str]:
