@@ -231,15 +231,9 @@ def test_demo_model_refuses_with_the_numbers_then_keeps_head_and_tail(demo):
 @pytest.mark.gui
 @pytest.mark.model
 def test_window_asks_and_keeps_the_text_on_cancel(qtbot, model_paths):
-    from app.engine_worker import EngineWorker
-    from app.main_window import MainWindow
-    from tests.app.helpers import send as window_send
+    from tests.app.helpers import ready_window, send as window_send
 
-    w = MainWindow(EngineWorker("demo-small", n_ctx=2048, memory=False), temperature=0.0, max_tokens=24)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=120_000)
-    assert w.engine_ready, w.banner.text()
+    w = ready_window(qtbot, "demo-small", n_ctx=2048, max_tokens=24)
     try:
         text = " ".join(f"Line {i} says the sky is blue." for i in range(400))  # ~3 600 tokens
         assert window_send(qtbot, w, text) is None

@@ -1,6 +1,24 @@
 """Shared steps for the window tests."""
 
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
 from PySide6.QtCore import Qt
+
+
+def ready_window(qtbot, model: str | None, n_ctx: int, max_tokens: int, temperature: float = 0.0):
+    """A shown MainWindow on a real engine (`model`: None = the settings' tiers), once the engine
+    is ready; a banner instead (the model could not load) fails the test with its text."""
+    from app.engine_worker import EngineWorker
+    from app.main_window import MainWindow
+
+    w = MainWindow(EngineWorker(model, n_ctx=n_ctx, memory=False), temperature=temperature, max_tokens=max_tokens)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=120_000)
+    assert w.engine_ready, w.banner.text()
+    return w
 
 
 def send(qtbot, w, text, timeout=120_000):
@@ -11,3 +29,37 @@ def send(qtbot, w, text, timeout=120_000):
     assert w.busy
     qtbot.waitUntil(lambda: not w.busy, timeout=timeout)
     return w.last_done
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where screenshots go: ASSISTANT_SCREENSHOTS (docs/screenshots refreshes the README's), else tmp."""
+    out = Path(os.environ["ASSISTANT_SCREENSHOTS"]) if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@contextmanager
+def in_language(language: str):
+    """The app's translator for `language` installed for the block ("en": none), with the bundled
+    CJK font set up as the app has it."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.i18n import install
+    from app.main import setup_application
+
+    app = QApplication.instance()
+    setup_application(app)
+    translator = install(app, language) if language != "en" else None
+    try:
+        yield
+    finally:
+        if translator is not None:
+            app.removeTranslator(translator)
+            app.removeTranslator(translator.qt)
+
+
+def save_screenshot(qtbot, widget, path: Path, width: int, height: int) -> None:
+    widget.resize(width, height)
+    widget.show()
+    qtbot.wait(50)
+    widget.grab().toImage().save(str(path))

@@ -13,6 +13,8 @@ from engine.models.devices import snapshot
 from engine.config.settings import Settings
 from tests.model.l3_server import LoopbackServer
 
+from .helpers import in_language, save_screenshot, screenshot_dir
+
 
 def test_values_persist_and_the_vram_slider_explains_itself(qtbot, assistant_home, model_paths):
     settings = Settings(assistant_home / "settings.json")
@@ -115,19 +117,11 @@ def test_the_window_answers_on_the_l3_endpoint_from_settings(qtbot, assistant_ho
 def test_gpu_choice_lists_ggml_devices_and_persists(qtbot, assistant_home, model_paths, tmp_path):
     """The GPU row lists automatic, none and every device ggml offers (the software lavapipe only by
     name); screenshots in English and Chinese (ASSISTANT_SCREENSHOTS=docs/screenshots to refresh)."""
-    import os
-    from pathlib import Path
-
     snap = snapshot()
     names = [g.device for g in snap.gpus if g.device]
-    out = Path(os.environ["ASSISTANT_SCREENSHOTS"]) if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
-    out.mkdir(parents=True, exist_ok=True)
-    app = QApplication.instance()
-    from app.main import setup_application
-    setup_application(app)  # the bundled CJK font, as the app has it
+    out = screenshot_dir(tmp_path)
     for language in ("en", "zh_CN"):
-        translator = install(app, language) if language != "en" else None
-        try:
+        with in_language(language):
             settings = Settings(assistant_home / "settings.json")
             dialog = SettingsDialog(settings)
             qtbot.addWidget(dialog)
@@ -138,15 +132,8 @@ def test_gpu_choice_lists_ggml_devices_and_persists(qtbot, assistant_home, model
             if software:  # lavapipe here: listed, marked, never the automatic choice
                 label = combo.itemText(combo.findData(software[0].device))
                 assert tr(" (software)").strip() in label and software[0].backend in label
-            dialog.resize(640, 900)
-            dialog.show()
-            qtbot.wait(50)
-            dialog.grab().toImage().save(str(out / f"settings-gpu-{language}.png"))
+            save_screenshot(qtbot, dialog, out / f"settings-gpu-{language}.png", 640, 900)
             dialog.close()
-        finally:
-            if translator is not None:
-                app.removeTranslator(translator)
-                app.removeTranslator(translator.qt)
     dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
     qtbot.addWidget(dialog)
     pick = names[0] if names else "none"

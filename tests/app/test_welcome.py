@@ -4,15 +4,12 @@ running engine's tiers, errors read as plain words, and the hub defaults to one 
 mainland China under zh_CN. Screenshots: ASSISTANT_SCREENSHOTS=docs/screenshots to refresh them."""
 
 import dataclasses
-import os
-from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QWidget
 
 from app.engine_worker import EngineWorker
-from app.i18n import install
 from app.main_window import MainWindow
 from app.welcome import WelcomePanel
 from engine.config.settings import Settings
@@ -21,7 +18,7 @@ from engine.models.devices import snapshot
 from engine.models.recommend import Pick, Recommendation
 from tests.hub_server import HubServer
 
-from .helpers import send
+from .helpers import in_language, save_screenshot, screenshot_dir, send
 
 
 def open_window(qtbot):
@@ -48,6 +45,18 @@ def models_dir(tmp_path, monkeypatch, model_paths):
 def two_real_entries():
     entries = [e for e in load_catalog().entries if not e.demo and e.repo_for("huggingface")]
     return [dataclasses.replace(e, sha256="") for e in entries[:2]]  # the fake hub serves the demo's bytes
+
+
+def serve_pair(monkeypatch, model_paths, throttle_bytes_per_s: float):
+    """Two real catalog entries served by a fake Hugging Face hub (the demo model's bytes under their
+    names) and recommended as the pair; (l1, l2, hub)."""
+    l1, l2 = two_real_entries()
+    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in (l1, l2)},
+                    throttle_bytes_per_s=throttle_bytes_per_s)
+    monkeypatch.setenv("ASSISTANT_HUB_HUGGINGFACE", hub.url)
+    monkeypatch.setenv("ASSISTANT_MODELS_HUB", "huggingface")  # settings: models.hub
+    scripted(monkeypatch, l1, l2)
+    return l1, l2, hub
 
 
 def scripted(monkeypatch, l1, l2):
@@ -82,12 +91,7 @@ def test_first_start_shows_the_welcome_and_try_demo_dismisses_it_for_good(qtbot,
 
 def test_download_and_use_switches_the_tiers_in_two_clicks(qtbot, assistant_home, models_dir, model_paths,
                                                           monkeypatch):
-    l1, l2 = two_real_entries()
-    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in (l1, l2)},
-                    throttle_bytes_per_s=40e6)
-    monkeypatch.setenv("ASSISTANT_HUB_HUGGINGFACE", hub.url)
-    monkeypatch.setenv("ASSISTANT_MODELS_HUB", "huggingface")  # settings: models.hub
-    scripted(monkeypatch, l1, l2)
+    l1, l2, hub = serve_pair(monkeypatch, model_paths, 40e6)
     w = open_window(qtbot)
     try:
         panel = panel_of(w)
@@ -117,12 +121,7 @@ def test_download_and_use_switches_the_tiers_in_two_clicks(qtbot, assistant_home
 
 def test_cancel_and_an_unreachable_hub_are_said_in_plain_words(qtbot, assistant_home, models_dir, model_paths,
                                                               monkeypatch):
-    l1, l2 = two_real_entries()
-    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in (l1, l2)},
-                    throttle_bytes_per_s=2e6)
-    monkeypatch.setenv("ASSISTANT_HUB_HUGGINGFACE", hub.url)
-    monkeypatch.setenv("ASSISTANT_MODELS_HUB", "huggingface")
-    scripted(monkeypatch, l1, l2)
+    l1, l2, hub = serve_pair(monkeypatch, model_paths, 2e6)
     w = open_window(qtbot)
     try:
         panel = panel_of(w)
@@ -145,31 +144,18 @@ def test_cancel_and_an_unreachable_hub_are_said_in_plain_words(qtbot, assistant_
 
 
 def test_the_hub_defaults_by_locale_and_screenshots(qtbot, assistant_home, tmp_path, monkeypatch):
-    out = Path(os.environ["ASSISTANT_SCREENSHOTS"]) if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
-    out.mkdir(parents=True, exist_ok=True)
-    app = QApplication.instance()
-    from app.main import setup_application
-
-    setup_application(app)  # the bundled CJK font, as the app has it
+    out = screenshot_dir(tmp_path)
     for language, hub in (("en", "huggingface"), ("zh_CN", "modelscope")):
         monkeypatch.setenv("ASSISTANT_UI_LANGUAGE", language)
-        translator = install(app, language) if language != "en" else None
-        try:
+        with in_language(language):
             panel = WelcomePanel(Settings(assistant_home / "settings.json"))
             qtbot.addWidget(panel)
             assert panel.hub.currentData() == hub
             # The check's result arrives by a queued signal after its thread ends: wait for that.
             qtbot.waitUntil(lambda: panel.recommendation is not None, timeout=60_000)
-            panel.resize(820, 620)
-            panel.show()
-            qtbot.wait(50)
-            panel.grab().toImage().save(str(out / f"welcome-{language}.png"))
+            save_screenshot(qtbot, panel, out / f"welcome-{language}.png", 820, 620)
             panel.close_work()
             panel.close()
-        finally:
-            if translator is not None:
-                app.removeTranslator(translator)
-                app.removeTranslator(translator.qt)
     # a choice the user makes is kept over the locale's default
     panel = WelcomePanel(Settings(assistant_home / "settings.json"))
     qtbot.addWidget(panel)

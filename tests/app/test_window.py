@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt, QTimer
 from app.engine_worker import EngineWorker
 from app.main_window import MainWindow
 
-from .helpers import send
+from .helpers import ready_window, send
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,11 +48,7 @@ class DriftProbe:
 
 @pytest.fixture
 def window(qtbot, model_paths):
-    w = MainWindow(EngineWorker("demo-small", n_ctx=2048, memory=False), temperature=0.0, max_tokens=48)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=120_000)
-    assert w.engine_ready, w.banner.text()
+    w = ready_window(qtbot, "demo-small", n_ctx=2048, max_tokens=48)
     yield w
     w.close()
 

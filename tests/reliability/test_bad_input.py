@@ -22,8 +22,6 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from app.chat_view import ChatView  # noqa: E402
-from app.engine_worker import EngineWorker  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
 from app.render import markdown_html  # noqa: E402
 from engine.inference.backend import LoadParams  # noqa: E402
 from engine.chat.export import conversation_json, conversation_markdown  # noqa: E402
@@ -32,6 +30,7 @@ from engine.storage import clean_text  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.chat.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402
+from tests.app.helpers import ready_window  # noqa: E402
 from tests.model.helpers import greedy  # noqa: E402
 
 # One thread: two spinning llama.cpp threads crawl on a shared 2-core machine; speed is not tested here.
@@ -145,11 +144,7 @@ def _wait_idle(qtbot, w):
 @pytest.mark.model
 @pytest.mark.gui
 def test_the_window_refuses_bad_messages_clearly_and_stays_usable(qtbot, model_paths):
-    w = MainWindow(EngineWorker("demo-small", n_ctx=1024, memory=False), temperature=0.0, max_tokens=4)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=120_000)
-    assert w.engine_ready, w.banner.text()
+    w = ready_window(qtbot, "demo-small", n_ctx=1024, max_tokens=4)
     try:
         # Whitespace only: the composer does not send it at all.
         w.composer.edit.setPlainText(" \n\t\u3000 ")

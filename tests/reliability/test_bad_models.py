@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 
 from app.engine_worker import EngineWorker  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
+from tests.app.helpers import ready_window  # noqa: E402
 from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
 from engine.models.catalog import ModelNotFound  # noqa: E402
 from engine.api import Assistant, TurnDone  # noqa: E402
@@ -206,11 +207,7 @@ def test_a_model_larger_than_the_ram_budget_is_refused_and_l1_stays(model_paths)
 @pytest.mark.gui
 def test_the_window_answers_on_l1_when_l2_is_broken(qtbot, bad_files, monkeypatch):
     monkeypatch.setenv("ASSISTANT_TIER_L2", str(bad_files["unknown-arch"]))  # settings: tier.L2
-    w = MainWindow(EngineWorker(None, n_ctx=1024, memory=False), temperature=0.0, max_tokens=6)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=120_000)
-    assert w.engine_ready, w.banner.text()
+    w = ready_window(qtbot, None, n_ctx=1024, max_tokens=6)
     try:
         w.composer.route.setCurrentIndex(w.composer.route.findData("L2"))
         w.composer.edit.setPlainText("Explain what a hash map is.")
