@@ -161,8 +161,9 @@ class ModelManagerDialog(QDialog):
         if self.task is not None:
             self.task.cancel.set()
 
-    def _download(self, entry: ModelEntry) -> None:
-        hub_id = self.hub.currentData()
+    def _download(self, entry: ModelEntry, hub_id: str | None = None) -> None:
+        """Fetch `entry` on a Task from `hub_id` (default: the hub chosen in the combo)."""
+        hub_id = hub_id or self.hub.currentData()
         self.bar.setValue(0)
         self.bar.show()
         self.cancel_button.setEnabled(True)
@@ -275,12 +276,7 @@ class ModelManagerDialog(QDialog):
         if entry.present():
             self.message.setText(tr("{file} is already downloaded.").format(file=entry.file))
             return
-        hub_id = r["repo"].hub
-        self.bar.setValue(0)
-        self.bar.show()
-        self.cancel_button.setEnabled(True)
-        self.message.setText(tr("Downloading {name}…").format(name=entry.name))
-        self._run(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self._on_downloaded)
+        self._download(entry, r["repo"].hub)  # from the hub it was found on, whatever the combo says now
 
     def use_result(self, tier: str) -> None:
         r = self.selected_result()
