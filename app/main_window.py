@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import logging
 
-from PySide6.QtCore import Qt, QThread, QTimer, Signal
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QMainWindow,
-                               QMessageBox, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtCore import Qt, QThread, Signal
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QSplitter,
+                               QVBoxLayout, QWidget)
 
 from app.chat_view import ChatView
 from app.composer import Composer
@@ -18,6 +18,7 @@ from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
 from app.i18n import tr
 from app.render import answered_by
+from app.sidebar import ChatSidebar
 from engine.api import Settings
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ class MainWindow(QMainWindow):
     _rename = Signal(int, str)
     _delete = Signal(int)
     _export = Signal(int, str, str)
-    _search = Signal(str)
 
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
@@ -66,34 +66,18 @@ class MainWindow(QMainWindow):
         self.progress.setMaximumHeight(6)
         self.progress.setTextVisible(False)
 
-        # sidebar
-        self.search = QLineEdit()
-        self.search.setPlaceholderText(tr("Search chats"))
-        self._search_timer = QTimer(self)
-        self._search_timer.setSingleShot(True)
-        self._search_timer.setInterval(200)  # search when typing pauses
-        self._search_timer.timeout.connect(lambda: self._search.emit(self.search.text()))
-        self.search.textChanged.connect(self._search_timer.start)
-        self._matches: set[int] | None = None  # conversation ids matching the search (None: all)
-        self.chat_list = QListWidget()
-        self.chat_list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        self.chat_list.setTextElideMode(Qt.ElideRight)
-        self.chat_list.currentItemChanged.connect(self._select)
-        self.chat_list.setContextMenuPolicy(Qt.CustomContextMenu)
-        self.chat_list.customContextMenuRequested.connect(self._chat_menu)
-        self.new_button = QPushButton(tr("New chat"))
+        # sidebar (app/sidebar.py): its widgets keep their names here, tests and the window use them
+        side = self.sidebar = ChatSidebar(lambda: self.busy)
+        self.search, self.chat_list = side.search, side.chat_list
+        self.new_button, self.settings_button, self.models_button = \
+            side.new_button, side.settings_button, side.models_button
         self.new_button.clicked.connect(self.new_chat)
-        side = QWidget()
-        side_layout = QVBoxLayout(side)
-        side_layout.addWidget(self.search)
-        side_layout.addWidget(self.chat_list, 1)
-        side_layout.addWidget(self.new_button)
-        self.settings_button = QPushButton(tr("Settings"))
         self.settings_button.clicked.connect(self.open_settings)
-        side_layout.addWidget(self.settings_button)
-        self.models_button = QPushButton(tr("Models"))
         self.models_button.clicked.connect(self.open_models)
-        side_layout.addWidget(self.models_button)
+        side.selected.connect(self._select)
+        side.rename.connect(self.rename_chat)
+        side.export.connect(self.export_chat)
+        side.delete.connect(self.delete_chat)
 
         # chat
         self.view = ChatView()
@@ -162,8 +146,8 @@ class MainWindow(QMainWindow):
         self._rename.connect(w.rename)
         self._delete.connect(w.delete)
         self._export.connect(w.export)
-        self._search.connect(w.search)
-        w.found.connect(self._on_found)
+        side.searched.connect(w.search)
+        w.found.connect(side.show_matches)  # bound slots of GUI-thread objects: queued, never a lambda
         w.notice.connect(self.status_label.setText)
         w.settings_applied.connect(self._on_settings_applied)
         w.ready.connect(self._on_ready)
@@ -211,19 +195,7 @@ class MainWindow(QMainWindow):
         self.status_label.setText(tr("Not ready"))
 
     def _on_conversations(self, payload: str) -> None:
-        rows = json.loads(payload)
-        current = self.conversation_id
-        self.chat_list.blockSignals(True)
-        self.chat_list.clear()
-        for r in rows:
-            item = QListWidgetItem(r["title"][:60])
-            item.setData(Qt.UserRole, r["id"])
-            item.setToolTip(r["updated"][:19])
-            self.chat_list.addItem(item)
-            if r["id"] == current:
-                self.chat_list.setCurrentItem(item)
-        self.chat_list.blockSignals(False)
-        self._filter(self.search.text())
+        self.sidebar.set_conversations(json.loads(payload), self.conversation_id)
 
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
@@ -409,28 +381,12 @@ class MainWindow(QMainWindow):
         self.edit_button.setEnabled(idle and self.view.last_user() is not None)
         self.copy_button.setEnabled(bool(self.view.last_answer()))
 
-    def _select(self, item, _previous=None) -> None:
-        if item is None or self.busy:
-            return
-        cid = item.data(Qt.UserRole)
-        if cid == self.conversation_id:
+    def _select(self, cid: int) -> None:
+        if self.busy or cid == self.conversation_id:
             return
         self.conversation_id = cid
         self.gauges.conversation_id = cid
         self._load.emit(cid)
-
-    def _on_found(self, query: str, payload: str) -> None:
-        ids = json.loads(payload)
-        if query != self.search.text():
-            return  # an older search's answer
-        self._matches = set(ids) if query.strip() else None
-        self._filter()
-
-    def _filter(self, _text: str = "") -> None:
-        """Show the chats matching the search box (title or any message, via SQLite FTS)."""
-        for i in range(self.chat_list.count()):
-            item = self.chat_list.item(i)
-            item.setHidden(self._matches is not None and item.data(Qt.UserRole) not in self._matches)
 
     def show_banner(self, message: str) -> None:
         self.banner.setText(message)
@@ -438,21 +394,6 @@ class MainWindow(QMainWindow):
 
     def hide_banner(self) -> None:
         self.banner.hide()
-
-    def _chat_menu(self, pos) -> None:
-        item = self.chat_list.itemAt(pos)
-        if item is None or self.busy:
-            return
-        from PySide6.QtWidgets import QMenu
-
-        cid = item.data(Qt.UserRole)
-        menu = QMenu(self)
-        menu.addAction(tr("Rename…"), lambda: self.rename_chat(cid, item.text()))
-        menu.addAction(tr("Export as Markdown…"), lambda: self.export_chat(cid, "md"))
-        menu.addAction(tr("Export as JSON…"), lambda: self.export_chat(cid, "json"))
-        menu.addSeparator()
-        menu.addAction(tr("Delete…"), lambda: self.delete_chat(cid, item.text()))
-        menu.exec(self.chat_list.mapToGlobal(pos))
 
     def rename_chat(self, cid: int, current: str, title: str | None = None) -> None:
         if title is None:
