@@ -13,11 +13,10 @@ from PySide6.QtCore import QLocale, Qt, QThread, Signal
 from PySide6.QtWidgets import QComboBox
 
 from app.i18n import tr
-from engine.api import (DownloadCancelled, DownloadError, HubError, ModelEntry, PlanError, Settings, default_hub,
-                        device_snapshot, hubs, plan, ram_bytes, search_hub)
+from engine.api import (DownloadCancelled, DownloadError, HubError, ModelEntry, Settings, default_hub, device_snapshot,
+                        hubs, plan_fit, ram_bytes, search_hub, size_fit)
 
 log = logging.getLogger(__name__)
-GPU_OVERHEAD = 1.2  # file size → memory need of a model whose architecture is not known yet (KV, buffers)
 
 
 def entry_label(e: ModelEntry) -> str:
@@ -25,36 +24,25 @@ def entry_label(e: ModelEntry) -> str:
     return e.name + (tr(" (demo)") if e.demo else "") + ("" if e.instruct else tr(" (base model)"))
 
 
+def _badge(word: str) -> str:
+    """The engine's fit word (engine/models/fit.py) as the tables show it."""
+    return {"gpu": tr("fits on the GPU"), "partial": tr("partly on the GPU"), "cpu": tr("runs on the CPU"),
+            "too_big": tr("too big for free RAM")}.get(word, "?")
+
+
 def fit_badge(entry: ModelEntry, vram_budget_mb: float | None) -> tuple[str, str]:
     """(needs, badge) for the table, from the planner and the available RAM."""
-    try:
-        p = plan(entry.id, vram_budget_mb if entry.tier == "L2" else 0, 4096)
-    except (PlanError, OSError, ValueError) as exc:
-        return "?", str(exc)[:60]
-    ram = ram_bytes(p)
+    fit = plan_fit(entry, vram_budget_mb, psutil.virtual_memory().available)
+    if fit.plan is None:
+        return "?", fit.why[:60]
+    p, ram = fit.plan, ram_bytes(fit.plan)
     needs = f"RAM {ram / 2**30:.1f} GB" + (f" · VRAM {p.gpu_bytes_total / 2**30:.1f} GB" if p.gpu_bytes_total else "")
-    if ram > psutil.virtual_memory().available:
-        return needs, tr("too big for free RAM")
-    if p.offload == "full":
-        return needs, tr("fits on the GPU")
-    if p.offload == "partial":
-        return needs, tr("partly on the GPU")
-    return needs, tr("runs on the CPU")
+    return needs, _badge(fit.word)
 
 
 def size_badge(size_bytes: int, vram_budget_bytes: int, ram_available: int) -> str:
-    """The fit badge of a hub file before it is downloaded (its architecture unknown): its size plus
-    GPU_OVERHEAD against the VRAM budget, else the free RAM."""
-    need = size_bytes * GPU_OVERHEAD
-    if size_bytes <= 0:
-        return "?"
-    if need <= vram_budget_bytes:
-        return tr("fits on the GPU")
-    if need <= ram_available:
-        return tr("runs on the CPU")
-    if need <= ram_available + vram_budget_bytes:
-        return tr("partly on the GPU")
-    return tr("too big for free RAM")
+    """The fit badge of a hub file before it is downloaded (its architecture unknown): from its size."""
+    return _badge(size_fit(size_bytes, vram_budget_bytes, ram_available))
 
 
 def ui_locale(settings: Settings) -> str:

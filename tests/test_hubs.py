@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from engine.cli.hub import fit_by_size, register
+from engine.cli.hub import register
+from engine.models.fit import size_fit
 from engine.models.downloads import DownloadError, download, part_path
 from engine.models.hubs import (HubError, HubFile, default_hub, entry_for, get_hub, hubs, looks_instruct, quant_of,
                                 repo_files, search)
@@ -161,9 +162,9 @@ def test_download_a_found_file_from_each_hub_checks_its_sha256(ggufs, env, hub_i
 
 def test_fit_by_size_words():
     gib = 1 << 30
-    assert [fit_by_size(s, 6 * gib, 16 * gib) for s in (0, gib, 8 * gib, 18 * gib, 30 * gib)] == \
+    assert [size_fit(s, 6 * gib, 16 * gib) for s in (0, gib, 8 * gib, 18 * gib, 30 * gib)] == \
         ["unknown", "gpu", "cpu", "partial", "too_big"]
-    assert fit_by_size(8 * gib, 0, 4 * gib) == "too_big"
+    assert size_fit(8 * gib, 0, 4 * gib) == "too_big"
 
 
 def test_cli_search_and_download(ggufs, env, capsys):

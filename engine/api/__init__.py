@@ -63,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "search_hub": "engine.models.hubs",
     "entry_for": "engine.models.hubs",
     "recommend_models": "engine.models.recommend",
+    "plan_fit": "engine.models.fit",
+    "size_fit": "engine.models.fit",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from engine.api import Settings
+from engine.api import Settings, size_fit
 from engine.models.devices import default_vram_budget_mb, snapshot
 from engine.models.downloads import DownloadError, download, size_text
 from engine.models.hubs import HubError, HubFile, default_hub, entry_for, hubs, repo_files, search
@@ -22,9 +22,6 @@ from engine.models.hubs import HubError, HubFile, default_hub, entry_for, hubs, 
 # Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MIB = 1 << 20
-# A loaded model needs a little more than its file: KV cache at a 4096 context and compute buffers.
-# 15% + 300 MiB covers the small and mid models we list; the planner's numbers replace it after download.
-OVERHEAD_FRACTION, OVERHEAD_BYTES = 0.15, 300 * MIB
 
 
 def register(models_subparsers) -> None:
@@ -65,21 +62,6 @@ def _budgets() -> tuple[float, int]:
     return max(0.0, budget_mb) * MIB, snap.ram_available_bytes
 
 
-def fit_by_size(size_bytes: int, vram_bytes: float, ram_bytes: int) -> str:
-    """The fit word of a file not downloaded yet, as main.py's `_fit` words it: "gpu", "partial",
-    "cpu", "too_big", or "unknown" when the hub gave no size."""
-    if size_bytes <= 0:
-        return "unknown"
-    need = size_bytes * (1 + OVERHEAD_FRACTION) + OVERHEAD_BYTES
-    if need <= vram_bytes:
-        return "gpu"
-    if need <= ram_bytes:
-        return "cpu"
-    if vram_bytes and need <= vram_bytes + ram_bytes:
-        return "partial"
-    return "too_big"
-
-
 def cmd_search(args: argparse.Namespace) -> int:
     if args.limit < 1:
         sys.stderr.write("error: --limit must be 1 or more\n")
@@ -93,7 +75,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     vram, ram = _budgets()
 
     def row(f: HubFile) -> dict:
-        fit = "split" if f.split else fit_by_size(f.size_bytes, vram, ram)
+        fit = "split" if f.split else size_fit(f.size_bytes, vram, ram)
         return {"file": f.name, "quant": f.quant, "size_bytes": f.size_bytes, "sha256": f.sha256, "parts": f.parts,
                 "fits": fit}
 

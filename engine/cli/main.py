@@ -15,7 +15,7 @@ from typing import Iterator
 from engine import __version__
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
                         ModelNotFound, RemoteError, SamplingParams, Settings, StorageError, TurnDone, db_path,
-                        load_catalog, user_dir)
+                        device_snapshot, load_catalog, plan_fit, user_dir)
 from engine.cli import hub
 from engine.cli.memory import add_memory_parser
 from engine.cli.plan import add_plan_parsers
@@ -343,23 +343,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fit(entry, vram_budget_mb: float | None, ram_available: int) -> str:
-    """One word for how `entry` would run here, as the model manager's fit badge decides:
-    "gpu", "partial", "cpu", "too_big" (for the free RAM), or "unknown" when it cannot be planned."""
-    from engine.api import plan, ram_bytes  # main.py's import block is shared; hoist when it is free
-
-    try:
-        p = plan(entry, vram_budget_mb if entry.tier == "L2" else 0, 4096)
-    except Exception as exc:  # a listing must list every model, planned or not
-        log.info("cannot plan %s: %s", entry.id, exc)
-        return "unknown"
-    if ram_bytes(p) > ram_available:
-        return "too_big"
-    return {"full": "gpu", "partial": "partial"}.get(p.offload, "cpu")
-
-
 def cmd_models(args: argparse.Namespace) -> int:
-    from engine.api import device_snapshot  # see _fit
 
     budget = Settings().get("runtime.vram_budget_mb")
     budget = None if budget is None or budget < 0 else budget  # None: free VRAM minus a margin
@@ -372,7 +356,7 @@ def cmd_models(args: argparse.Namespace) -> int:
                      "size_class": e.size_class, "quant": e.quant, "quants": list(e.files) or [e.quant],
                      "size_bytes": e.size_bytes, "size_checked": e.size_checked, "license": e.license,
                      "instruct": e.instruct, "tier": e.tier, "sources": e.sources or {"huggingface": e.source_repo},
-                     "demo": e.demo, "downloaded": present, "present": present, "fits": _fit(e, budget, ram_available),
+                     "demo": e.demo, "downloaded": present, "present": present, "fits": plan_fit(e, budget, ram_available).word,
                      "file": e.file, "path": str(e.path()), "arch": e.arch})
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=2))

@@ -2,7 +2,7 @@
 
 Only instruction-tuned, non-demo catalog entries are candidates. Memory needs come from the planner
 (`plan` + `ram_bytes`, catalog facts when the file is not downloaded); a model without the facts to
-plan is costed at its file size plus 15 %.
+plan is costed by `fit.unplanned_need` (its file size plus 15 % and 300 MiB).
 
 Speed class (a rule of thumb, shown to the user as "fast" / "usable" / "slow"): decoding one token
 reads every weight once, so tokens/s ≈ memory bandwidth ÷ bytes of weights. Bandwidth is taken as
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from engine.models.catalog import Catalog, ModelEntry, load_catalog
 from engine.models.devices import DeviceSnapshot, GPUInfo, default_vram_budget_mb, snapshot
+from engine.models.fit import unplanned_need
 from engine.models.planner import PlanError, plan, ram_bytes
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,6 @@ CPU_BANDWIDTH = 20 * GB  # bytes/s
 GPU_BANDWIDTH = {"gpu": 250 * GB, "igpu": 40 * GB, "apple": 100 * GB}
 FAST_TOKS, USABLE_TOKS, MIN_TOKS = 15.0, 5.0, 4.0
 L1_RAM_SHARE = 0.5  # of available RAM
-UNPLANNED_OVERHEAD = 1.15  # file size → memory need when the catalog lacks the facts to plan
 
 
 @dataclass(frozen=True)
@@ -111,9 +111,9 @@ def _needs(entry: ModelEntry, vram_budget_mb: float) -> tuple[int, int, str]:
     """(RAM, VRAM, offload) of a load with this budget (0 = CPU only)."""
     try:
         p = plan(entry, vram_budget_mb, N_CTX)
-    except (PlanError, ValueError, ZeroDivisionError, OSError) as exc:  # a catalog row without the facts
+    except (PlanError, ValueError, OSError) as exc:  # a catalog row without the facts (a PlanError now)
         log.debug("no plan for %s (%s): sized from its file", entry.id, exc)
-        need = int(entry.size_bytes * UNPLANNED_OVERHEAD)
+        need = int(unplanned_need(entry.size_bytes))
         return (need, 0, "cpu") if vram_budget_mb <= 0 else (0, need, "full" if need <= vram_budget_mb * 2**20
                                                             else "partial")
     return ram_bytes(p), p.gpu_bytes_total, p.offload
