@@ -13,8 +13,8 @@ from PySide6.QtCore import QLocale, Qt, QThread, Signal
 from PySide6.QtWidgets import QComboBox
 
 from app.i18n import tr
-from engine.api import (DownloadCancelled, DownloadError, HubError, ModelEntry, Settings, default_hub, device_snapshot,
-                        hubs, plan_fit, ram_bytes, search_hub, size_fit)
+from engine.api import (DownloadCancelled, DownloadError, HubError, ModelEntry, Settings, default_hub,
+                        default_vram_budget_mb, device_snapshot, hubs, plan_fit, ram_bytes, search_hub, size_fit)
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,7 @@ class Task(QThread):
 def search_rows(query: str, hub_id: str, vram_budget_mb: float | None) -> list[dict]:
     """Search `hub_id` and badge every file (runs on a Task's thread): rows for the results table."""
     snap = device_snapshot()
-    if vram_budget_mb is None:
-        gpu = snap.best_gpu
-        vram = max(0, gpu.free_bytes - 512 * 2**20) if gpu and not gpu.software else 0
-    else:
-        vram = int(vram_budget_mb * 2**20)
+    vram = int((default_vram_budget_mb(snap) if vram_budget_mb is None else vram_budget_mb) * 2**20)
     rows = []
     for repo in search_hub(query, hub_id):
         for f in repo.files:

@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "plan": "engine.models.planner",
     "ram_bytes": "engine.models.planner",
     "device_snapshot": "engine.models.devices",
+    "default_vram_budget_mb": "engine.models.devices",
     "download": "engine.models.downloads",
     "part_path": "engine.models.downloads",
     "read_gguf": "engine.models.gguf_info",
