@@ -40,6 +40,14 @@ DEFAULTS: dict[str, Any] = {
     "memory.k": 3,                   # memories retrieved per message (above the model's threshold)
     "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
+    "retrieval.max_tokens": 256,     # tokens memories and documents may add to one user turn together
+                                     # (each added token is evaluated before the first answer token)
+    "docs.enabled": True,            # index the folders added in the Documents panel / `assistant docs add`
+    "docs.k": 4,                     # document excerpts per answer (more for "list all …" questions)
+    "docs.allow_remote": False,      # a turn with documents may go to the L3 endpoint (off: stays local)
+    "docs.watch": True,              # re-index added folders when their files change
+    "docs.code": False,              # also index source code files (by extension)
+    "docs.max_file_mb": 64.0,        # larger files are skipped with a reason
     "generate.repetition_guard": True,  # end an answer that loops (same block or line again and again)
     "runtime.n_ctx": 4096,
     "runtime.n_ctx_max": 16384,      # a longer context a model loads with where it was trained for it and
@@ -169,7 +177,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
 RANGES: dict[str, tuple[float, float]] = {
     "l3.n_ctx": (256, 10_000_000), "l3.timeout_s": (1, 3600), "router.max_switch_s": (0, 600),
     "cascade.threshold": (0, 1), "confidence.warn_threshold": (0, 1), "summary.every_turns": (0, 1000),
-    "memory.k": (0, 50), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000),
+    "memory.k": (0, 50), "retrieval.max_tokens": (0, 100_000), "docs.k": (0, 50),
+    "docs.max_file_mb": (0.001, 1_000_000), "memory.ram_budget_mb": (0, 1_000_000), "runtime.n_ctx": (64, 10_000_000),
     "runtime.n_ctx_max": (0, 10_000_000), "runtime.n_threads": (0, 1024),
     "kv.warm_budget_mb": (0, 10_000_000), "kv.cold_budget_mb": (0, 100_000_000),
     "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
