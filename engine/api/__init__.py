@@ -66,6 +66,10 @@ _EXPORTS: dict[str, str] = {
     "recommend_models": "engine.models.recommend",
     "plan_fit": "engine.models.fit",
     "size_fit": "engine.models.fit",
+    # local documents (issue 15): the index without a chat engine, its errors and default collection
+    "Documents": "engine.api.documents",
+    "DocumentsError": "engine.docs.service",
+    "DEFAULT_COLLECTION": "engine.docs.store",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 

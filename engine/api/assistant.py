@@ -11,12 +11,14 @@ import logging
 import threading
 from typing import Any, Iterator
 
+from engine.api.documents import DocumentsApi, embedder_from_settings
 from engine.api.status import StatusPublisher
 from engine.chat.core import AssistantCore, TurnDone
 from engine.chat.export import conversation_json, conversation_markdown
 from engine.chat.targets import InputError
 from engine.config.paths import db_path
 from engine.config.settings import Settings
+from engine.docs.service import DocumentService
 from engine.inference.backend import LoadParams, ModelLoadError, VocabTokenizer
 from engine.inference.generate import Chunk, GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
@@ -31,12 +33,13 @@ EMBEDDER_JOIN_S = 60.0  # longest close() waits for an embedder still loading
 # Settings a running engine picks up at once; any other change applies on the next start.
 LIVE_SETTINGS = frozenset({
     "cascade.enabled", "cascade.threshold", "router.max_switch_s", "router.base_models", "summary.every_turns",
-    "memory.k", "generate.repetition_guard", "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model",
-    "l3.n_ctx", "l3.timeout_s", "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
+    "memory.k", "retrieval.max_tokens", "docs.k", "docs.allow_remote", "generate.repetition_guard",
+    "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
+    "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
 })
 
 
-class Assistant(AssistantCore):
+class Assistant(AssistantCore, DocumentsApi):
     """The engine's front door: conversations, turns as event streams, stop, token counts, status.
 
     Build it with `Assistant.from_settings`; the constructor (AssistantCore's) is for tests that
@@ -46,6 +49,7 @@ class Assistant(AssistantCore):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._owned: list[Any] = []  # closed, in order, after the models
+        self.docs: DocumentService | None = None  # the documents index (engine/api/documents.py)
         self._stop = threading.Event()  # the running turn's Stop (a front-end runs one turn at a time)
         self._tokenizer: VocabTokenizer | None = None
         self.warnings: list[str] = []  # problems met while starting, for the front-end to show
@@ -60,13 +64,14 @@ class Assistant(AssistantCore):
                       cascade_threshold: float | None = None, vram_budget_mb: float | None = None,
                       l3_url: str | None = None, l3_key: str | None = None, l3_model: str | None = None,
                       database: Database | None = None, n_gpu_layers: int | None = None,
-                      gpu_device: str | None = None) -> "Assistant":
+                      gpu_device: str | None = None, docs: bool | None = None) -> "Assistant":
         """The one place where settings become an engine; keyword arguments override settings.
 
         Args:
             settings: the user's settings (default: the settings file in the data dir).
             model: one model (catalog id or .gguf path) for both local tiers instead of tier.L1/L2.
             memory: False runs without the vector memory (default: memory.enabled).
+            docs: False runs without the documents index (default: docs.enabled).
             n_gpu_layers: layers on the GPU for every local model this run (-1 = all, 0 = CPU),
                 instead of the planner's choice.
             gpu_device: "auto", "none" or a device name (default: runtime.gpu_device).
@@ -90,11 +95,15 @@ class Assistant(AssistantCore):
         db = database if database is not None else Database(db_path())
         if database is None:
             owned.append(db)
-        service = None
+        service = docs_service = None
         try:
             if memory if memory is not None else settings.get("memory.enabled"):
                 service = MemoryService.from_settings(db, settings)  # started once a model is loaded
                 owned.insert(0, service)  # closed before the database it writes to
+            if docs if docs is not None else settings.get("docs.enabled"):
+                embedder = service.embedder if service is not None else embedder_from_settings(settings)
+                docs_service = DocumentService.from_settings(db, settings, embedder)
+                owned.insert(0, docs_service)  # its indexer stops before the memory and the database
             if cascade_threshold is None:
                 cascade_threshold = settings.get("cascade.threshold") or None
             vram = vram_budget_mb if vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
@@ -121,6 +130,12 @@ class Assistant(AssistantCore):
             # Only now: a start that fails on its model exits without an embedder half-loaded in
             # native code (an exit then ended in std::terminate).
             service.start()
+        if docs_service is not None:
+            docs_service.embedder.start()
+            docs_service.start()  # resumes folders whose indexing a quit or crash interrupted
+            if settings.get("docs.watch"):
+                docs_service.watch()
+            assistant.docs = docs_service
         assistant._owned = owned
         assistant.warnings = warnings + settings.problems()
         assistant.settings = settings
@@ -134,12 +149,15 @@ class Assistant(AssistantCore):
         self._stop.set()
         self._status.close()
         super().close()
+        embedders = []
         for thing in self._owned:
             thing.close()
             embedder = getattr(thing, "embedder", None)
-            if embedder is not None:  # never leave the interpreter while ONNX Runtime is still loading
-                embedder.wait(EMBEDDER_JOIN_S)
-                embedder.close()  # its thread owns the session: ended before the interpreter tears down
+            if embedder is not None and embedder not in embedders:
+                embedders.append(embedder)  # shared by memory and documents: closed once both are
+        for embedder in embedders:  # never leave the interpreter while ONNX Runtime is still loading
+            embedder.wait(EMBEDDER_JOIN_S)
+            embedder.close()  # its thread owns the session: ended before the interpreter tears down
         self._owned = []
         tokenizer, self._tokenizer = self._tokenizer, None
         if tokenizer is not None:

@@ -136,8 +136,10 @@ class NumpyIndex:
 
     name = "numpy"
 
-    def __init__(self, store, coarse: int = COARSE_CANDIDATES):
+    def __init__(self, store, coarse: int = COARSE_CANDIDATES, table: str = "memory_vectors",
+                 id_column: str = "memory_id"):
         self.store, self.coarse = store, coarse
+        self.table, self.id_column = table, id_column  # documents keep theirs in doc_vectors
         self._lock = threading.Lock()  # never taken while holding the database lock
         self._loaded_version: int | None = None
         self._n = 0
@@ -192,8 +194,8 @@ class NumpyIndex:
         self._n, self._pos = 0, {}
         last = 0
         while True:  # in slices, so other threads' statements interleave
-            rows = self.store.read("SELECT memory_id, embedding FROM memory_vectors WHERE model = ?"
-                                   " AND memory_id > ? ORDER BY memory_id LIMIT 20000",
+            rows = self.store.read(f"SELECT {self.id_column}, embedding FROM {self.table} WHERE model = ?"
+                                   f" AND {self.id_column} > ? ORDER BY {self.id_column} LIMIT 20000",
                                    (self.store.model_id, last))
             if not rows:
                 break

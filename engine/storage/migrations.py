@@ -214,6 +214,55 @@ MIGRATIONS: list[tuple[str, str]] = [
             ('memories', max(coalesce((SELECT max(id) FROM memories), 0),
                              coalesce((SELECT max(memory_id) FROM memory_vectors), 0)));
     """),
+    ("0009_documents", """
+        -- Local documents (engine/docs, docs/documents.md). doc_roots: what the user added (a folder
+        -- or a file) and its collection; the scan of a root finds files added, changed and gone.
+        CREATE TABLE doc_roots (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            path TEXT NOT NULL UNIQUE,          -- absolute, as added
+            collection TEXT NOT NULL,
+            added TEXT NOT NULL,
+            scanned TEXT                        -- end of the last complete scan (NULL: never finished)
+        );
+        -- One row per file met under a root, indexed or skipped. A file's row, chunks, keyword
+        -- entries and vectors are written in one transaction: the index never holds half a file.
+        CREATE TABLE doc_files (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            root_id INTEGER NOT NULL REFERENCES doc_roots(id) ON DELETE CASCADE,
+            path TEXT NOT NULL UNIQUE,
+            kind TEXT,                          -- pdf | docx | html | markdown | text | code
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            sha256 TEXT,
+            status TEXT NOT NULL CHECK (status IN ('indexed', 'skipped')),
+            reason TEXT,                        -- why it was skipped (engine/docs/parse.py's fixed reasons)
+            detail TEXT,
+            pages INTEGER,
+            chunks INTEGER NOT NULL DEFAULT 0,
+            indexed TEXT NOT NULL
+        );
+        CREATE INDEX doc_files_by_root ON doc_files (root_id);
+        CREATE TABLE doc_chunks (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            file_id INTEGER NOT NULL,           -- no FK cascade: deleting goes through the FTS index too
+            idx INTEGER NOT NULL,               -- position in the file
+            text TEXT NOT NULL,
+            page INTEGER,                       -- 1-based PDF page
+            heading TEXT,
+            line INTEGER                        -- 1-based first line (text, Markdown, code)
+        );
+        CREATE INDEX doc_chunks_by_file ON doc_chunks (file_id, idx);
+        CREATE VIRTUAL TABLE doc_chunks_fts USING fts5(text, content='doc_chunks', content_rowid='id',
+                                                       tokenize='trigram');
+        -- float32 little-endian, L2-normalised, from `model` (chunks of a file indexed while the
+        -- embedder was unavailable get theirs later).
+        CREATE TABLE doc_vectors (
+            chunk_id INTEGER PRIMARY KEY,
+            model TEXT NOT NULL,
+            embedding BLOB NOT NULL
+        );
+        CREATE INDEX doc_vectors_by_model ON doc_vectors (model, chunk_id);
+    """),
 ]
 
 
