@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import nullcontext
 from typing import Any, Iterator
 
 from engine.api.documents import DocumentsApi, embedder_from_settings
@@ -49,7 +50,6 @@ class Assistant(AssistantCore, DocumentsApi):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._owned: list[Any] = []  # closed, in order, after the models
-        self.docs: DocumentService | None = None  # the documents index (engine/api/documents.py)
         self._stop = threading.Event()  # the running turn's Stop (a front-end runs one turn at a time)
         self._tokenizer: VocabTokenizer | None = None
         self.warnings: list[str] = []  # problems met while starting, for the front-end to show
@@ -121,7 +121,9 @@ class Assistant(AssistantCore, DocumentsApi):
                 gpu_device=gpu_device or settings.get("runtime.gpu_device") or "auto", n_gpu_layers=n_gpu_layers,
                 base_models=settings.get("router.base_models"),
                 # An explicit n_ctx is taken as asked; the settings' is a floor the plan may raise.
-                n_ctx_max=None if n_ctx else settings.get("runtime.n_ctx_max") or None)
+                n_ctx_max=None if n_ctx else settings.get("runtime.n_ctx_max") or None,
+                docs=docs_service, docs_allow_remote=settings.get("docs.allow_remote"),
+                retrieval_max_tokens=settings.get("retrieval.max_tokens"))
         except BaseException:
             for thing in owned:
                 thing.close()
@@ -135,7 +137,6 @@ class Assistant(AssistantCore, DocumentsApi):
             docs_service.start()  # resumes folders whose indexing a quit or crash interrupted
             if settings.get("docs.watch"):
                 docs_service.watch()
-            assistant.docs = docs_service
         assistant._owned = owned
         assistant.warnings = warnings + settings.problems()
         assistant.settings = settings
@@ -225,9 +226,9 @@ class Assistant(AssistantCore, DocumentsApi):
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
-             overflow: str = "refuse") -> Iterator[Chunk | TurnDone]:
+             overflow: str = "refuse", docs: bool | str | None = None) -> Iterator[Chunk | TurnDone]:
         return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces, overflow))
+                                          _replaces, overflow, docs))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    cancel: threading.Event | None = None, route: str = "auto",
@@ -241,10 +242,11 @@ class Assistant(AssistantCore, DocumentsApi):
         return self._stop
 
     def _observe(self, events: Iterator[Chunk | TurnDone]) -> Iterator[Chunk | TurnDone]:
-        for item in events:
-            if isinstance(item, TurnDone) and item.stats.get("context"):
-                self.water[item.conversation_id] = item.stats["context"]
-            yield item
+        with self.docs.turn() if self.docs is not None else nullcontext():  # indexing waits for the turn
+            for item in events:
+                if isinstance(item, TurnDone) and item.stats.get("context"):
+                    self.water[item.conversation_id] = item.stats["context"]
+                yield item
 
     # ---- settings
     def apply_setting(self, key: str, value: Any) -> bool:
@@ -265,6 +267,13 @@ class Assistant(AssistantCore, DocumentsApi):
             self.summary_every = int(value)
         elif key == "memory.k":
             self.memory_k = int(value)
+        elif key == "retrieval.max_tokens":
+            self.retrieval_max_tokens = int(value)
+        elif key == "docs.k":
+            if self.docs is not None:
+                self.docs.k = int(value)
+        elif key == "docs.allow_remote":
+            self.docs_allow_remote = bool(value)
         elif key == "confidence.warn_threshold":
             self.warn_threshold = float(value) or None
         elif key.startswith("l3."):

@@ -63,8 +63,10 @@ class StatusPublisher:
         devices = snapshot()
         gpu = devices.gpu(a.manager.gpu_device)
         memory = a.memory.status() if a.memory is not None else None
+        documents = a.docs.status() if a.docs is not None else None
         self.latest = {"ready": True, "time": time.time(), "models": models, "kv": kv,
-                       "devices": devices.as_dict(), "gpu": asdict(gpu) if gpu else None, "memory": memory, "degraded": a.degraded,
+                       "devices": devices.as_dict(), "gpu": asdict(gpu) if gpu else None, "memory": memory, "documents": documents,
+                       "degraded": a.degraded,
                        "tiers": dict(a.tiers), "remote": a.remote.model_name if a.remote else None,
                        "water": dict(a.water), "warnings": list(a.warnings) + [n for w in workers if (n := w.load_note)]}
 

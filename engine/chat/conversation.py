@@ -29,6 +29,12 @@ class TurnDone:
     confidence: float | None = None
     superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
 
+    @property
+    def sources(self) -> list[dict]:
+        """The document excerpts the answer's [n] refer to: {"n", "path", "page", "heading",
+        "line", "text", "score", "collection"}."""
+        return self.stats.get("sources") or []
+
 
 @dataclass(frozen=True)
 class StableBlock:
@@ -48,6 +54,11 @@ class TurnInput:
     fact: str | None = None  # "remember that …": the fact to pin once the message is stored
     remembered: dict | None = None  # {"id", "text"} of the pinned memory, or {"error"}
     replaces: list[int] = field(default_factory=list)  # an edited turn: message ids it supersedes
+    memory_tokens: int = 0  # tokens the recalled memories added to the turn
+    document_tokens: int = 0  # tokens the document excerpts added
+    sources: list[dict] = field(default_factory=list)  # what the answer's [n] refer to
+    docs_status: str = "off"  # "ok", "off" or why no excerpt was used
+    local_only: bool = False  # carries the user's documents: never sent to the remote tier
 
 
 @dataclass

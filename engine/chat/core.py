@@ -22,6 +22,7 @@ from engine.chat.conversation import Conversation, ConversationNotFound, StableB
 from engine.chat.session import Message, Session
 from engine.chat.summaries import SummaryHandle, pending_task, submit_summary
 from engine.chat.targets import InputError, LocalTarget, RemoteTarget
+from engine.chat.turn_docs import TurnDocs
 from engine.chat.turn_memory import TurnMemory
 from engine.chat.turns import MAX_MESSAGE_CHARS, Turns
 from engine.config.paths import user_dir
@@ -54,7 +55,7 @@ __all__ = ["AssistantCore", "Conversation", "ConversationNotFound", "InputError"
            "StableBlock", "TurnDone"]
 
 
-class AssistantCore(Turns, TurnMemory):
+class AssistantCore(Turns, TurnMemory, TurnDocs):
     """Routed chat over local tiers (L1/L2) and an optional remote L3, with SQLite persistence.
 
     Args:
@@ -91,8 +92,12 @@ class AssistantCore(Turns, TurnMemory):
                  summary_every: int = 0, memory: MemoryService | None = None, memory_k: int = 3,
                  kv_tiers: bool = True, kv_warm_mb: float | None = None, kv_cold_mb: float | None = None,
                  warn_threshold: float | None = None, gpu_device: str = "auto", n_gpu_layers: int | None = None,
-                 base_models: bool = False, n_ctx_max: int | None = None):
+                 base_models: bool = False, n_ctx_max: int | None = None, docs=None,
+                 docs_allow_remote: bool = False, retrieval_max_tokens: int = 256):
         self.db = db
+        self.docs = docs  # a DocumentService (engine/docs), or None: no documents
+        self.docs_allow_remote = docs_allow_remote  # a turn with documents may go to L3
+        self.retrieval_max_tokens = retrieval_max_tokens  # memories + documents per user turn
         self.base_models = base_models  # auto routing, fallbacks and the cascade may pick a base model
         self.settings = None  # the Settings it was built from (engine.api), for live changes
         self.manager = manager or ModelManager(params=load, debug=debug, catalog=catalog,
@@ -217,6 +222,22 @@ class AssistantCore(Turns, TurnMemory):
         self.conversation(conversation_id)
         self.db.update_conversation(conversation_id, route=route)
 
+    def set_conversation_docs(self, conversation_id: int, docs: bool | str | None) -> None:
+        """Answer this conversation's messages from the documents: True (every collection), a
+        collection name, or False/None (off)."""
+        self.conversation(conversation_id)
+        if isinstance(docs, str) and not docs.strip():
+            raise InputError("the collection name is empty")
+        value = "*" if docs is True else (docs.strip() if isinstance(docs, str) else None)
+        self.db.update_conversation(conversation_id, docs=value)
+
+    def conversation_docs(self, conversation_id: int) -> str | None:
+        """None (off), "*" (every collection) or a collection name."""
+        row = self.db.conversation(conversation_id)
+        if row is None:
+            raise ConversationNotFound(f"no conversation with id {conversation_id}")
+        return row.get("docs")
+
     def route(self, conversation_id: int, text: str, forced: str = "auto") -> RouteDecision:
         """Decide the level for a message: the message's override, the conversation's, else the
         classifier + cache stickiness."""
@@ -272,11 +293,15 @@ class AssistantCore(Turns, TurnMemory):
             worker.before_close = lambda w: kv.release(w.backend)  # evicted or exiting: keep its state
         return LocalTarget(level, worker)
 
-    def _targets(self, level: str) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:
-        """Targets to try for `level`, nearest first, each with the fallback note if not `level`."""
+    def _targets(self, level: str, local_only: bool = False) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:
+        """Targets to try for `level`, nearest first, each with the fallback note if not `level`.
+        `local_only`: never the remote tier (a turn carrying the user's documents)."""
         reasons = []
         for candidate in FALLBACK_ORDER[level]:
             note = f"{level} {reasons[-1]} → {candidate}" if candidate != level and reasons else None
+            if candidate == "L3" and local_only:
+                reasons.append("not used: documents stay on this computer")
+                continue
             if candidate == "L3":
                 if self.remote is None:
                     reasons.append("not configured")

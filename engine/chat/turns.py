@@ -89,7 +89,7 @@ class Turns:
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
-             overflow: str = "refuse") -> Iterator[Chunk | TurnDone]:
+             overflow: str = "refuse", docs: bool | str | None = None) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
@@ -97,6 +97,9 @@ class Turns:
             overflow: a message too long for the context: "refuse" (MessageTooLong), "head_tail"
                 or "summarise" (see OVERFLOW; the answer's stats["context"]["overflow"] says what
                 was done).
+            docs: answer from the user's documents: True (every collection), a collection name,
+                False (not this message); None: the conversation's "Use my documents". Excerpts
+                go inside the new user turn; `done.sources` lists what [n] cites.
 
         Raises:
             MessageTooLong: the message does not fit the context and overflow is "refuse".
@@ -112,9 +115,13 @@ class Turns:
         if len(text) > MAX_MESSAGE_CHARS:
             raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
         decision = self.route(conversation_id, text, route)
+        found = self._doc_recall(text, self._doc_scope(conv.id, docs))
+        decision = self._keep_local(decision, found)
         recall = self._recall(conv, text)
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
         turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [])
+        self._with_documents(turn, found, max(0, self.retrieval_max_tokens - turn.memory_tokens))
+        turn.local_only = bool(turn.sources) and not self.docs_allow_remote
         try:
             done = yield from self._answer(conv, turn, decision, params, cancel, flush_s, commit_user=True,
                                            overflow=overflow)
@@ -148,7 +155,7 @@ class Turns:
         user = turn.user
         turns = conv.messages if commit_user else conv.messages[:-2]  # cascade: without user + weak answer
         failures: list[str] = []
-        for target, note in self._targets(decision.level):
+        for target, note in self._targets(decision.level, local_only=turn.local_only):
             window, moved = self._window(conv, target, turns, turn, params, cancel, overflow)
             history = window.messages if window else conv.history()
             run = params  # a long message leaves less room than asked: the answer gets what is left
@@ -218,10 +225,14 @@ class Turns:
         if user.model_text is not None:
             # The message fits only without the memories retrieved for it (or an earlier shortening
             # was for another window): send it without them, or shorten it from the words typed.
-            log.info("retrieved memories left out: the message fills the context")
+            log.info("retrieved memories and excerpts left out: the message fills the context")
             user.model_text, user.ids = None, {}
             if turn.recall is not None:
                 turn.recall = Hits(status="skipped: no room in the context")
+            if turn.sources:
+                turn.sources, turn.document_tokens = [], 0
+                turn.docs_status = "skipped: no room in the context"
+            turn.memory_tokens = 0
             try:
                 return target.fit(conv.system(block), turns, user, params, start)
             except MessageTooLong as exc:
@@ -348,7 +359,11 @@ class Turns:
                                         "fallback": note, "offload": offload, "confidence": report, "context": context,
                                         "summary_used": summary_used, "risk": risk,
                                         "memories_used": _memories_used(turn.recall),
-                                        "memory": self._memory_note(turn, block)}
+                                        "memory": self._memory_note(turn, block),
+                                        "sources": turn.sources, "documents": turn.docs_status,
+                                        "retrieval": {"memory_tokens": turn.memory_tokens,
+                                                      "document_tokens": turn.document_tokens,
+                                                      "max_tokens": self.retrieval_max_tokens}}
         self.db.update_message(answer.id, content=item.text, token_ids=item.token_ids if target.identity else None,
                                logprobs=item.logprobs, status="done", stats=stats)
         done = TurnDone(conv.id, answer.id, target.model_id, item.text, item.token_ids, item.logprobs, stats,

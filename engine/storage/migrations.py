@@ -262,6 +262,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             embedding BLOB NOT NULL
         );
         CREATE INDEX doc_vectors_by_model ON doc_vectors (model, chunk_id);
+        -- A conversation's "Use my documents": NULL off, '*' every collection, else one collection.
+        ALTER TABLE conversations ADD COLUMN docs TEXT;
     """),
 ]
 
