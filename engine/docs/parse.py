@@ -167,7 +167,7 @@ def _pdf(data: bytes) -> list[Block]:
         except Exception as e:  # one broken page should not lose the others
             log.info("PDF page %d unreadable: %r", number, e)
             continue
-        text = _tidy(text)
+        text = _pdf_lines(_tidy(text))
         if text:
             blocks.append(Block(text, page=number))
     if not blocks:
@@ -248,6 +248,8 @@ class _HtmlText(HTMLParser):
         self.parts: list[str] = []
 
     def handle_starttag(self, tag, attrs):
+        if tag in ("td", "th") and self.parts:
+            self.parts.append(" | ")  # table cells stay apart, as Word tables are joined
         if tag in _HIDDEN:
             self.hidden += 1
         elif tag in _BREAKS:
@@ -371,6 +373,16 @@ def _lines(text: str, *, markdown: bool) -> list[Block]:
             flush()
     flush()
     return blocks
+
+
+_CJK_BREAK = re.compile(r"(?<=[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef])\n(?=[\u3000-\u30ff\u3400-\u9fff\uff00-\uffef])")
+
+
+def _pdf_lines(text: str) -> str:
+    """A PDF page's text with layout artefacts undone: a line break between two CJK characters
+    joins them (a wrapped Chinese line is one sentence: "内\n线电话"), and runs of spaces from
+    justified lines become one."""
+    return re.sub(r"[ \t]{2,}", " ", _CJK_BREAK.sub("", text))
 
 
 def _tidy(text: str) -> str:

@@ -264,6 +264,7 @@ class DocumentService:
         if collection is not None:
             pool *= 4  # others' chunks are filtered out after ranking
         keywords = self._keyword_pool.submit(self.store.keyword_search, query, pool)
+        paired = self.store.pair_search(query, pool)
         status = "ok"
         vec_ranked: list[tuple[int, float]] = []
         qvec = None
@@ -278,11 +279,15 @@ class DocumentService:
         if missing and qvec is not None:
             ids, vecs = self.store.vectors(missing)
             cosine.update(zip(ids, (vecs @ qvec).tolist()))
-        rows = self.store.chunks(list(set(cosine) | set(kw_ranked)))
+        missing = [i for i in paired if i not in cosine]
+        if missing and qvec is not None:
+            ids, vecs = self.store.vectors(missing)
+            cosine.update(zip(ids, (vecs @ qvec).tolist()))
+        rows = self.store.chunks(list(set(cosine) | set(kw_ranked) | set(paired)))
         if collection is not None:
             rows = {i: r for i, r in rows.items() if r.collection == collection}
         vec_min, kw_min = self._thresholds(query)
-        return DocHits(fuse(query, vec_ranked, kw_ranked, cosine, rows, k, vec_min, kw_min), status)
+        return DocHits(fuse(query, vec_ranked, kw_ranked, paired, cosine, rows, k, vec_min, kw_min), status)
 
     def _thresholds(self, query: str) -> tuple[float, float]:
         m = self.embedder.model

@@ -9,6 +9,7 @@ two-stage numpy index (engine/memory/vector_index.py), here over doc_vectors.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -22,6 +23,32 @@ from engine.storage import Database
 log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "default"
+MAX_PAIRS = 32
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff]+")
+
+
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ness", "ings", "ing", "ions", "ion", "ers", "er", "ies",
+             "ied", "ed", "es", "ly", "s")
+
+
+def stem(term: str) -> str:
+    """A Latin-script keyword cut to its stem ("descaling", "descaled" → "descal"): the trigram
+    index matches substrings, so the stem finds every form. Other scripts stay as they are."""
+    if not term.isascii() or not term.isalpha() or len(term) < 5:
+        return term
+    for suffix in _SUFFIXES:
+        if term.endswith(suffix) and len(term) - len(suffix) >= 4:
+            term = term[:-len(suffix)]
+            break
+    return term[:-1] if term.endswith("e") and len(term) > 4 else term
+
+
+def cjk_pairs(text: str) -> list[str]:
+    """Overlapping character pairs of the text's CJK runs (a lone character stands for itself)."""
+    out: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        out += [run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)]
+    return out
 
 
 def _now() -> str:
@@ -153,6 +180,8 @@ class DocStore:
                         (file_id, c.index, c.text, c.page, c.heading, c.line)).lastrowid)
                 conn.executemany("INSERT INTO doc_chunks_fts (rowid, text) VALUES (?, ?)",
                                  [(i, c.text) for i, c in zip(chunk_ids, chunks)])
+                conn.executemany("INSERT INTO doc_chunks_cjk (rowid, grams) VALUES (?, ?)",
+                                 [(i, g) for i, c in zip(chunk_ids, chunks) if (g := " ".join(cjk_pairs(c.text)))])
                 if vecs is not None and chunk_ids:
                     self._put_vectors(conn, chunk_ids, vecs)
         except BaseException:
@@ -187,6 +216,8 @@ class DocStore:
         if not rows:
             return []
         conn.executemany("INSERT INTO doc_chunks_fts (doc_chunks_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
+        conn.execute("DELETE FROM doc_chunks_cjk WHERE rowid IN (SELECT id FROM doc_chunks WHERE file_id = ?)",
+                     (file_id,))
         conn.execute("DELETE FROM doc_vectors WHERE chunk_id IN (SELECT id FROM doc_chunks WHERE file_id = ?)",
                      (file_id,))
         conn.execute("DELETE FROM doc_chunks WHERE file_id = ?", (file_id,))
@@ -255,12 +286,23 @@ class DocStore:
     def vector_search(self, query: np.ndarray, n: int) -> list[tuple[int, float]]:
         return self.index.search(np.ascontiguousarray(query, dtype=np.float32), n)
 
+    def pair_search(self, query: str, n: int) -> list[int]:
+        """Chunk ids holding the query's CJK character pairs, best BM25 first ([] for a query
+        without CJK)."""
+        pairs = list(dict.fromkeys(cjk_pairs(query)))[:MAX_PAIRS]
+        if not pairs:
+            return []
+        expr = " OR ".join(_fts_phrase(p) for p in pairs)
+        return [r[0] for r in self.read("SELECT rowid FROM doc_chunks_cjk WHERE doc_chunks_cjk MATCH ?"
+                                        " ORDER BY rank LIMIT ?", (expr, n))]
+
     def keyword_search(self, query: str, n: int) -> list[int]:
         """Chunk ids matching the query's keywords, best first: BM25 while at most KEYWORD_RANKED
         chunks match, else those chunks ranked by how many query terms they hold (see the memory's
         keyword_search: BM25 over a common word's matches costs tens of ms at 100 000 chunks).
         Terms under 3 characters (no trigram) are looked up with LIKE only when nothing longer is."""
         long_terms, short_terms = keyword_terms(query)
+        long_terms = list(dict.fromkeys(map(stem, long_terms)))
         if long_terms:
             expr = " OR ".join(_fts_phrase(t) for t in long_terms)
             first = [r[0] for r in self.read("SELECT rowid FROM doc_chunks_fts WHERE doc_chunks_fts MATCH ?"

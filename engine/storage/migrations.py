@@ -262,6 +262,10 @@ MIGRATIONS: list[tuple[str, str]] = [
             embedding BLOB NOT NULL
         );
         CREATE INDEX doc_vectors_by_model ON doc_vectors (model, chunk_id);
+        -- Chinese/Japanese keywords: the chunk's CJK runs as overlapping character pairs ("团建 建定 …"),
+        -- one word each for unicode61. Most Chinese words are two characters, which the trigram
+        -- index above cannot match; BM25 over pairs weighs rare pairs up and filler ("在哪") down.
+        CREATE VIRTUAL TABLE doc_chunks_cjk USING fts5(grams, tokenize='unicode61');
         -- A conversation's "Use my documents": NULL off, '*' every collection, else one collection.
         ALTER TABLE conversations ADD COLUMN docs TEXT;
     """),
