@@ -12,10 +12,11 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from engine.docs.store import cjk_pairs
+from engine.docs.store import query_pairs
 
 RRF_K = 60
 PER_FILE = 2          # chunks of one file among the hits of an ordinary question
+PAIR_TOP = 5          # the best BM25 matches of a query's CJK pairs count as relevant
 LIST_FACTOR = 3       # a "list all …" question takes this many times k, any number per file
 _QUOTED = re.compile(r"[\"“”「」『』'‘’]([^\"“”「」『』'‘’]{3,80})[\"“”「」『』'‘’]")
 _LIST_EN = re.compile(r"\b(list|enumerate|name)\s+(all|every|each|the)\b|\ball (the|of the)\b|\bwhat are (all|the)\b"
@@ -84,13 +85,17 @@ def _squash(text: str) -> str:
 
 
 def fuse(query: str, vec_ranked: list[tuple[int, float]], kw_ranked: list[int], pair_ranked: list[int],
-         cosine: dict[int, float], rows: dict, k: int, min_score: float, keyword_min_score: float) -> list[DocHit]:
+         cosine: dict[int, float], rows: dict, k: int, min_score: float, keyword_min_score: float,
+         vector_weight: float = 1.0) -> list[DocHit]:
     """The best `k` chunks (`k` × LIST_FACTOR for a list question), fused and floored.
 
     Args:
         vec_ranked: (chunk id, cosine) nearest first; kw_ranked: chunk ids, best keyword match first;
             pair_ranked: the same for the query's CJK character pairs. A chunk holding two or more
-            of the query's pairs needs no cosine: the English embedder cannot judge Chinese.
+            of the query's pairs, or among the PAIR_TOP best, needs no cosine: the English
+            embedder cannot judge Chinese.
+        vector_weight: the vector rank's share in the fusion (below 1 where the embedder reads
+            the query's language poorly).
         cosine: every candidate's cosine (keyword-only candidates included when they have a vector).
         rows: chunk id -> ChunkRow for the candidates still in the index (others are dropped).
         min_score: cosine a chunk found only by meaning needs; keyword_min_score: one that also
@@ -100,7 +105,7 @@ def fuse(query: str, vec_ranked: list[tuple[int, float]], kw_ranked: list[int], 
     vec_rank = {i: r for r, (i, _) in enumerate(vec_ranked, start=1)}
     kw_rank = {i: r for r, i in enumerate(kw_ranked, start=1)}
     pair_rank = {i: r for r, i in enumerate(pair_ranked, start=1)}
-    qpairs = set(cjk_pairs(query))
+    qpairs = set(query_pairs(query))
     enough = min(2, len(qpairs))
     quoted, pairs = phrases(query)
     squashed_pairs = [_squash(p) if not _cjk(p[0]) else p for p in pairs]
@@ -111,12 +116,14 @@ def fuse(query: str, vec_ranked: list[tuple[int, float]], kw_ranked: list[int], 
             continue
         score = cosine.get(chunk_id)
         in_kw = chunk_id in kw_rank or chunk_id in pair_rank
-        strong = chunk_id in pair_rank and sum(p in row.text for p in qpairs) >= enough
+        strong = chunk_id in pair_rank and (pair_rank[chunk_id] <= PAIR_TOP
+                                            or sum(p in row.text for p in qpairs) >= enough)
         if score is None and not in_kw:
             continue
         if score is not None and not strong and score < (keyword_min_score if in_kw else min_score):
             continue
-        rrf = sum(1.0 / (RRF_K + ranks[chunk_id]) for ranks in (vec_rank, kw_rank, pair_rank) if chunk_id in ranks)
+        rrf = sum(w / (RRF_K + ranks[chunk_id])
+                  for w, ranks in ((vector_weight, vec_rank), (1.0, kw_rank), (1.0, pair_rank)) if chunk_id in ranks)
         text = row.text.casefold()
         flat = None
         if quoted and any(q in text for q in quoted):

@@ -36,6 +36,7 @@ CHUNK_OVERLAP = 80
 EMBED_BATCH = 16
 MIN_POOL = 40          # candidates from each of the vector and keyword lists
 MAX_QUERY_CHARS = 2_000
+CJK_VECTOR_WEIGHT = 0.5  # an English-only embedder's rank for a Chinese query counts half (bench/docs.py)
 TURN_WAIT_S = 0.05     # how often a paused indexer looks whether the turn has finished
 _STOP = object()
 # Skips worth another try with the same size and mtime: permissions change without touching mtime.
@@ -287,7 +288,9 @@ class DocumentService:
         if collection is not None:
             rows = {i: r for i, r in rows.items() if r.collection == collection}
         vec_min, kw_min = self._thresholds(query)
-        return DocHits(fuse(query, vec_ranked, kw_ranked, paired, cosine, rows, k, vec_min, kw_min), status)
+        model = self.embedder.model
+        weight = CJK_VECTOR_WEIGHT if model is not None and model.english_only and is_mostly_cjk(query) else 1.0
+        return DocHits(fuse(query, vec_ranked, kw_ranked, paired, cosine, rows, k, vec_min, kw_min, weight), status)
 
     def _thresholds(self, query: str) -> tuple[float, float]:
         m = self.embedder.model

@@ -43,6 +43,19 @@ def stem(term: str) -> str:
     return term[:-1] if term.endswith("e") and len(term) > 4 else term
 
 
+# A pair holding one of these characters is a particle or a question word, not a topic; and a
+# few common pairs ask rather than say what about.
+_FILLER_CHARS = frozenset("的了吗呢吧么哪啊呀是在和与或及把被给让请")
+_FILLER_PAIRS = frozenset("什么 多少 怎么 如何 为什 应该 可以 需要 是否 一个 时候 多长 多久 要求 能否 有没 没有 一下".split())
+
+
+def query_pairs(query: str) -> list[str]:
+    """The pairs of a query worth looking up (see _FILLER_*), at most MAX_PAIRS."""
+    pairs = [p for p in dict.fromkeys(cjk_pairs(query))
+             if len(p) == 2 and p not in _FILLER_PAIRS and not (set(p) & _FILLER_CHARS)]
+    return pairs[:MAX_PAIRS]
+
+
 def cjk_pairs(text: str) -> list[str]:
     """Overlapping character pairs of the text's CJK runs (a lone character stands for itself)."""
     out: list[str] = []
@@ -288,8 +301,8 @@ class DocStore:
 
     def pair_search(self, query: str, n: int) -> list[int]:
         """Chunk ids holding the query's CJK character pairs, best BM25 first ([] for a query
-        without CJK)."""
-        pairs = list(dict.fromkeys(cjk_pairs(query)))[:MAX_PAIRS]
+        without CJK). Question words and particles ("哪里", "的人") are not looked for."""
+        pairs = query_pairs(query)
         if not pairs:
             return []
         expr = " OR ".join(_fts_phrase(p) for p in pairs)

