@@ -17,6 +17,7 @@ from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputEr
                         ModelNotFound, RemoteError, SamplingParams, Settings, StorageError, TurnDone, db_path,
                         device_snapshot, load_catalog, plan_fit, user_dir)
 from engine.cli import hub
+from engine.cli.docs import add_chat_flag, add_docs_parser, sources_text, use_documents
 from engine.cli.memory import add_memory_parser
 from engine.cli.plan import add_plan_parsers
 from engine.cli.route import add_route_parser
@@ -174,7 +175,8 @@ class ChatLoop:
         self.generating = True
         try:
             for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel,
-                                            route=self.args.route, overflow=self.args.overflow):
+                                            route=self.args.route, overflow=self.args.overflow,
+                                            docs=self.args.docs):
                 if isinstance(item, TurnDone):
                     self._done(item)
                 elif item.text:
@@ -200,7 +202,7 @@ class ChatLoop:
                            confidence=item.stats.get("confidence"), risk=item.stats.get("risk"),
                            context=item.stats.get("context"), summary_used=item.stats.get("summary_used", False),
                            memories_used=item.stats.get("memories_used", []), memory=item.stats.get("memory"),
-                           text=item.text, stats=item.stats)
+                           sources=item.sources, text=item.text, stats=item.stats)
             return
         s = item.stats
         # The terminal has already shown what a repetition cut dropped: say where the answer ends.
@@ -228,6 +230,8 @@ class ChatLoop:
                      else f"\n[not remembered: {remembered['error']}]")
         if (s.get("risk") or {}).get("caution"):
             meta += f"\n[{s['risk']['caution']}]"
+        if item.sources and not item.superseded:
+            meta += "\n" + sources_text(item.sources)
         if item.superseded:
             meta += f"\n[low confidence ({item.confidence:.2f}): asking L2 instead…]"
         dim = sys.stdout.isatty()
@@ -260,7 +264,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             model=args.model, n_ctx=args.n_ctx, debug=args.debug, memory=False if args.no_memory else None,
             cascade=False if args.no_cascade else None, cascade_threshold=args.cascade_threshold,
             vram_budget_mb=args.vram_budget_mb, l3_url=args.l3_url, l3_key=args.l3_key, l3_model=args.l3_model,
-            n_gpu_layers=args.n_gpu_layers, gpu_device=args.gpu_device)
+            n_gpu_layers=args.n_gpu_layers, gpu_device=args.gpu_device, docs=True if args.docs else None)
     except StorageError as exc:  # a read-only or full data folder: the user's to fix, not a crash
         out.error(str(exc))
         return EXIT_FAILED
@@ -286,6 +290,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
             conversation_id = args.conversation
         else:
             conversation_id = assistant.new_conversation(args.system or "")
+        problem = use_documents(assistant, conversation_id, args.docs)
+        if problem:
+            out.error(problem)
+            return EXIT_FAILED
         if args.json:
             out.event(event="conversation", conversation_id=conversation_id, model=assistant.model_id)
         interactive = sys.stdin.isatty()
@@ -416,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="layers on the GPU for every local model this run, instead of the plan (-1 = all, 0 = CPU)")
     c.add_argument("--gpu-device", metavar="NAME",
                    help="GPU to use: auto, none, or a device name from `assistant devices` (e.g. Vulkan0)")
+    add_chat_flag(c)
     c.set_defaults(func=cmd_chat)
 
     m = sub.add_parser("models", help="list the model catalog, which files are present and how each fits here")
@@ -439,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_route_parser(sub)
     add_plan_parsers(sub)
     add_memory_parser(sub)
+    add_docs_parser(sub)
     return p
 
 
