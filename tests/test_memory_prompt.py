@@ -19,7 +19,7 @@ def test_recalled_turn_puts_memories_before_the_message_in_its_language():
     src = {"conversation_id": 7, "message_id": 3, "date": "2026-11-28T10:00:00+00:00"}
     en = recalled_turn("Where does Aiko live?", [hit("Aiko lives\nin Osaka", src), hit("Likes tea")])
     assert en.splitlines()[0].startswith("(Possibly relevant memories")
-    assert "- Aiko lives in Osaka (conversation 7, 2026-11-28)" in en and "- Likes tea (saved memory)" in en
+    assert "- Aiko lives in Osaka (2026-11-28)" in en and "- Likes tea (saved memory)" in en
     assert en.endswith("\nWhere does Aiko live?")
     zh = recalled_turn("爱子住在哪里？", [hit("爱子住在大阪")])
     assert zh.startswith("（可能相关的记忆") and zh.endswith("爱子住在哪里？")

@@ -1,5 +1,6 @@
 """The memory's part in a turn: pinned facts, recalled memories inside the new user turn, "remember
-that …", and indexing the finished turn. Mixed into the Assistant (uses self.memory, self.memory_k)."""
+that …", and indexing the finished turn. Mixed into the Assistant (uses self.memory, self.memory_k,
+self.retrieval_max_tokens, and TurnDocs' self._count_prompt)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ import logging
 
 from engine.chat.conversation import Conversation, StableBlock, TurnInput
 from engine.chat.session import Message
-from engine.memory.prompt import pinned_facts
+from engine.memory.prompt import Recall, fit_recalled, pinned_facts
+from engine.memory.relevance import is_small_talk, worth_recalling
 from engine.memory.service import Hits, MemoryInputError
+from engine.memory.store import is_mostly_cjk
 
 log = logging.getLogger(__name__)
+
+# Candidates asked of the search before the relevance floor: its fused rank can put a strong
+# meaning match (vector rank 2) below a dozen weak keyword matches; 40 = both of its lists.
+RECALL_POOL = 40
 
 
 class TurnMemory:
@@ -19,22 +26,33 @@ class TurnMemory:
             return ()
         return tuple(pinned_facts([row.text for row in self.memory.pinned()]))
 
-    def _recall(self, conv: Conversation, text: str) -> Hits | None:
-        """Memories for this message, minus what the window already shows (its messages, the
-        system prompt, pinned facts and summary)."""
+    def _recall(self, conv: Conversation, text: str) -> Recall | None:
+        """Memories for this message that earn their tokens (engine/memory/relevance.py): none for
+        small talk; above the floor; not what the window (as the model read it), the summary or
+        the pinned facts already hold; at most `memory_k`, trimmed by rank to
+        `retrieval.max_tokens` (documents get what is left)."""
         if self.memory is None:
             return None
+        if is_small_talk(text):
+            return Recall(status="skipped: small talk")
         start = min(conv.first_kept.values(), default=0)
         shown = conv.messages[start:]
-        texts = [conv.system_prompt] + [m.content for m in shown]
+        texts = [conv.system_prompt] + [m.model_text or m.content for m in shown]
         for block in conv.stable.values():
             texts += [*block.pinned, block.summary or ""]
         try:
-            return self.memory.search(text, self.memory_k, exclude_texts=texts,
-                                      exclude_message_ids=[m.id for m in shown if m.id is not None])
+            found = self.memory.search(text, RECALL_POOL, exclude_texts=texts,
+                                       exclude_message_ids=[m.id for m in shown if m.id is not None])
+            if found.status != "ok":
+                return Recall(status=found.status)
+            hits, dropped = worth_recalling(found, self.memory_k, *self.memory.thresholds(text),
+                                            is_mostly_cjk(text), texts)
+            kept, tokens = fit_recalled(hits, self.retrieval_max_tokens, self._count_prompt, text)
         except Exception as exc:  # noqa: BLE001 - memory is an aid: the turn goes on without it
             log.exception("memory retrieval failed")
-            return Hits(status=f"skipped: retrieval failed ({type(exc).__name__})")
+            return Recall(status=f"skipped: retrieval failed ({type(exc).__name__})")
+        dropped["over_budget"] = len(hits) - len(kept)
+        return Recall(kept, tokens=tokens, dropped={why: n for why, n in dropped.items() if n})
 
     def _remember(self, conv: Conversation, turn: TurnInput) -> None:
         """Pin the fact of a "remember that …" message, citing the stored message."""
@@ -67,6 +85,7 @@ class TurnMemory:
         if self.memory is None:
             return {"retrieval": "off"}
         return {"retrieval": turn.recall.status if turn.recall is not None else "off",
+                "recall_dropped": getattr(turn.recall, "dropped", {}),
                 "pinned_in_prompt": len(block.pinned), "remembered": turn.remembered}
 
 

@@ -119,7 +119,8 @@ class Turns:
         decision = self._keep_local(decision, found)
         recall = self._recall(conv, text)
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
-        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [])
+        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [],
+                         memory_tokens=recall.tokens if recall is not None else 0)
         self._with_documents(turn, found, max(0, self.retrieval_max_tokens - turn.memory_tokens))
         turn.local_only = bool(turn.sources) and not self.docs_allow_remote
         try:
