@@ -127,7 +127,7 @@ def test_remove_a_file_a_folder_and_a_collection(capsys, tmp_path):
     docs_cli(capsys, "add", str(other), "--collection", "music")
     assert docs_json(capsys, "remove", str(folder / "policy.md")) == {"roots": 0, "files": 1}
     code, _, err = docs_cli(capsys, "remove", str(folder / "policy.md"))
-    assert code == 1 and "is not in the documents index" in err and "assistant docs list" in err
+    assert code == 4 and "is not in the documents index" in err and "assistant docs list" in err
     code, out, _ = docs_cli(capsys, "remove", str(folder))
     assert code == 0 and out == f"removed {folder} from the index (5 files; the files on disk are left alone)\n"
     assert folder.is_dir() and (folder / "manual.pdf").is_file()
@@ -142,13 +142,13 @@ def test_remove_a_file_a_folder_and_a_collection(capsys, tmp_path):
     (["search", "a\x00b"], 2, "NUL"),
     (["search", "x" * 10_001], 2, "too long"),
     (["search", "kettle", "--k", "0"], 2, "--k"),
-    (["search", "kettle", "--collection", "nope"], 1, "no collection named 'nope'"),
-    (["list", "--collection", "nope"], 1, "no collection named 'nope'"),
+    (["search", "kettle", "--collection", "nope"], 4, "no collection named 'nope'"),
+    (["list", "--collection", "nope"], 4, "no collection named 'nope'"),
     (["add", ".", "--collection", " "], 2, "collection name is empty"),
     (["remove"], 2, "give a PATH or --collection"),
     (["remove", "x", "--collection", "y"], 2, "give a PATH or --collection"),
-    (["remove", "/no/such/folder"], 1, "not in the documents index"),
-    (["remove", "--collection", "nope"], 1, "no collection named 'nope'"),
+    (["remove", "/no/such/folder"], 4, "not in the documents index"),
+    (["remove", "--collection", "nope"], 4, "no collection named 'nope'"),
 ])
 def test_bad_input_exit_codes(capsys, argv, code, message):
     got, out, err = docs_cli(capsys, *argv)

@@ -194,7 +194,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         problem = _known_collection(docs, args.collection)
         if problem:
-            return _error(problem, EXIT_FAILED, args.json)
+            return _error(problem, EXIT_NOT_FOUND, args.json)
         embedder = docs.docs.embedder
         if not embedder.wait(EMBEDDER_TIMEOUT_S):  # without it only keywords rank: say so, still answer
             log.warning("searching by keywords only: the embedding model is %s", embedder.state)
@@ -225,7 +225,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         problem = _known_collection(docs, args.collection)
         if problem:
-            return _error(problem, EXIT_FAILED, args.json)
+            return _error(problem, EXIT_NOT_FOUND, args.json)
         collections = [c for c in docs.document_collections()
                        if args.collection is None or c["name"] == args.collection]
         roots = docs.document_roots(args.collection)
@@ -272,7 +272,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     try:
         removed = docs.remove_documents(path=path, collection=args.collection)
     except DocumentsError as exc:
-        return _error(f"{exc} (see `assistant docs list`)", EXIT_FAILED, args.json)
+        return _error(f"{exc} (see `assistant docs list`)", EXIT_NOT_FOUND, args.json)
     finally:
         docs.close()
     if args.json:

@@ -21,6 +21,9 @@ import pypdf
 from docx.table import Table
 
 log = logging.getLogger(__name__)
+# pypdf logs its repairs of damaged files ("EOF marker not found") as warnings; the file's Skip
+# reason (or its text) is what the user needs, not pypdf's notes on stderr.
+logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 MAX_BYTES = 200 * 1024 * 1024
 _BLOCK_CHARS = 16_000  # a text block is cut here so one huge paragraph (a log) never makes one giant string

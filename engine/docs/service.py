@@ -264,8 +264,9 @@ class DocumentService:
         pool = max(MIN_POOL, 8 * k) * (3 if wants_list(query) else 1)
         if collection is not None:
             pool *= 4  # others' chunks are filtered out after ranking
-        keywords = self._keyword_pool.submit(self.store.keyword_search, query, pool)
-        paired = self.store.pair_search(query, pool)
+        # Keywords need no embedding: looked up on the other core while the query is embedded.
+        keywords = self._keyword_pool.submit(lambda: (self.store.keyword_search(query, pool),
+                                                      self.store.pair_search(query, pool)))
         status = "ok"
         vec_ranked: list[tuple[int, float]] = []
         qvec = None
@@ -274,7 +275,7 @@ class DocumentService:
             vec_ranked = self.store.vector_search(qvec, pool)
         else:
             status = f"keywords only: embedder {self.embedder.state}"
-        kw_ranked = keywords.result()
+        kw_ranked, paired = keywords.result()
         cosine = dict(vec_ranked)
         missing = [i for i in kw_ranked if i not in cosine]
         if missing and qvec is not None:

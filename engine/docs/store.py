@@ -96,7 +96,7 @@ class DocStore:
 
     def __init__(self, db: Database, model_id: str, dim: int):
         self.db, self.model_id, self.dim = db, model_id, dim
-        self.index = NumpyIndex(self, table="doc_vectors", id_column="chunk_id")
+        self.index = NumpyIndex(self, table="doc_vectors", id_column="chunk_id", dtype=np.float16)
 
     # what NumpyIndex needs of a store
     def read(self, sql: str, params: tuple = ()) -> list[tuple]:

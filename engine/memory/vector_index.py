@@ -41,7 +41,7 @@ def rescore(ids: np.ndarray, vecs: np.ndarray, query: np.ndarray, n: int) -> lis
     """The `n` best (id, cosine) of the candidates, best first; ties by id."""
     if len(ids) == 0:
         return []
-    sims = vecs @ query
+    sims = vecs.astype(np.float32, copy=False) @ query
     order = np.lexsort((ids, -sims))[:n]
     return [(int(ids[i]), float(sims[i])) for i in order]
 
@@ -137,14 +137,16 @@ class NumpyIndex:
     name = "numpy"
 
     def __init__(self, store, coarse: int = COARSE_CANDIDATES, table: str = "memory_vectors",
-                 id_column: str = "memory_id"):
+                 id_column: str = "memory_id", dtype=np.float32):
         self.store, self.coarse = store, coarse
         self.table, self.id_column = table, id_column  # documents keep theirs in doc_vectors
+        # float16 halves the RAM of a large index (documents); only the coarse candidates are
+        # rescored, in float32, so the ranking moves by ~1e-3 of a cosine at most.
         self._lock = threading.Lock()  # never taken while holding the database lock
         self._loaded_version: int | None = None
         self._n = 0
         self._ids = np.zeros(0, dtype=np.int64)
-        self._vecs = np.zeros((0, store.dim), dtype=np.float32)
+        self._vecs = np.zeros((0, store.dim), dtype=dtype)
         self._bits = np.zeros((0, store.dim // 8), dtype=np.uint8)
         self._pos: dict[int, int] = {}
 
