@@ -31,6 +31,60 @@ def listening_sockets() -> list[str]:
     return [str(c.laddr) for c in psutil.Process().net_connections(kind="all") if c.status == psutil.CONN_LISTEN]
 
 
+def documents_check() -> dict:
+    """Index three tiny files (PDF, Markdown, HTML), find the PDF's page again, and
+    start a folder watch: the parsers, the embedder and watchdog all work in this install."""
+    import tempfile
+
+    from engine.api import Documents
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="selftest-docs-") as folder:
+        root = Path(folder)
+        (root / "note.md").write_text("# Harbour\n\nThe ferry leaves at seven.\n", encoding="utf-8")
+        (root / "page.html").write_text("<h1>Lanterns</h1><script>x()</script><p>Lanterns float on the river.</p>",
+                                        encoding="utf-8")
+        (root / "guide.pdf").write_bytes(_tiny_pdf("The orchard has seventeen pear trees."))
+        with Documents.open(db_file=root / "selftest.db") as docs:  # not the user's index
+            report = docs.add_documents([str(root)], "selftest")
+            hits = docs.search_documents("how many pear trees are in the orchard", collection="selftest")
+            from watchdog.observers import Observer  # what the app's folder watch runs on
+
+            observer = Observer()
+            observer.schedule(_Quiet(), folder, recursive=True)
+            observer.start()
+            observer.stop()
+            observer.join(5)
+    found = bool(hits) and hits[0]["path"].endswith("guide.pdf") and hits[0]["page"] == 1
+    return {"ok": report["indexed"] == 3 and found, "indexed": report["indexed"], "skipped": report["skipped"],
+            "found_page": hits[0]["page"] if hits else None, "ms": round((time.perf_counter() - t0) * 1000)}
+
+
+class _Quiet:
+    def dispatch(self, event):  # watchdog's handler protocol
+        pass
+
+
+def _tiny_pdf(text: str) -> bytes:
+    """A one-page PDF with `text` in Helvetica (as tests/test_docs_parse.py writes them)."""
+    stream = b"BT /F1 12 Tf 72 720 Td (" + text.encode("latin-1") + b") Tj ET"
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
+               b" /Contents 5 0 R >>",
+               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream"]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
 def run_selftest(model: str | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     t0 = time.perf_counter()
@@ -104,6 +158,8 @@ def run_selftest(model: str | None = None) -> int:
             report["ttft_ms"] = round(done["stats"].get("ttft_ms", 0))
             report["model"] = done.get("model")
         window.close()  # already closed by quit() when it was shown; closing twice is harmless
+        report["documents"] = documents_check()
+        checks["documents_indexed"] = report["documents"].get("ok", False)
         stored = database_check()
         checks["db_integrity"] = stored["integrity"] == "ok"
         rows = stored["messages"]

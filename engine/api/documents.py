@@ -104,11 +104,12 @@ class Documents(DocumentsApi):
 
     @classmethod
     def open(cls, settings: Settings | None = None, database: Database | None = None,
-             start: bool = False) -> "Documents":
+             start: bool = False, db_file: str | os.PathLike | None = None) -> "Documents":
         """`start`: run indexing on the service's thread (and resume unfinished folders);
-        otherwise each call indexes on the calling thread."""
+        otherwise each call indexes on the calling thread. `db_file`: another SQLite file than
+        the data dir's (the installed app's selftest leaves the user's index alone)."""
         settings = settings or Settings()
-        db = database if database is not None else Database(db_path())
+        db = database if database is not None else Database(db_file or db_path())
         owned: list = [] if database is not None else [db]
         embedder = embedder_from_settings(settings).start()
         service = DocumentService.from_settings(db, settings, embedder)
