@@ -84,3 +84,11 @@ def test_a_turn_with_documents_stays_off_the_remote_tier_unless_allowed(fakes, m
     # Without excerpts the same route goes to L3 (unreachable here: it falls back with a note).
     (done,) = dones(send(a, cid, "hello there", docs=False, route="L3"))
     assert "documents" not in done.route_reason and done.fallback and "L3" in done.fallback
+
+
+def test_a_regenerated_answer_cites_the_same_sources(fakes, make_assistant, docs):
+    a = make_assistant(str(fakes.model_file("m")), docs=docs, retrieval_max_tokens=400)
+    cid = a.new_conversation()
+    (first,) = dones(send(a, cid, "How long is the Zephyr kettle warranty?", docs=True))
+    (again,) = dones(a.regenerate(cid))
+    assert again.sources == first.sources and again.stats["retrieval"] == first.stats["retrieval"]

@@ -4,6 +4,7 @@ Mixed into the Assistant (uses self.docs, self.docs_allow_remote, self.retrieval
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import replace
@@ -36,7 +37,7 @@ class TurnDocs:
             log.exception("document retrieval failed")
             return DocHits(status=f"skipped: retrieval failed ({type(exc).__name__})")
 
-    def _keep_local(self, decision: RouteDecision, found: DocHits | None) -> RouteDecision:
+    def _keep_local(self, decision: RouteDecision, found: DocHits | list | None) -> RouteDecision:
         """A turn carrying the user's documents stays on the local tiers unless allowed."""
         if not found or self.docs_allow_remote or decision.level != "L3":
             return decision
@@ -58,6 +59,20 @@ class TurnDocs:
             return
         user.model_text = text
         turn.sources, turn.document_tokens = sources(kept), used
+
+    def _carry_sources(self, turn: TurnInput, answer_id: int | None) -> None:
+        """A regenerated answer reads the same stored user turn: it cites the same sources."""
+        if answer_id is None:
+            return
+        rows = self.db.read("SELECT stats FROM messages WHERE id = ?", (answer_id,))
+        try:
+            stats = json.loads(rows[0][0]) if rows and rows[0][0] else {}
+        except ValueError:
+            return
+        turn.sources = stats.get("sources") or []
+        turn.docs_status = stats.get("documents", "off")
+        turn.document_tokens = (stats.get("retrieval") or {}).get("document_tokens", 0)
+        turn.local_only = bool(turn.sources) and not self.docs_allow_remote
 
     def _count_prompt(self, text: str) -> int:
         """Tokens of `text` for the L1 vocabulary; an estimate (4 Latin characters or 1 CJK

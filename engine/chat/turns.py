@@ -53,8 +53,11 @@ class Turns:
         user, old = conv.messages[-2], conv.messages[-1]
         decision = self.route(conversation_id, user.content, route)
         previous = TurnDone(conv.id, old.id, "", old.content, [])
+        turn = TurnInput(user)
+        self._carry_sources(turn, old.id)  # the stored user turn still holds the same excerpts
+        decision = self._keep_local(decision, turn.sources)
         try:
-            done = yield from self._answer(conv, TurnInput(user), decision, params, cancel, flush_s,
+            done = yield from self._answer(conv, turn, decision, params, cancel, flush_s,
                                            commit_user=False, supersedes=previous)
             if done is not None:
                 yield done
