@@ -63,6 +63,18 @@ DEFAULTS: dict[str, Any] = {
     "runtime.ram_budget_mb": 0,      # 0 = 80 % of available RAM
     "runtime.vram_budget_mb": -1,    # -1 = free VRAM minus a safety margin
     "runtime.gpu_device": "auto",    # auto (best real GPU) | none (CPU only) | a ggml device name, e.g. Vulkan0
+    # The local OpenAI-compatible API server (engine/server, `assistant serve`): no listening socket
+    # unless it is turned on; the API key lives in its own 0600 file in the data dir, not here.
+    "server.enabled": False,
+    "server.host": "127.0.0.1",      # a non-loopback address also needs server.allow_network
+    "server.port": 8765,             # 0 = any free port (tests)
+    "server.allow_network": False,   # may bind to an address other machines can reach
+    "server.cors_origins": "",       # browser origins allowed (space or comma separated); empty = CORS off
+    "server.store_conversations": False,  # keep API conversations in the chat list (off: deleted when done)
+    "server.max_body_mb": 8.0,       # larger request bodies get 413
+    "server.max_messages": 1000,     # messages in one chat request
+    "server.queue_depth": 16,        # requests waiting for the engine; more get 429
+    "server.request_timeout_s": 600,  # a request's whole time (queue + answer); then it is cancelled
 }
 
 # Environment overrides for headless use and tests, e.g. ASSISTANT_L3_BASE_URL.
@@ -182,6 +194,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "runtime.n_ctx_max": (0, 10_000_000), "runtime.n_threads": (0, 1024),
     "kv.warm_budget_mb": (0, 10_000_000), "kv.cold_budget_mb": (0, 100_000_000),
     "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
+    "server.port": (0, 65535), "server.max_body_mb": (0.001, 1024), "server.max_messages": (1, 100_000),
+    "server.queue_depth": (1, 10_000), "server.request_timeout_s": (1, 86_400),
 }
 _INVALID = object()
 
