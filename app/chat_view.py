@@ -3,16 +3,19 @@ answer streams (tokens arrive in batches; the document is rebuilt only for the l
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
+from app.citations import SOURCES, open_source
 from app.render import CODE_BLOCKS, message_html
 
 RENDER_MS = 50
 
 
 class ChatView(QTextBrowser):
+    sig_notice = Signal(str)  # a cited document could not be opened (a message for the user)
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenExternalLinks(False)
@@ -85,11 +88,15 @@ class ChatView(QTextBrowser):
         return ""
 
     def _on_link(self, url) -> None:
-        """Only the view's own "copy" links do anything; links in model output are inert."""
+        """Only the view's own "copy" and "cite" links do anything; links in model output are inert."""
         if url.scheme() == "copy" and url.path() in CODE_BLOCKS:
             from PySide6.QtGui import QGuiApplication
 
             QGuiApplication.clipboard().setText(CODE_BLOCKS[url.path()])
+        elif url.scheme() == "cite" and url.path() in SOURCES:
+            problem = open_source(SOURCES[url.path()])
+            if problem:
+                self.sig_notice.emit(problem)
 
     # ---- drawing
     def _render_if_dirty(self) -> None:

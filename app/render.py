@@ -12,6 +12,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from app.citations import citations_html
 from app.i18n import tr
 
 _FORMATTER = HtmlFormatter(noclasses=True, nowrap=True, style="friendly")
@@ -122,7 +123,8 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
     body = markdown_html(text) if text else "<i>…</i>"
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
-    tail = (f"<div style='color:{COLOURS['meta']};font-size:small'>{html.escape(meta)}</div>" if meta else "")
+    tail = "" if streaming else citations_html(stats, COLOURS["meta"])  # [n] → the documents cited
+    tail += (f"<div style='color:{COLOURS['meta']};font-size:small'>{html.escape(meta)}</div>" if meta else "")
     tail += notices_html(stats)
     return ("<table width='100%' cellspacing='0' cellpadding='8'><tr>"
             f"<td style='background:{COLOURS['assistant']}'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")
