@@ -31,7 +31,7 @@ TOKEN_BATCH_MS = 30
 class EngineWorker(QObject):
     """Owns the engine; every slot runs on the engine thread."""
 
-    ready = Signal(str)              # JSON {"model", "tiers", "demo", "memory"}
+    ready = Signal(str)              # JSON {"model", "tiers", "demo", "memory", "degraded", "documents"}
     failed = Signal(str)             # the engine could not start (message for the user)
     conversations = Signal(str)      # JSON [{"id", "title", "updated"}], newest first
     history = Signal(int, str)       # conversation id, JSON [{"role", "content", "stats", "superseded"}]
@@ -68,7 +68,8 @@ class EngineWorker(QObject):
             self.notice.emit(warning)
         models = a.status().get("models") or [{}]
         self.ready.emit(json.dumps({"model": a.model_id, "tiers": dict(a.tiers), "demo": bool(models[0].get("demo")),
-                                    "memory": a.memory is not None, "degraded": a.degraded}))
+                                    "memory": a.memory is not None, "degraded": a.degraded,
+                                    "documents": a.documents_progress() is not None}))
         self.refresh()
 
     @Slot()

@@ -14,6 +14,8 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QMessageBox, QP
 
 from app.chat_view import ChatView
 from app.composer import Composer
+from app.documents_toggle import DocumentsToggle
+from app.documents_worker import DocumentsWorker
 from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
 from app.i18n import tr
@@ -55,6 +57,7 @@ class MainWindow(QMainWindow):
         self.too_long_dialog: QMessageBox | None = None
         self.last_done: dict | None = None  # the latest finished turn (its text and stats)
         self.engine_error: str | None = None  # why the engine could not start
+        self.documents_panel = None  # app/documents_panel.py, made when first opened
 
         self.banner = QLabel("")
         self.banner.setWordWrap(True)
@@ -71,6 +74,7 @@ class MainWindow(QMainWindow):
         self.search, self.chat_list = side.search, side.chat_list
         self.new_button, self.settings_button, self.models_button = \
             side.new_button, side.settings_button, side.models_button
+        side.documents_button.clicked.connect(self.open_documents)
         self.new_button.clicked.connect(self.new_chat)
         self.settings_button.clicked.connect(self.open_settings)
         self.models_button.clicked.connect(self.open_models)
@@ -81,7 +85,9 @@ class MainWindow(QMainWindow):
 
         # chat
         self.view = ChatView()
+        self.view.sig_notice.connect(self.status_label.setText)  # a cited file that could not be opened
         self.worker = worker or EngineWorker()
+        self.docs_worker = DocumentsWorker(self.worker)  # its child: on the engine thread with it
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
@@ -95,6 +101,10 @@ class MainWindow(QMainWindow):
         for b in (self.regen_button, self.edit_button, self.copy_button):
             actions.addWidget(b)
         actions.addStretch(1)
+        self.docs_toggle = DocumentsToggle()  # "Use my documents" for the chat shown
+        self.docs_toggle.setEnabled(False)  # until the engine says documents are on
+        self._update_docs_note()
+        actions.addWidget(self.docs_toggle)
         self._update_actions()
         self.composer.set_busy(True)  # until the engine is ready
         mode = Settings().get("router.mode")  # the settings' routing mode is the composer's default
@@ -147,6 +157,10 @@ class MainWindow(QMainWindow):
         self._delete.connect(w.delete)
         self._export.connect(w.export)
         side.searched.connect(w.search)
+        self.docs_toggle.sig_set.connect(self.docs_worker.set_conversation)
+        self.docs_toggle.sig_query.connect(self.docs_worker.get_conversation)
+        self.docs_worker.conversation_docs.connect(self.docs_toggle.show_state)
+        self.docs_worker.notice.connect(self.status_label.setText)
         w.found.connect(side.show_matches)  # bound slots of GUI-thread objects: queued, never a lambda
         w.notice.connect(self.status_label.setText)
         w.settings_applied.connect(self._on_settings_applied)
@@ -187,6 +201,7 @@ class MainWindow(QMainWindow):
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
         self.composer.set_busy(False)
+        self.docs_toggle.setEnabled(bool(info.get("documents")))
 
     def _on_failed(self, message: str) -> None:
         self.engine_error = message
@@ -199,6 +214,7 @@ class MainWindow(QMainWindow):
 
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
+        self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
         self.view.set_messages([])
         self.gauges.conversation_id = cid
         self.gauges.set_water_level(None)
@@ -386,6 +402,7 @@ class MainWindow(QMainWindow):
             return
         self.conversation_id = cid
         self.gauges.conversation_id = cid
+        self.docs_toggle.set_conversation(cid)
         self._load.emit(cid)
 
     def show_banner(self, message: str) -> None:
@@ -410,6 +427,7 @@ class MainWindow(QMainWindow):
             return
         if cid == self.conversation_id:
             self.conversation_id = None
+            self.docs_toggle.set_conversation(None)
             self.view.set_messages([])
             self.gauges.set_water_level(None)
             self._update_actions()
@@ -456,6 +474,22 @@ class MainWindow(QMainWindow):
         if changed:  # "Use for L1/L2": the running engine switches (tiers are live settings)
             self._apply_settings.emit(json.dumps(sorted(set(changed))))
 
+    def open_documents(self):
+        """The Documents panel (non-modal: indexing goes on while the user chats); made once."""
+        from app.documents_panel import DocumentsPanel
+
+        if self.documents_panel is None:
+            self.documents_panel = DocumentsPanel(self.docs_worker, self)
+        self.documents_panel.show()
+        self.documents_panel.raise_()
+        return self.documents_panel
+
+    def _update_docs_note(self) -> None:
+        """Documents stay local when L3 is set up without docs.allow_remote: the toggle says so."""
+        settings = Settings()
+        self.docs_toggle.set_remote_kept_off(bool(settings.get("l3.base_url")) and
+                                             not settings.get("docs.allow_remote"))
+
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog
         from app.theme import apply_theme
@@ -469,6 +503,7 @@ class MainWindow(QMainWindow):
             self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
             self.view._cache.clear()
             self.view._render()
+            self._update_docs_note()
             if changed:
                 self._apply_settings.emit(json.dumps(changed))
         if dialog.forget_requested:
@@ -485,6 +520,8 @@ class MainWindow(QMainWindow):
         if self.welcome is not None:
             self.welcome.close_work()  # a download in progress stops; its thread is joined
         self.gauges.timer.stop()
+        if self.documents_panel is not None:
+            self.documents_panel.close_work()
         if self.thread.isRunning():
             self._shutdown.emit()  # blocks until the engine saved its state and closed
             self.thread.quit()

@@ -99,6 +99,11 @@ class SettingsDialog(QDialog):
         form.addRow(tr("Model name"), self.l3_model)
         form.addRow(tr("Give up after (no answer)"), self.l3_timeout)
         form.addRow(self.l3_test, self.l3_result)
+        self.docs_remote = QCheckBox(tr("Send document excerpts to the remote model (L3)"))
+        self.docs_remote.setObjectName("docsAllowRemote")
+        self.docs_remote.setToolTip(tr("Off: a question answered from your documents stays on this computer."))
+        self.docs_remote.setChecked(settings.get("docs.allow_remote"))
+        form.addRow(self.docs_remote)
         layout.addWidget(box)
 
         # ---- behaviour
@@ -221,6 +226,7 @@ class SettingsDialog(QDialog):
         s.set("l3.api_key", self.l3_key.text())
         s.set("l3.model", self.l3_model.text().strip())
         s.set("l3.timeout_s", int(self.l3_timeout.value()))
+        s.set("docs.allow_remote", self.docs_remote.isChecked())
         s.set("router.mode", self.route.currentData())
         s.set("cascade.enabled", self.cascade.isChecked())
         s.set("generate.repetition_guard", self.repetition_guard.isChecked())

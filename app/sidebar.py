@@ -1,5 +1,5 @@
 """The window's left column: chat search, the chat list with its right-click menu, and the New
-chat / Settings / Models buttons. It holds no conversation state: what the user asks for leaves
+chat / Documents / Settings / Models buttons. It holds no conversation state: what the user asks for leaves
 as signals, and the window (which owns the current chat and the engine) acts on them."""
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ class ChatSidebar(QWidget):
         self.new_button = QPushButton(tr("New chat"))
         self.settings_button = QPushButton(tr("Settings"))
         self.models_button = QPushButton(tr("Models"))
+        self.documents_button = QPushButton(tr("Documents"))
+        self.documents_button.setObjectName("documentsButton")
         layout = QVBoxLayout(self)
         layout.addWidget(self.search)
         layout.addWidget(self.chat_list, 1)
-        for button in (self.new_button, self.settings_button, self.models_button):
+        for button in (self.new_button, self.documents_button, self.settings_button, self.models_button):
             layout.addWidget(button)
 
     def set_conversations(self, rows: list[dict], current: int | None) -> None:
