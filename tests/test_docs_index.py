@@ -277,3 +277,33 @@ def test_documents_facade_and_bad_requests(tmp_path, monkeypatch):
             d.add_documents([str(folder)], "  ")
         missing = d.add_documents([str(tmp_path / "nowhere")])
         assert missing["skipped"] == [{"path": str(tmp_path / "nowhere"), "reason": "not found"}]
+
+
+def test_cancel_stops_the_running_and_queued_jobs_and_a_restart_does_not_resume_them(docs, tmp_path, embedder):
+    first, second = tmp_path / "one", tmp_path / "two"
+    for folder in (first, second):
+        folder.mkdir()
+        for i in range(40):
+            (folder / f"n{i}.md").write_text(f"# N{i}\n\n" + f"paragraph {i} about {folder.name}. " * 50)
+    docs.start()
+    with docs.turn():  # holds the first job at its first file, so both are in flight
+        running = docs.add([first])
+        queued = docs.add([second])
+        deadline = time.monotonic() + 10
+        while docs.progress()["state"] != "paused" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        docs.cancel()
+    assert running.result(30).cancelled and queued.result(30).cancelled
+    roots = {Path(r["path"]).name: r for r in docs.roots()}
+    assert set(roots) == {"one"} and roots["one"]["stopped"] and roots["one"]["scanned"] is None
+    assert docs.status()["files"] < 40
+    docs.close()
+    again = DocumentService(docs.db, embedder).start(resume=True)
+    try:
+        time.sleep(1.0)
+        assert again.progress()["state"] == "idle" and again.store.counts()["files"] < 40
+        report = again.add([first]).result(60)  # adding it again finishes it
+        assert again.store.counts()["indexed"] == 40 and report.indexed + report.unchanged == 40
+        assert not again.roots()[0]["stopped"] and again.roots()[0]["scanned"]
+    finally:
+        again.close()

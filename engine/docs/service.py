@@ -109,7 +109,7 @@ class DocumentService:
             self._worker = threading.Thread(target=self._run, name="docs-indexer", daemon=True)
             self._worker.start()
             if resume:
-                unfinished = [r["path"] for r in self.store.roots() if r["scanned"] is None]
+                unfinished = [r["path"] for r in self.store.roots() if r["scanned"] is None and not r["stopped"]]
                 if unfinished:
                     log.info("resuming the indexing of %d folders", len(unfinished))
                     self._enqueue(unfinished, None)
@@ -180,9 +180,21 @@ class DocumentService:
         return job.future
 
     def cancel(self) -> None:
-        """Stop the running indexing job after the file it is writing."""
+        """Stop the running indexing job after the file it is writing, and every queued one.
+        Their folders stay added, indexed as far as they got; the next start does not resume
+        them (an add or rescan does)."""
         if self._current is not None:
             self._current.cancel.set()
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is _STOP:
+                self._jobs.put(_STOP)
+                break
+            job.cancel.set()
+            self._do(job)  # answers its Future at once: cancelled before it began
 
     def remove(self, path: str | None = None, collection: str | None = None) -> dict:
         """Take an added root (or a single indexed file, or a whole collection) out of the index.
@@ -236,6 +248,8 @@ class DocumentService:
             return dict(self._progress)
 
     def status(self) -> dict:
+        """Progress, the embedder's state and counts: files, indexed, skipped, chunks, and
+        pending_vectors (chunks that wait for the embedder, keyword-searchable meanwhile)."""
         return {"progress": self.progress(), "embedder": self.embedder.state, **self.store.counts()}
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -330,11 +344,17 @@ class DocumentService:
     def _index(self, job: _Job) -> AddReport:
         started = time.monotonic()
         report = AddReport()
+        if job.cancel.is_set():  # cancelled while queued: nothing added, nothing scanned
+            report.cancelled = True
+            return report
         self._set(state="scanning", files_done=0, files_total=0, chunks=0, rate_chunks_s=0.0, current=None)
         plan: list[tuple[int, Found]] = []
         scans: list[tuple[int, dict, set[str]]] = []
         known = {r["path"]: r for r in self.store.roots()}
         for path in job.paths:
+            if job.cancel.is_set():
+                report.cancelled = True
+                break
             root = known.get(path) or next((r for r in known.values() if _under(path, r["path"])), None)
             if root is None and job.collection is None:
                 continue  # removed meanwhile
@@ -363,17 +383,16 @@ class DocumentService:
         stored_all = {p: f for _, stored, _ in scans for p, f in stored.items()}
         self._set(state="indexing", files_total=len(plan))
         for n, (root_id, found) in enumerate(plan):
-            if job.cancel.is_set():
-                report.cancelled = True
+            if job.cancel.is_set() or report.cancelled:
                 break
             self._wait_for_turns()
             self._set(current=found.path, files_done=n)
             self._index_file(root_id, found, stored_all.get(found.path), report, job.cancel)
             elapsed = time.monotonic() - started
             self._set(chunks=report.chunks, rate_chunks_s=round(report.chunks / elapsed, 1) if elapsed else 0.0)
-        else:
-            for root_id, _, _ in scans:
-                self.store.mark_scanned(root_id, _now())
+        report.cancelled = report.cancelled or job.cancel.is_set()
+        for root_id, _, _ in scans:  # stopped by the user: not resumed at the next start
+            self.store.mark_scanned(root_id, None if report.cancelled else _now(), stopped=report.cancelled)
         self._set(files_done=len(plan) if not report.cancelled else self._progress["files_done"])
         report.seconds = time.monotonic() - started
         return report

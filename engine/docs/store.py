@@ -115,7 +115,7 @@ class DocStore:
             return conn.execute("SELECT id FROM doc_roots WHERE path = ?", (path,)).fetchone()[0]
 
     def roots(self, collection: str | None = None) -> list[dict]:
-        sql = ("SELECT r.id, r.path, r.collection, r.added, r.scanned,"
+        sql = ("SELECT r.id, r.path, r.collection, r.added, r.scanned, r.stopped,"
                " (SELECT count(*) FROM doc_files f WHERE f.root_id = r.id),"
                " (SELECT coalesce(sum(chunks), 0) FROM doc_files f WHERE f.root_id = r.id)"
                " FROM doc_roots r")
@@ -123,12 +123,17 @@ class DocStore:
         if collection is not None:
             sql += " WHERE r.collection = ?"
             params = (collection,)
-        cols = ("id", "path", "collection", "added", "scanned", "files", "chunks")
+        cols = ("id", "path", "collection", "added", "scanned", "stopped", "files", "chunks")
         return [dict(zip(cols, row)) for row in self.read(sql + " ORDER BY r.id", params)]
 
-    def mark_scanned(self, root_id: int, when: str | None) -> None:
+    def mark_scanned(self, root_id: int, when: str | None, stopped: bool = False) -> None:
+        """`when` the last complete scan ended (None: the current one has not); `stopped`: the
+        user cancelled it (the next start does not resume it; the next add or rescan does)."""
         with self.db.transaction() as conn:
-            conn.execute("UPDATE doc_roots SET scanned = ? WHERE id = ?", (when, root_id))
+            if when is None:
+                conn.execute("UPDATE doc_roots SET stopped = ? WHERE id = ?", (int(stopped), root_id))
+            else:
+                conn.execute("UPDATE doc_roots SET scanned = ?, stopped = 0 WHERE id = ?", (when, root_id))
 
     def delete_root(self, root_id: int) -> int:
         """Remove a root with its files from the index; how many files it had."""
@@ -254,7 +259,9 @@ class DocStore:
         (files, indexed, skipped, chunks), = self.read(
             "SELECT count(*), coalesce(sum(status = 'indexed'), 0), coalesce(sum(status = 'skipped'), 0),"
             " coalesce(sum(chunks), 0) FROM doc_files")
-        return {"files": files, "indexed": indexed, "skipped": skipped, "chunks": chunks}
+        (vectors,), = self.read("SELECT count(*) FROM doc_vectors WHERE model = ?", (self.model_id,))
+        return {"files": files, "indexed": indexed, "skipped": skipped, "chunks": chunks,
+                "pending_vectors": max(0, chunks - vectors)}
 
     def pending(self, limit: int) -> list[tuple[int, str]]:
         """Chunks without a vector from this model (indexed while the embedder was unavailable)."""

@@ -222,7 +222,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             path TEXT NOT NULL UNIQUE,          -- absolute, as added
             collection TEXT NOT NULL,
             added TEXT NOT NULL,
-            scanned TEXT                        -- end of the last complete scan (NULL: never finished)
+            scanned TEXT,                       -- end of the last complete scan (NULL: never finished)
+            stopped INTEGER NOT NULL DEFAULT 0  -- 1: the user cancelled its indexing (not resumed at start)
         );
         -- One row per file met under a root, indexed or skipped. A file's row, chunks, keyword
         -- entries and vectors are written in one transaction: the index never holds half a file.
