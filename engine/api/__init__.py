@@ -70,6 +70,8 @@ _EXPORTS: dict[str, str] = {
     "Documents": "engine.api.documents",
     "DocumentsError": "engine.docs.service",
     "DEFAULT_COLLECTION": "engine.docs.store",
+    # the embedding model through Assistant.embed (the local API's /v1/embeddings)
+    "EmbedderNotReady": "engine.memory.embedder",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 

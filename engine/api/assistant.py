@@ -12,6 +12,8 @@ import threading
 from contextlib import nullcontext
 from typing import Any, Iterator
 
+import numpy as np
+
 from engine.api.documents import DocumentsApi, embedder_from_settings
 from engine.api.status import StatusPublisher
 from engine.chat.core import AssistantCore, TurnDone
@@ -25,7 +27,7 @@ from engine.inference.generate import Chunk, GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
-from engine.storage import Database
+from engine.storage import Database, clean_text
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +221,50 @@ class Assistant(AssistantCore, DocumentsApi):
         self.conversation(conversation_id)
         return (conversation_json if fmt == "json" else conversation_markdown)(self.db, conversation_id)
 
+    def new_conversation_from(self, messages: list[tuple[str, str]], system_prompt: str = "") -> int:
+        """A new conversation holding earlier turns that happened elsewhere (an API client's resent
+        history): ("user" | "assistant", content) pairs, stored as they are; no model runs. The next
+        `send` reads them like any stored turn (tokenized then, since no ids were stored).
+
+        Raises:
+            InputError: a role other than user/assistant.
+        """
+        bad = sorted({role for role, _ in messages if role not in ("user", "assistant")})
+        if bad:
+            raise InputError(f"earlier turns must be user or assistant messages, not {', '.join(bad)}")
+        cid = self.new_conversation(system_prompt)
+        for role, content in messages:
+            self.db.add_message(cid, role, clean_text(content).strip())
+        return cid
+
+    # ---- embeddings (the memory's embedding model, shared with documents)
+    def embedding_model(self) -> str | None:
+        """The id of the model `embed` uses; None when memory and documents are both off."""
+        embedder = self._embedder()
+        return embedder.model_id if embedder is not None else None
+
+    def embed(self, texts: list[str], wait_s: float = 60.0) -> np.ndarray:
+        """Sentence embeddings of `texts` from the memory's model: float32, (len(texts), dim), each
+        row L2-normalised. Runs on the embedder's own thread (any thread may call this); waits up
+        to `wait_s` for a model still loading.
+
+        Raises:
+            InputError: memory and documents are both off (there is no embedding model).
+            EmbedderNotReady: the model failed to load, or is still loading after `wait_s`.
+        """
+        embedder = self._embedder()
+        if embedder is None:
+            raise InputError("there is no embedding model: turn on the memory (setting memory.enabled)")
+        embedder.wait(wait_s)
+        return embedder.embed(list(texts))
+
+    def _embedder(self):
+        for owner in (self.memory, self.docs):
+            embedder = getattr(owner, "embedder", None)
+            if embedder is not None:
+                return embedder
+        return None
+
     def forget_all_memories(self) -> int:
         return self.memory.forget_all() if self.memory is not None else 0
 
@@ -226,9 +272,10 @@ class Assistant(AssistantCore, DocumentsApi):
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
-             overflow: str = "refuse", docs: bool | str | None = None) -> Iterator[Chunk | TurnDone]:
+             overflow: str = "refuse", docs: bool | str | None = None,
+             cascade: bool = True) -> Iterator[Chunk | TurnDone]:
         return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces, overflow, docs))
+                                          _replaces, overflow, docs, cascade))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    cancel: threading.Event | None = None, route: str = "auto",

@@ -92,7 +92,8 @@ class Turns:
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
-             overflow: str = "refuse", docs: bool | str | None = None) -> Iterator[Chunk | TurnDone]:
+             overflow: str = "refuse", docs: bool | str | None = None,
+             cascade: bool = True) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
@@ -103,6 +104,8 @@ class Turns:
             docs: answer from the user's documents: True (every collection), a collection name,
                 False (not this message); None: the conversation's "Use my documents". Excerpts
                 go inside the new user turn; `done.sources` lists what [n] cites.
+            cascade: False never re-asks a weak L1 answer on L2 (a front-end that cannot take back
+                text it has already passed on, e.g. an HTTP stream).
 
         Raises:
             MessageTooLong: the message does not fit the context and overflow is "refuse".
@@ -131,7 +134,7 @@ class Turns:
                                            overflow=overflow)
             if done is None:
                 return
-            if self._should_cascade(done, route):
+            if cascade and self._should_cascade(done, route):
                 done.superseded = True
                 yield done
                 reason = f"cascade: L1 confidence {done.confidence:.2f} < {self.cascade_threshold:.2f}"
