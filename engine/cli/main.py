@@ -21,6 +21,7 @@ from engine.cli.docs import add_chat_flag, add_docs_parser, sources_text, use_do
 from engine.cli.memory import add_memory_parser
 from engine.cli.plan import add_plan_parsers
 from engine.cli.route import add_route_parser
+from engine.cli.serve import add_serve_parser
 from engine.models.fetch import main as fetch_main
 from engine.storage import Database
 
@@ -449,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_parsers(sub)
     add_memory_parser(sub)
     add_docs_parser(sub)
+    add_serve_parser(sub)
     return p
 
 

@@ -1,0 +1,76 @@
+"""`assistant serve`: the local OpenAI-compatible API on the same engine as `assistant chat`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from engine.api import Assistant, ModelLoadError, ModelNotFound, Settings, StorageError
+from engine.server import ApiServer, ServerConfig, ServerConfigError, api_key_path, load_api_key
+
+log = logging.getLogger("assistant.serve")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL = 0, 1, 2, 3
+
+
+def add_serve_parser(subparsers) -> None:
+    s = subparsers.add_parser(
+        "serve", help="serve an OpenAI-compatible API on this computer (127.0.0.1, an API key required)",
+        description="Serve /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models on the "
+                    "engine (router, KV reuse, memory, documents). Loopback only unless --allow-network; "
+                    "every /v1 request needs the API key (Authorization: Bearer KEY).")
+    s.add_argument("--host", help="address to listen on (default: setting server.host, 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default: setting server.port, 8765; 0 = any free port)")
+    s.add_argument("--api-key", metavar="KEY",
+                   help="use this key for this run (default: the key stored in the data dir, made on first use)")
+    s.add_argument("--allow-network", action="store_true",
+                   help="allow a --host other machines can reach (the key is still required)")
+    s.add_argument("--cors", nargs="+", metavar="ORIGIN",
+                   help="browser origins allowed to call the API, e.g. http://localhost:3000 (default: CORS off)")
+    s.add_argument("--model", help="one model (catalog id or .gguf path) for L1 and L2 instead of the tiers")
+    s.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = Settings()
+    if args.port is not None and not 0 <= args.port <= 65535:
+        return _fail("--port must be from 0 to 65535", EXIT_USAGE)
+    key = args.api_key or load_api_key(create=True)
+    where = "given with --api-key" if args.api_key else f"stored in {api_key_path()}"
+    config = ServerConfig.from_settings(settings, host=args.host, port=args.port, api_key=key,
+                                        allow_network=args.allow_network or None,
+                                        cors_origins=tuple(o.rstrip("/") for o in args.cors) if args.cors else None)
+    try:
+        config.check()
+    except ServerConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    try:
+        assistant = Assistant.from_settings(settings, model=args.model, debug=args.debug)
+    except (ModelNotFound, ModelLoadError) as exc:
+        return _fail(str(exc), EXIT_MODEL)
+    except StorageError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    try:
+        for warning in assistant.warnings:
+            sys.stderr.write(f"warning: {warning}\n")
+        server = ApiServer(assistant, config, settings)
+
+        def ready() -> None:
+            sys.stdout.write(f"Serving the OpenAI-compatible API at {server.url}\n"
+                             f"API key: {where} (send it as Authorization: Bearer KEY)\n"
+                             "Ctrl-C stops the server.\n")
+            sys.stdout.flush()
+
+        server.run(on_ready=ready)
+    except OSError as exc:
+        return _fail(str(exc), EXIT_FAILED)
+    finally:
+        assistant.close()
+    return EXIT_OK
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    return code

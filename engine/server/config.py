@@ -1,0 +1,160 @@
+"""What the local API server is allowed to do: where it binds, its key, its limits.
+
+Secure by default (issue 16): loopback only, a key always, CORS off, bounded bodies, queues and
+request times. A non-loopback address needs `allow_network` as well as the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import secrets
+import socket
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from engine.api import Settings, user_dir
+
+log = logging.getLogger(__name__)
+
+KEY_FILE = "server_api_key"  # in the data dir, mode 0600
+MIN_KEY_CHARS = 16
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+class ServerConfigError(ValueError):
+    """A setting or flag the server refuses to start with (the message says what to change)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key_path() -> Path:
+    return user_dir() / KEY_FILE
+
+
+def load_api_key(create: bool = True) -> str | None:
+    """The server's stored API key; with `create`, one is made (`secrets.token_urlsafe`) and
+    stored 0600 the first time. A key file others could read is made the user's only again."""
+    path = api_key_path()
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            log.warning("%s was readable by other users (mode %o); it is now the user's only", path, mode)
+            os.chmod(path, 0o600)
+        key = path.read_text(encoding="utf-8").strip()
+        if key:
+            return key
+    except FileNotFoundError:
+        pass
+    if not create:
+        return None
+    key = secrets.token_urlsafe(32)
+    # Created 0600 (never a chmod after writing: that left a readable moment), then moved in place.
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(key + "\n")
+    tmp.replace(path)
+    log.info("a new API key was stored in %s", path)
+    return key
+
+
+def parse_origins(text: str) -> tuple[str, ...]:
+    """"https://a.example, http://localhost:3000" → the origins, without trailing slashes."""
+    return tuple(o.rstrip("/") for o in text.replace(",", " ").split() if o)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Args:
+        host, port: where to listen (port 0: any free port).
+        api_key: required in `Authorization: Bearer <key>` on every /v1 request.
+        allow_network: may listen on a non-loopback address.
+        cors_origins: browser origins allowed to call the API; empty: CORS off.
+        store_conversations: API conversations stay in the chat list; off: deleted once the
+            server no longer reuses them (and at exit).
+        max_body_bytes, max_messages: a larger request gets 413 / 400.
+        queue_depth: requests waiting for the engine; one more gets 429.
+        request_timeout_s: a request's whole time, queue included; then its turn is cancelled.
+        header_timeout_s, body_timeout_s: time to send the request headers / the body (slowloris).
+        max_connections: open connections at once; more get 503 from uvicorn.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    api_key: str = ""
+    allow_network: bool = False
+    cors_origins: tuple[str, ...] = ()
+    store_conversations: bool = False
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_messages: int = 1000
+    queue_depth: int = 16
+    request_timeout_s: float = 600.0
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 256
+    extra_hosts: tuple[str, ...] = field(default=())  # more Host names to accept (a network bind's own)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides) -> "ServerConfig":
+        values = dict(
+            host=settings.get("server.host"), port=settings.get("server.port"),
+            allow_network=settings.get("server.allow_network"),
+            cors_origins=parse_origins(settings.get("server.cors_origins")),
+            store_conversations=settings.get("server.store_conversations"),
+            max_body_bytes=int(settings.get("server.max_body_mb") * 1024 * 1024),
+            max_messages=settings.get("server.max_messages"), queue_depth=settings.get("server.queue_depth"),
+            request_timeout_s=float(settings.get("server.request_timeout_s")))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def check(self) -> None:
+        """Raises ServerConfigError for a start the defaults forbid."""
+        if not self.api_key:
+            raise ServerConfigError("the server needs an API key")
+        if len(self.api_key) < MIN_KEY_CHARS:
+            raise ServerConfigError(f"the API key is too short: at least {MIN_KEY_CHARS} characters")
+        if not is_loopback(self.host) and not self.allow_network:
+            raise ServerConfigError(
+                f"{self.host or '0.0.0.0'} can be reached from other machines: to serve there on purpose, "
+                "add --allow-network (setting server.allow_network); 127.0.0.1 serves this computer only")
+        for origin in self.cors_origins:
+            if origin != "*" and "://" not in origin:
+                raise ServerConfigError(f"CORS origin {origin!r} must look like https://host[:port]")
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """Host header names this server answers to (lower case, IPv6 without brackets): loopback
+        names, the bound address, and for a wildcard bind this machine's own addresses and name.
+        Anything else is a DNS-rebinding attempt or a misdirected request."""
+        names = set(LOOPBACK_NAMES) | {h.lower().strip("[]") for h in self.extra_hosts}
+        if self.host not in WILDCARDS:
+            names.add(self.host.lower().strip("[]"))
+        else:
+            names |= _own_addresses()
+        return frozenset(names)
+
+
+def _own_addresses() -> set[str]:
+    names = set()
+    try:
+        for addrs in psutil.net_if_addrs().values():
+            names |= {a.address.split("%")[0].lower() for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)}
+    except Exception:  # noqa: BLE001 - the loopback names and the host name still work
+        log.warning("could not list this machine's addresses", exc_info=True)
+    hostname = socket.gethostname().lower()
+    if hostname:
+        names |= {hostname, f"{hostname}.local"}
+    return names

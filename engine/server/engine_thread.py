@@ -1,0 +1,147 @@
+"""The server's engine thread: the one front-end thread that calls the Assistant, one job at a time,
+taking jobs from the fair queue (engine/server/fair_queue.py).
+
+A job's events (Chunk …, TurnDone, or the exception that ended it, then END) cross to the HTTP
+event loop with `call_soon_threadsafe`: the loop never waits on the engine and the engine never
+waits on a slow reader. A job's `cancel` is the `threading.Event` passed to `Assistant.send`: the
+model's thread looks at it between prompt pieces and between tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+from engine.api import TurnDone
+from engine.server.errors import EXPECTED
+from engine.server.fair_queue import FairQueue, QueueClosed
+from engine.server.history import ApiConversations
+from engine.server.schema import Turn
+
+if TYPE_CHECKING:
+    from engine.api import Assistant
+
+log = logging.getLogger(__name__)
+
+END = object()  # a job's last event
+JOIN_S = 30.0  # longest close() waits for the running turn to notice its cancel
+
+
+class Job:
+    """One request's work for the engine thread.
+
+    Args:
+        client: the fairness key (engine/server/fair_queue.py).
+        work: runs on the engine thread: work(assistant, job), emitting events with job.emit.
+        loop: the event loop of the request waiting for the events.
+    """
+
+    def __init__(self, client: str, work: Callable[["Assistant", "Job"], None], loop: asyncio.AbstractEventLoop):
+        self.client, self.work, self._loop = client, work, loop
+        self.cancel = threading.Event()
+        self.why: str | None = None  # why it was cancelled: "disconnected" | "timeout" | "shutdown"
+        self.events: asyncio.Queue = asyncio.Queue()
+
+    def emit(self, item: object) -> None:
+        """Hand an event to the request (any thread)."""
+        try:
+            self._loop.call_soon_threadsafe(self.events.put_nowait, item)
+        except RuntimeError:
+            pass  # the loop is gone (server stopped): nobody is listening
+
+    def stop(self, why: str) -> None:
+        if self.why is None:
+            self.why = why
+        self.cancel.set()
+
+
+def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assistant", Job], None]:
+    """A chat/completion job: find or make the conversation the history continues, send the new
+    message on it, and note the answered history for the client's next request."""
+
+    def work(assistant: "Assistant", job: Job) -> None:
+        cid = conversations.open(assistant, turn.history)
+        final = None
+        try:
+            # A streamed answer cannot be taken back: no cascade re-ask for streams.
+            for item in assistant.send(cid, turn.history.text, turn.params, cancel=job.cancel, route=turn.route,
+                                       docs=turn.docs, cascade=not turn.stream):
+                if isinstance(item, TurnDone) and not item.superseded:
+                    final = item
+                job.emit(item)
+        finally:
+            if (turn.keep and final is not None and not job.cancel.is_set()
+                    and final.stats.get("finish_reason") != "cancelled"):
+                conversations.answered(assistant, cid, turn.history, final.text, final.message_id)
+            else:
+                conversations.failed(assistant, cid)
+
+    return work
+
+
+class EngineThread:
+    """Runs queued jobs on the Assistant, one at a time, on a thread named "api-engine"."""
+
+    def __init__(self, assistant: "Assistant", queue: FairQueue[Job], conversations: ApiConversations):
+        self.assistant, self.queue, self.conversations = assistant, queue, conversations
+        self.running: Job | None = None
+        self.jobs_done = 0
+        self._thread = threading.Thread(target=self._run, name="api-engine", daemon=True)
+
+    def start(self) -> "EngineThread":
+        self._thread.start()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            gone = self.conversations.recover(self.assistant)
+            if gone:
+                log.info("deleted %d API conversations a previous run left behind", gone)
+        except Exception:  # noqa: BLE001 - serving matters more than tidying
+            log.exception("could not delete leftover API conversations")
+        while True:
+            job = self.queue.get()
+            if job is None:
+                break
+            self.running = job
+            t0 = time.monotonic()
+            try:
+                if job.cancel.is_set():
+                    continue  # its client left while it waited
+                job.work(self.assistant, job)
+            except Exception as exc:  # noqa: BLE001 - handed to the request, which says it in HTTP
+                if isinstance(exc, EXPECTED):
+                    log.info("API request refused: %s", exc)
+                else:
+                    log.exception("API job failed")
+                job.emit(exc)
+            finally:
+                self.running = None
+                self.jobs_done += 1
+                self.queue.record(time.monotonic() - t0)
+                job.emit(END)
+        try:
+            self.conversations.close(self.assistant)
+        except Exception:  # noqa: BLE001 - the Assistant still closes
+            log.exception("could not delete the API conversations at exit")
+
+    def shutdown(self) -> None:
+        """Stop accepting jobs, end the waiting ones, cancel the running one (any thread)."""
+        for job in self.queue.close():
+            job.stop("shutdown")
+            job.emit(QueueClosed("the server is shutting down"))
+            job.emit(END)
+        running = self.running
+        if running is not None:
+            running.stop("shutdown")
+
+    def join(self, timeout: float = JOIN_S) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()

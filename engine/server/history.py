@@ -1,0 +1,183 @@
+"""Stateless clients on a stateful engine: which engine conversation a resent history continues.
+
+An OpenAI client sends its whole history every time. The engine keeps conversations (and their KV
+state in the hot/warm/cold tiers). After answering, the server notes a digest of the history the
+client will send back next time (its messages plus the answer) → that conversation. The next
+request whose history, up to its new user message(s), has that digest continues the conversation
+with only the new message: the engine then evaluates only the new tokens. Anything else (a first
+request, an edited or forked history, a restarted server) starts a conversation holding the
+earlier turns as given, whose first answer reads them all.
+
+Everything here runs on the engine thread (engine/server/engine_thread.py): one turn at a time,
+so the index needs no lock and a conversation is never continued by two requests at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.api import ConversationNotFound, StorageError, user_dir
+
+log = logging.getLogger(__name__)
+
+INDEX_SIZE = 128  # conversations the server can continue; the least recently used leaves first
+PENDING_FILE = "server_conversations.json"  # unstored API conversations alive (deleted after a crash)
+
+
+def digest(messages: list[tuple[str, str]]) -> str:
+    """A history's identity: (role, content) in order, content without surrounding whitespace
+    (clients trim answers differently)."""
+    data = json.dumps([(role, content.strip()) for role, content in messages], ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class History:
+    """A chat request's messages, split for the engine.
+
+    Attributes:
+        messages: every message as (role, text), system messages included ("developer" → "system").
+        new_from: index where the trailing user message(s) start: the new turn.
+    """
+
+    messages: tuple[tuple[str, str], ...]
+    new_from: int
+
+    @property
+    def system(self) -> str:
+        return "\n\n".join(text for role, text in self.messages if role == "system" and text.strip())
+
+    @property
+    def earlier(self) -> list[tuple[str, str]]:
+        """The turns before the new message, consecutive messages of one role merged (templates
+        expect user and assistant to alternate)."""
+        merged: list[tuple[str, str]] = []
+        for role, text in self.messages[:self.new_from]:
+            if role == "system":
+                continue
+            if merged and merged[-1][0] == role:
+                merged[-1] = (role, merged[-1][1] + "\n\n" + text)
+            else:
+                merged.append((role, text))
+        return merged
+
+    @property
+    def text(self) -> str:
+        """The new user message (several trailing user messages as one)."""
+        return "\n\n".join(text for _, text in self.messages[self.new_from:])
+
+    def prefix_digest(self) -> str:
+        return digest(list(self.messages[:self.new_from]))
+
+    def answered_digest(self, answer: str) -> str:
+        return digest([*self.messages, ("assistant", answer)])
+
+
+class ApiConversations:
+    """Request histories → engine conversations (engine thread only).
+
+    Args:
+        store: keep API conversations in the chat list; False: each is deleted when it leaves the
+            index, when its turn fails, at `close`, or at the next start after a crash.
+        size: how many conversations the index keeps.
+    """
+
+    def __init__(self, store: bool, size: int = INDEX_SIZE, pending_file: Path | None = None):
+        self.store, self.size = store, size
+        self._index: OrderedDict[str, tuple[int, int]] = OrderedDict()  # digest -> (conversation, last message id)
+        self._alive: set[int] = set()  # unstored conversations not deleted yet
+        self._pending = pending_file or user_dir() / PENDING_FILE
+        self.reused = self.replayed = 0  # counts, for /health and tests
+
+    def recover(self, assistant) -> int:
+        """Delete unstored API conversations a crashed run left behind; how many went."""
+        try:
+            ids = json.loads(self._pending.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError):
+            log.warning("%s is unreadable; no leftover API conversations deleted", self._pending)
+            ids = []
+        gone = 0
+        for cid in ids if isinstance(ids, list) else []:
+            if isinstance(cid, int) and self._delete(assistant, cid):
+                gone += 1
+        self._save()
+        return gone
+
+    def open(self, assistant, history: History) -> int:
+        """The conversation to send `history.text` on: the one the history continues (taken out
+        of the index: it moves on with this turn), else a new one holding the earlier turns."""
+        entry = self._index.pop(history.prefix_digest(), None)
+        if entry is not None:
+            cid, last_id = entry
+            if self._unchanged(assistant, cid, last_id):
+                self.reused += 1
+                return cid
+            self._forget(assistant, cid)
+        cid = assistant.new_conversation_from(history.earlier, history.system)
+        self.replayed += bool(history.earlier)
+        if not self.store:
+            self._alive.add(cid)
+            self._save()
+        return cid
+
+    def answered(self, assistant, cid: int, history: History, answer: str, message_id: int) -> None:
+        """The turn finished: a request that resends this history plus `answer` continues `cid`."""
+        self._index[history.answered_digest(answer)] = (cid, message_id)
+        while len(self._index) > self.size:
+            _, (old, _) = self._index.popitem(last=False)
+            self._forget(assistant, old)
+
+    def failed(self, assistant, cid: int) -> None:
+        """The turn did not finish (cancelled, an error): its conversation is not continued."""
+        self._forget(assistant, cid)
+
+    def close(self, assistant) -> None:
+        """At exit: unstored conversations go."""
+        for cid, _ in list(self._index.values()):
+            self._forget(assistant, cid)
+        self._index.clear()
+        for cid in list(self._alive):
+            self._forget(assistant, cid)
+
+    # ----
+    @staticmethod
+    def _unchanged(assistant, cid: int, last_id: int) -> bool:
+        """Still as the server left it (the user may have continued a stored one in the app)."""
+        try:
+            shown = [m for m in assistant.transcript(cid) if not m["superseded"]]
+        except ConversationNotFound:
+            return False
+        return bool(shown) and shown[-1]["id"] == last_id
+
+    def _forget(self, assistant, cid: int) -> None:
+        if not self.store:
+            self._delete(assistant, cid)
+            self._alive.discard(cid)
+            self._save()
+
+    @staticmethod
+    def _delete(assistant, cid: int) -> bool:
+        try:
+            assistant.delete_conversation(cid)
+            return True
+        except ConversationNotFound:
+            return False
+        except StorageError:
+            log.exception("API conversation %d could not be deleted", cid)
+            return False
+
+    def _save(self) -> None:
+        try:
+            if self._alive:
+                self._pending.write_text(json.dumps(sorted(self._alive)), encoding="utf-8")
+            else:
+                self._pending.unlink(missing_ok=True)
+        except OSError:
+            log.warning("could not write %s", self._pending, exc_info=True)

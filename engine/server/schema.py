@@ -1,0 +1,247 @@
+"""OpenAI request bodies checked into what the engine takes; anything malformed is a RequestError
+(HTTP 400 with OpenAI's error shape) naming the parameter, never a 500.
+
+Fields a local engine cannot honour are refused when they would change the answer (tools, n > 1,
+JSON mode) and ignored when they are hints (frequency_penalty, user-agent extras).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams
+from engine.server.history import History
+
+LEVELS = ("auto", "L1", "L2", "L3")
+MAX_TOKENS = 131_072  # asked beyond this is a mistake; the engine also caps it at what the context leaves
+MAX_STOPS = 4
+MAX_EMBED_INPUTS = 2048
+
+
+class RequestError(Exception):
+    """A request the client must fix: HTTP `status`, OpenAI `type`/`param`/`code`."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 code: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.param, self.status, self.code, self.kind = message, param, status, code, kind
+
+
+def parse_json(body: bytes) -> dict:
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RequestError("the body is not valid UTF-8") from None
+    except ValueError as exc:
+        raise RequestError(f"the body is not valid JSON ({exc})") from None
+    except RecursionError:  # json's C scanner recurses per nesting level
+        raise RequestError("the body's JSON is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise RequestError("the body must be a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One chat or completion request, ready for the engine thread."""
+
+    model: str  # as asked (reported back)
+    route: str  # auto | L1 | L2 | L3
+    history: History
+    params: GenerateParams
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+    docs: bool | str | None = None  # x_docs
+    client: str = ""  # fairness key: the `user` field, else the peer address
+    keep: bool = True  # index the answered history (chat); False: a one-off (/v1/completions)
+    extra: dict = field(default_factory=dict)
+
+
+def _get(body: dict, name: str, kinds: tuple, default: Any = None, what: str = "") -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise RequestError(f"{name} must be {what or ' or '.join(k.__name__ for k in kinds)}", name)
+    return value
+
+
+def _number(body: dict, name: str, low: float, high: float) -> float | None:
+    value = _get(body, name, (int, float), what="a number")
+    if value is not None and not low <= value <= high:
+        raise RequestError(f"{name} must be between {low:g} and {high:g}", name)
+    return value
+
+
+def generate_params(body: dict, repetition_guard: bool) -> GenerateParams:
+    sampling = SamplingParams()
+    temperature = _number(body, "temperature", 0, 2)
+    top_p = _number(body, "top_p", 0, 1)
+    seed = _get(body, "seed", (int,), what="an integer")
+    overrides = {k: v for k, v in (("temperature", temperature), ("top_p", top_p)) if v is not None}
+    if seed is not None:
+        overrides["seed"] = seed % 2**32  # llama.cpp's seeds are 32-bit; OpenAI's may be negative
+    if overrides:
+        sampling = replace(sampling, **overrides)
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or not 1 <= max_tokens <= MAX_TOKENS):
+        raise RequestError(f"{name} must be an integer from 1 to {MAX_TOKENS}", name)
+    stop = body.get("stop")
+    if stop is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(stop, str):
+        stops = (stop,) if stop else ()
+    elif isinstance(stop, list) and len(stop) <= MAX_STOPS and all(isinstance(s, str) and s for s in stop):
+        stops = tuple(stop)
+    else:
+        raise RequestError(f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings", "stop")
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise RequestError("n must be 1: one answer per request", "n")
+    return GenerateParams(sampling=sampling, max_tokens=max_tokens or GenerateParams().max_tokens,
+                          stop=stops, repetition_guard=repetition_guard)
+
+
+def _content(message: dict, i: int) -> str:
+    content = message.get("content")
+    param = f"messages[{i}].content"
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise RequestError("only text content parts are supported", param)
+            parts.append(part["text"])
+        text = "\n".join(parts)
+    elif content is None and message.get("role") == "assistant" and message.get("tool_calls"):
+        raise RequestError("tool calls are not supported", param)
+    else:
+        raise RequestError("content must be a string or a list of text parts", param)
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise RequestError(f"a message may hold at most {MAX_MESSAGE_CHARS} characters", param)
+    return text
+
+
+def parse_history(body: dict, max_messages: int) -> History:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list", "messages")
+    if len(messages) > max_messages:
+        raise RequestError(f"at most {max_messages} messages per request (setting server.max_messages)", "messages")
+    pairs: list[tuple[str, str]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise RequestError("each message must be an object", f"messages[{i}]")
+        role = m.get("role")
+        if role == "developer":
+            role = "system"
+        if role in ("tool", "function"):
+            raise RequestError("tool messages are not supported", f"messages[{i}].role")
+        if role not in ("system", "user", "assistant"):
+            raise RequestError("role must be system, developer, user or assistant", f"messages[{i}].role")
+        if role == "system" and any(r != "system" for r, _ in pairs):
+            raise RequestError("system messages must come before the conversation", f"messages[{i}].role")
+        pairs.append((role, _content(m, i)))
+    new_from = len(pairs)
+    while new_from > 0 and pairs[new_from - 1][0] == "user":
+        new_from -= 1
+    if new_from == len(pairs):
+        raise RequestError("the last message must be the user's", "messages")
+    if not "".join(text for _, text in pairs[new_from:]).strip():
+        raise RequestError("the user's message is empty", "messages")
+    return History(tuple(pairs), new_from)
+
+
+def _refuse_unsupported(body: dict) -> None:
+    if body.get("tools") or body.get("functions"):
+        raise RequestError("tools are not supported", "tools")
+    fmt = body.get("response_format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in (None, "text")):
+        raise RequestError("only the text response format is supported", "response_format")
+    top = body.get("top_logprobs")
+    if top not in (None, 0):
+        raise RequestError("top_logprobs is not supported (logprobs of the chosen tokens are)", "top_logprobs")
+
+
+def _route(model: str, tiers: dict[str, str]) -> str:
+    if model in LEVELS:
+        return model
+    for level, tier_model in tiers.items():
+        if tier_model == model:
+            return level
+    return ""
+
+
+def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_messages: int,
+               repetition_guard: bool, client: str, completion: bool = False) -> Turn:
+    """A chat request (`completion`: a legacy completions request, its prompt as one user message).
+
+    Raises:
+        RequestError: anything the client must change.
+    """
+    _refuse_unsupported(body)
+    model = _get(body, "model", (str,), "auto", "a string")
+    route = _route(model, tiers)
+    if not route:
+        hint = " (installed, but on no tier: pick it for L1 or L2 in Settings)" if model in installed else ""
+        raise RequestError(f"the model {model!r} does not exist here{hint}; use auto, L1, L2 or L3",
+                           "model", status=404, code="model_not_found")
+    if completion:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise RequestError("prompt must be a non-empty string", "prompt")
+        if len(prompt) > MAX_MESSAGE_CHARS:
+            raise RequestError(f"prompt may hold at most {MAX_MESSAGE_CHARS} characters", "prompt")
+        for name in ("echo", "suffix"):
+            if body.get(name):
+                raise RequestError(f"{name} is not supported", name)
+        if body.get("best_of") not in (None, 1):
+            raise RequestError("best_of must be 1", "best_of")
+        history = History((("user", prompt),), 0)
+    else:
+        history = parse_history(body, max_messages)
+    stream = _get(body, "stream", (bool,), False)
+    options = _get(body, "stream_options", (dict,), {}, "an object")
+    include_usage = _get(options, "include_usage", (bool,), False)
+    if options and not stream:
+        raise RequestError("stream_options needs stream: true", "stream_options")
+    logprobs = body.get("logprobs")
+    if completion:  # legacy: an integer (top n); only 0/None/1 are honest here
+        logprobs = logprobs not in (None, 0, False)
+    else:
+        logprobs = _get(body, "logprobs", (bool,), False)
+    docs = body.get("x_docs")
+    if docs is not None and not isinstance(docs, bool) and not (isinstance(docs, str) and docs.strip()):
+        raise RequestError("x_docs must be true, false or a collection name", "x_docs")
+    user = _get(body, "user", (str,), "")
+    return Turn(model, route, history, generate_params(body, repetition_guard), stream, include_usage,
+                bool(logprobs), docs.strip() if isinstance(docs, str) else docs,
+                client=f"user:{user}" if user else client, keep=not completion)
+
+
+def parse_embedding_input(body: dict) -> list[str]:
+    value = body.get("input")
+    if isinstance(value, str):
+        texts = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        texts = value
+    elif isinstance(value, list) and value and all(isinstance(v, (int, list)) for v in value):
+        raise RequestError("token arrays are not supported: send the text", "input")
+    else:
+        raise RequestError("input must be a string or a non-empty list of strings", "input")
+    if len(texts) > MAX_EMBED_INPUTS:
+        raise RequestError(f"at most {MAX_EMBED_INPUTS} inputs per request", "input")
+    if any(len(t) > MAX_MESSAGE_CHARS for t in texts):
+        raise RequestError(f"an input may hold at most {MAX_MESSAGE_CHARS} characters", "input")
+    fmt = body.get("encoding_format", "float")
+    if fmt not in ("float", "base64"):
+        raise RequestError("encoding_format must be float or base64", "encoding_format")
+    return texts

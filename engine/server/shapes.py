@@ -1,0 +1,109 @@
+"""The engine's turn events (Chunk … TurnDone) in OpenAI's response shapes: chat completions and
+legacy completions, whole or as stream chunks, with `usage` and our `x_` extensions."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from engine.api import Chunk, TurnDone
+
+# The engine's finish reasons in OpenAI's words (the engine's own is kept as x_finish_reason).
+FINISH = {"stop": "stop", "stop_string": "stop", "repetition": "stop", "cancelled": "stop",
+          "length": "length", "context_full": "length"}
+
+
+def usage(dones: list[TurnDone]) -> dict:
+    """Token counts of every answer the request took (a cascade's re-ask included);
+    cached_tokens: prompt tokens that came from the KV cache instead of being evaluated."""
+    prompt = sum(d.stats.get("prompt_tokens", 0) for d in dones)
+    completion = sum(d.stats.get("completion_tokens", 0) for d in dones)
+    cached = sum(d.stats.get("prompt_tokens_cached", 0) for d in dones)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def extensions(done: TurnDone | None, docs: bool) -> dict:
+    """What the engine knows beyond OpenAI's fields: the tier that answered and why."""
+    if done is None:
+        return {}
+    out = {"x_model": done.model, "x_level": done.level, "x_route_reason": done.route_reason,
+           "x_finish_reason": done.stats.get("finish_reason")}
+    if docs:
+        out["x_sources"] = done.sources
+        out["x_documents"] = done.stats.get("documents")  # "ok", "off" or why no excerpt was used
+    return out
+
+
+class Shape:
+    """One request's response builder. `chat`: chat.completion(.chunk); else text_completion."""
+
+    def __init__(self, chat: bool, model: str, logprobs: bool, docs: bool):
+        self.chat, self.model, self.want_logprobs, self.docs = chat, model, logprobs, docs
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def _envelope(self, choice: dict, chunk: bool) -> dict:
+        # `model` is the name asked for (auto, L2, …): the one that answered is x_model.
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "choices": [choice] if choice else []}
+
+    def _logprobs(self, chunks: list[Chunk]) -> dict | None:
+        if not self.want_logprobs:
+            return None
+        # `token` is the text released with that token: empty while a multi-byte character or a
+        # possible stop string is still pending.
+        chunks = [c for c in chunks if c.token >= 0]
+        if self.chat:
+            return {"content": [{"token": c.text, "logprob": c.logprob, "bytes": list(c.text.encode("utf-8")),
+                                 "top_logprobs": []} for c in chunks]}
+        offsets, at = [], 0
+        for c in chunks:
+            offsets.append(at)
+            at += len(c.text)
+        return {"tokens": [c.text for c in chunks], "token_logprobs": [c.logprob for c in chunks],
+                "top_logprobs": None, "text_offset": offsets}
+
+    # ---- whole
+    def whole(self, chunks: list[Chunk], dones: list[TurnDone]) -> dict:
+        """The response of a finished request; `chunks`: the final answer's (not a superseded one's)."""
+        final = dones[-1]
+        finish = FINISH.get(final.stats.get("finish_reason"), "stop")
+        # The answer's own tokens: a stop string or a repetition cut drops sampled tokens after it.
+        kept = min(len(chunks), len(final.token_ids), len(final.logprobs))
+        chunks = [Chunk(c.text, t, lp) for c, t, lp in zip(chunks[:kept], final.token_ids, final.logprobs)]
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": final.text},
+                      "logprobs": self._logprobs(chunks), "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": final.text, "logprobs": self._logprobs(chunks), "finish_reason": finish}
+        return self._envelope(choice, False) | {"usage": usage(dones)} | extensions(final, self.docs)
+
+    # ---- streamed
+    def first(self) -> dict | None:
+        if not self.chat:
+            return None
+        return self._envelope({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                               "finish_reason": None}, True)
+
+    def delta(self, chunk: Chunk) -> dict | None:
+        if not chunk.text and not self.want_logprobs:
+            return None
+        logprobs = self._logprobs([chunk])
+        if self.chat:
+            choice = {"index": 0, "delta": {"content": chunk.text}, "logprobs": logprobs, "finish_reason": None}
+        else:
+            choice = {"index": 0, "text": chunk.text, "logprobs": logprobs, "finish_reason": None}
+        return self._envelope(choice, True)
+
+    def last(self, done: TurnDone) -> dict:
+        finish = FINISH.get(done.stats.get("finish_reason"), "stop")
+        if self.chat:
+            choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": finish}
+        return self._envelope(choice, True) | extensions(done, self.docs)
+
+    def usage_chunk(self, dones: list[TurnDone]) -> dict:
+        return self._envelope({}, True) | {"usage": usage(dones)}
