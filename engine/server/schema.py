@@ -8,7 +8,7 @@ JSON mode) and ignored when they are hints (frequency_penalty, user-agent extras
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams
@@ -57,7 +57,6 @@ class Turn:
     docs: bool | str | None = None  # x_docs
     client: str = ""  # fairness key: the `user` field, else the peer address
     keep: bool = True  # index the answered history (chat); False: a one-off (/v1/completions)
-    extra: dict = field(default_factory=dict)
 
 
 def _get(body: dict, name: str, kinds: tuple, default: Any = None, what: str = "") -> Any:
