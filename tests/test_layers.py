@@ -68,3 +68,39 @@ def test_front_ends_use_only_engine_api():
             if module != "engine.api" and not module.startswith("engine.api."):
                 offenders.append(f"{path.relative_to(ROOT)} imports {module}")
     assert not offenders, "\n".join(offenders)
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module defines or imports at any depth (classes, functions, assignments, imports)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def test_the_front_door_names_lower_groups_and_the_local_server_only():
+    """engine.api's lazy `_EXPORTS` are strings, not imports: read them here. They may name modules
+    of the groups below it and engine.server (the local API, a front-end the window runs beside its
+    own chats, so the app still imports engine.api only); each name is defined in its module."""
+    tree = ast.parse((ROOT / "engine" / "api" / "__init__.py").read_text(encoding="utf-8"))
+    table = next(node.value for node in tree.body if isinstance(node, ast.AnnAssign)
+                 and getattr(node.target, "id", None) == "_EXPORTS")
+    renamed = {"device_snapshot": "snapshot", "search_hub": "search"}
+    wrong = []
+    for key, value in zip(table.keys, table.values):
+        name, module = key.value, value.value
+        other = group(module)
+        if other != "server" and (other not in RANK or RANK[other] > RANK["api"]):
+            wrong.append(f"{name} → {module}: above engine.api")
+            continue
+        path = ROOT / Path(*module.split(".")).with_suffix(".py")
+        if not path.is_file():
+            path = ROOT / Path(*module.split(".")) / "__init__.py"
+        if renamed.get(name, name) not in defined_names(path):
+            wrong.append(f"{name}: not defined in {module}")
+    assert not wrong, "\n".join(wrong)

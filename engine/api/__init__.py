@@ -1,5 +1,5 @@
-"""The engine's one front door. Front-ends (the window, the terminal, the coming local server and
-documents watcher) import from here and nothing else from `engine`.
+"""The engine's one front door. Front-ends (the window, the terminal, the local API server) import
+from here and nothing else from `engine`.
 
     from engine.api import Assistant, GenerateParams, SamplingParams, TurnDone
 
@@ -72,6 +72,14 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_COLLECTION": "engine.docs.store",
     # the embedding model through Assistant.embed (the local API's /v1/embeddings)
     "EmbedderNotReady": "engine.memory.embedder",
+    # the local API server a front-end runs beside its own chats (issue 16): a front-end itself,
+    # above this door; named here so that front-ends import engine.api only (resolved on first use)
+    "serve_in_background": "engine.server.server",
+    "ServerConfigError": "engine.server.config",
+    "load_api_key": "engine.server.config",
+    "new_api_key": "engine.server.config",
+    "client_url": "engine.server.config",
+    "is_loopback": "engine.server.config",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 

@@ -60,6 +60,13 @@ def load_api_key(create: bool = True) -> str | None:
         pass
     if not create:
         return None
+    return new_api_key()
+
+
+def new_api_key() -> str:
+    """Make a new API key and store it 0600 in place of the old one (which stops working at the
+    server's next start); returns it."""
+    path = api_key_path()
     key = secrets.token_urlsafe(32)
     # Created 0600 (never a chmod after writing: that left a readable moment), then moved in place.
     tmp = path.with_suffix(".tmp")
@@ -70,6 +77,14 @@ def load_api_key(create: bool = True) -> str | None:
     tmp.replace(path)
     log.info("a new API key was stored in %s", path)
     return key
+
+
+def client_url(host: str, port: int) -> str:
+    """The base URL a program on this computer uses for a server bound to `host`:`port` (a
+    wildcard bind is reached on 127.0.0.1)."""
+    host = "127.0.0.1" if host in WILDCARDS else host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/v1"
 
 
 def parse_origins(text: str) -> tuple[str, ...]:

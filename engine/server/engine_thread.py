@@ -1,6 +1,13 @@
 """The server's engine thread: the one front-end thread that calls the Assistant, one job at a time,
 taking jobs from the fair queue (engine/server/fair_queue.py).
 
+Which thread that is, is pluggable. `assistant serve` has none of its own: jobs run on a thread
+named "api-engine". A front-end that already drives the Assistant from a thread of its own (the
+window's engine QThread) passes `post`, a function that runs a callable on that thread after what
+is queued there and returns at once; then an "api-dispatch" thread takes one job at a time from the
+fair queue, posts it and waits for it to end before taking the next. Two threads never drive the
+Assistant at once, and the front-end's own work and API jobs take turns.
+
 A job's events (Chunk …, TurnDone, or the exception that ended it, then END) cross to the HTTP
 event loop with `call_soon_threadsafe`: the loop never waits on the engine and the engine never
 waits on a slow reader. A job's `cancel` is the `threading.Event` passed to `Assistant.send`: the
@@ -43,6 +50,7 @@ class Job:
         self.client, self.work, self._loop = client, work, loop
         self.cancel = threading.Event()
         self.why: str | None = None  # why it was cancelled: "disconnected" | "timeout" | "shutdown"
+        self.started = False  # on the engine thread (False: still in the queue or waiting for `post`'s thread)
         self.events: asyncio.Queue = asyncio.Queue()
 
     def emit(self, item: object) -> None:
@@ -82,14 +90,30 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
     return work
 
 
-class EngineThread:
-    """Runs queued jobs on the Assistant, one at a time, on a thread named "api-engine"."""
+Post = Callable[[Callable[[], None]], None]
+"""Runs a callable on a front-end's engine thread, after what is queued there; returns at once.
+Raises RuntimeError once that thread no longer takes work."""
 
-    def __init__(self, assistant: "Assistant", queue: FairQueue[Job], conversations: ApiConversations):
+
+class EngineThread:
+    """Runs queued jobs on the Assistant, one at a time: on a thread named "api-engine", or with
+    `post` on the front-end's engine thread (the module docstring says how).
+
+    Args:
+        assistant: the engine the jobs call.
+        queue: where requests wait (round-robin across clients).
+        conversations: the stateless clients' conversations (touched on the engine thread only).
+        post: run a callable on the front-end's engine thread (None: the server's own thread).
+    """
+
+    def __init__(self, assistant: "Assistant", queue: FairQueue[Job], conversations: ApiConversations,
+                 post: Post | None = None):
         self.assistant, self.queue, self.conversations = assistant, queue, conversations
-        self.running: Job | None = None
+        self._post = post
+        self.running: Job | None = None  # taken from the queue and not finished (waiting for `post`'s thread too)
         self.jobs_done = 0
-        self._thread = threading.Thread(target=self._run, name="api-engine", daemon=True)
+        name = "api-engine" if post is None else "api-dispatch"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> "EngineThread":
         self._thread.start()
@@ -99,34 +123,72 @@ class EngineThread:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def _on_engine(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the engine thread and wait for it to end."""
+        if self._post is None:
+            fn()
+            return
+        finished = threading.Event()
+
+        def call() -> None:
+            try:
+                fn()
+            finally:
+                finished.set()
+
+        self._post(call)
+        finished.wait()
+
     def _run(self) -> None:
+        try:
+            self._on_engine(self._recover)
+        except RuntimeError:
+            log.exception("the front-end's engine thread refused the API server's start")
+        while True:
+            job = self.queue.get()
+            if job is None:
+                break
+            self.running = job
+            try:
+                self._on_engine(lambda: self._execute(job))  # noqa: B023 - called before the next job
+            except RuntimeError as exc:  # `post` refused: the front-end's engine has closed
+                log.error("API job not run: %s", exc)
+                job.emit(QueueClosed(str(exc)))
+                job.emit(END)
+            finally:
+                self.running = None
+        try:
+            self._on_engine(self._close_conversations)
+        except RuntimeError:
+            log.error("the API conversations could not be deleted: the front-end's engine has closed")
+
+    def _recover(self) -> None:
         try:
             gone = self.conversations.recover(self.assistant)
             if gone:
                 log.info("deleted %d API conversations a previous run left behind", gone)
         except Exception:  # noqa: BLE001 - serving matters more than tidying
             log.exception("could not delete leftover API conversations")
-        while True:
-            job = self.queue.get()
-            if job is None:
-                break
-            self.running = job
-            t0 = time.monotonic()
-            try:
-                if job.cancel.is_set():
-                    continue  # its client left while it waited
-                job.work(self.assistant, job)
-            except Exception as exc:  # noqa: BLE001 - handed to the request, which says it in HTTP
-                if isinstance(exc, EXPECTED):
-                    log.info("API request refused: %s", exc)
-                else:
-                    log.exception("API job failed")
-                job.emit(exc)
-            finally:
-                self.running = None
-                self.jobs_done += 1
-                self.queue.record(time.monotonic() - t0)
-                job.emit(END)
+
+    def _execute(self, job: Job) -> None:
+        t0 = time.monotonic()
+        job.started = True  # before looking at cancel: `shutdown` sets cancel before it reads this
+        try:
+            if job.cancel.is_set():
+                return  # its client left (or the server is stopping) while it waited
+            job.work(self.assistant, job)
+        except Exception as exc:  # noqa: BLE001 - handed to the request, which says it in HTTP
+            if isinstance(exc, EXPECTED):
+                log.info("API request refused: %s", exc)
+            else:
+                log.exception("API job failed")
+            job.emit(exc)
+        finally:
+            self.jobs_done += 1
+            self.queue.record(time.monotonic() - t0)
+            job.emit(END)
+
+    def _close_conversations(self) -> None:
         try:
             self.conversations.close(self.assistant)
         except Exception:  # noqa: BLE001 - the Assistant still closes
@@ -141,6 +203,9 @@ class EngineThread:
         running = self.running
         if running is not None:
             running.stop("shutdown")
+            if not running.started:  # waiting behind the front-end's own work: its request ends now
+                running.emit(QueueClosed("the server is shutting down"))
+                running.emit(END)
 
     def join(self, timeout: float = JOIN_S) -> bool:
         self._thread.join(timeout)

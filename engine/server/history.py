@@ -94,6 +94,11 @@ class ApiConversations:
         self._pending = pending_file or user_dir() / PENDING_FILE
         self.reused = self.replayed = 0  # counts, for /health and tests
 
+    @property
+    def unstored(self) -> set[int]:
+        """Conversations that will be deleted (store off): alive now, not for a chat list."""
+        return self._alive if not self.store else set()
+
     def recover(self, assistant) -> int:
         """Delete unstored API conversations a crashed run left behind; how many went."""
         try:

@@ -2,7 +2,8 @@
 
 Threads: uvicorn's event loop (HTTP, guards, translation; `run` keeps it on the calling thread,
 `start` on a thread of its own) and "api-engine" (engine/server/engine_thread.py), the one thread
-that calls the Assistant. Shutdown (SIGINT/SIGTERM under `run`, or `stop`): stop accepting, end
+that calls the Assistant, or, for a front-end serving beside its own chats
+(`serve_in_background(..., post=...)`), that front-end's engine thread. Shutdown (SIGINT/SIGTERM under `run`, or `stop`): stop accepting, end
 the queued jobs (503), cancel the running turn, let the open responses finish, then the engine
 thread deletes unstored API conversations and exits. The caller closes the Assistant after.
 """
@@ -18,8 +19,8 @@ import uvicorn
 
 from engine.api import Settings, load_catalog
 from engine.server.app import create_app
-from engine.server.config import ServerConfig
-from engine.server.engine_thread import EngineThread, Job
+from engine.server.config import ServerConfig, load_api_key
+from engine.server.engine_thread import EngineThread, Job, Post
 from engine.server.fair_queue import FairQueue
 from engine.server.history import ApiConversations
 from engine.server.protocol import HeaderDeadlineProtocol
@@ -74,12 +75,15 @@ class ApiServer:
         assistant: the engine (not closed here: its owner closes it after `stop`/`run`).
         config: where and how to serve; `check()`ed here.
         settings: read for generate.repetition_guard (default: the assistant's own).
+        post: run the jobs on a front-end's engine thread (engine/server/engine_thread.py `Post`);
+            None: on a thread of the server's own.
 
     Raises:
         ServerConfigError: the config breaks a default that keeps the server safe.
     """
 
-    def __init__(self, assistant: "Assistant", config: ServerConfig, settings: Settings | None = None):
+    def __init__(self, assistant: "Assistant", config: ServerConfig, settings: Settings | None = None,
+                 post: Post | None = None):
         config.check()
         self.assistant, self.config = assistant, config
         settings = settings or getattr(assistant, "settings", None)
@@ -87,7 +91,7 @@ class ApiServer:
         self.installed = installed_models()
         self.queue: FairQueue[Job] = FairQueue(config.queue_depth)
         self.conversations = ApiConversations(config.store_conversations)
-        self.engine = EngineThread(assistant, self.queue, self.conversations)
+        self.engine = EngineThread(assistant, self.queue, self.conversations, post)
         protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_timeout_s": config.header_timeout_s})
         uv = uvicorn.Config(create_app(self), host=config.host, port=config.port, http=protocol, ws="none",
                             lifespan="off", log_level="warning", access_log=False, server_header=False,
@@ -110,6 +114,11 @@ class ApiServer:
         host = self.config.host
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/v1"
+
+    def unlisted(self) -> frozenset[int]:
+        """Conversations of this server's that are not to be kept (server.store_conversations
+        off): a chat list leaves them out. Call it on the engine thread, which changes them."""
+        return frozenset(self.conversations.unstored)
 
     def run(self, on_ready=None) -> None:
         """Serve on this thread until SIGINT/SIGTERM (main thread) or `stop`; then wind down.
@@ -166,3 +175,29 @@ class ApiServer:
         self.engine.shutdown()
         if not self.engine.join():
             log.error("the API engine thread did not stop in time")
+
+
+def serve_in_background(assistant: "Assistant", settings: Settings, post: Post | None = None,
+                        **overrides) -> ApiServer:
+    """Start serving `assistant` as the server.* settings say, on threads of the server's own;
+    returns the started server once it listens (`url`, `port`, `stop()`).
+
+        server = serve_in_background(assistant, settings, post=worker.post)
+        ...
+        server.stop()   # running API turns cancelled, the port closed; the assistant stays open
+
+    Args:
+        assistant: the engine a front-end already runs (not closed here).
+        settings: server.* (bind, CORS, limits, store_conversations) and generate.repetition_guard.
+        post: run the server's jobs on the front-end's engine thread (engine/server/engine_thread.py),
+            so its own turns and API requests take turns on one thread.
+        overrides: ServerConfig fields instead of the settings' (api_key: default the stored key,
+            made on first use).
+
+    Raises:
+        ServerConfigError: the settings break a default that keeps the server safe.
+        OSError: the address is in use or cannot be bound.
+    """
+    overrides.setdefault("api_key", load_api_key(create=True))
+    config = ServerConfig.from_settings(settings, **overrides)
+    return ApiServer(assistant, config, settings, post=post).start()
