@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from typing import Callable
 
 from engine.docs.store import query_pairs
 
@@ -85,7 +86,7 @@ def _squash(text: str) -> str:
 
 
 def fuse(query: str, vec_ranked: list[tuple[int, float]], kw_ranked: list[int], pair_ranked: list[int],
-         cosine: dict[int, float], rows: dict, k: int, min_score: float, keyword_min_score: float,
+         cosine: dict[int, float], rows: dict, k: int, floors: Callable[[str], tuple[float, float]],
          vector_weight: float = 1.0) -> list[DocHit]:
     """The best `k` chunks (`k` × LIST_FACTOR for a list question), fused and floored.
 
@@ -98,8 +99,8 @@ def fuse(query: str, vec_ranked: list[tuple[int, float]], kw_ranked: list[int], 
             the query's language poorly).
         cosine: every candidate's cosine (keyword-only candidates included when they have a vector).
         rows: chunk id -> ChunkRow for the candidates still in the index (others are dropped).
-        min_score: cosine a chunk found only by meaning needs; keyword_min_score: one that also
-            matched a keyword (a chunk without a vector is judged by its keyword rank alone).
+        floors: a chunk's text -> (cosine a chunk found only by meaning needs, cosine one that also
+            matched a keyword); a chunk without a vector is judged by its keyword rank alone.
     """
     listing = wants_list(query)
     vec_rank = {i: r for r, (i, _) in enumerate(vec_ranked, start=1)}
@@ -120,6 +121,7 @@ def fuse(query: str, vec_ranked: list[tuple[int, float]], kw_ranked: list[int], 
                                             or sum(p in row.text for p in qpairs) >= enough)
         if score is None and not in_kw:
             continue
+        min_score, keyword_min_score = floors(row.text)
         if score is not None and not strong and score < (keyword_min_score if in_kw else min_score):
             continue
         rrf = sum(w / (RRF_K + ranks[chunk_id])

@@ -302,17 +302,23 @@ class DocumentService:
         rows = self.store.chunks(list(set(cosine) | set(kw_ranked) | set(paired)))
         if collection is not None:
             rows = {i: r for i, r in rows.items() if r.collection == collection}
-        vec_min, kw_min = self._thresholds(query)
         model = self.embedder.model
         weight = CJK_VECTOR_WEIGHT if model is not None and model.english_only and is_mostly_cjk(query) else 1.0
-        return DocHits(fuse(query, vec_ranked, kw_ranked, paired, cosine, rows, k, vec_min, kw_min, weight), status)
+        return DocHits(fuse(query, vec_ranked, kw_ranked, paired, cosine, rows, k, self._floors(query), weight),
+                       status)
 
-    def _thresholds(self, query: str) -> tuple[float, float]:
+    def _floors(self, query: str):
+        """chunk text -> (cosine floor, cosine floor with a keyword match). The model's CJK floors
+        apply when query and chunk are both mostly CJK (an English model scores any two Chinese
+        texts 0.4-0.7); a Chinese question naming an English term ("Zephyr 水壶…") against an
+        English chunk is judged like English."""
         m = self.embedder.model
         if m is None:
-            return 0.0, 0.0
-        return ((m.min_score_cjk, m.keyword_min_score_cjk) if is_mostly_cjk(query)
-                else (m.min_score, m.keyword_min_score))
+            return lambda text: (0.0, 0.0)
+        if not is_mostly_cjk(query):
+            return lambda text: (m.min_score, m.keyword_min_score)
+        return lambda text: ((m.min_score_cjk, m.keyword_min_score_cjk) if is_mostly_cjk(text)
+                             else (m.min_score, m.keyword_min_score))
 
     # ---- the indexing thread
     def _run(self) -> None:
