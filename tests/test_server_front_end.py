@@ -142,3 +142,17 @@ def test_a_front_end_that_has_closed_fails_the_request(fakes, make_assistant):
         assert r.status_code == 503 and r.json()["error"]["message"] == "the front-end's engine has closed"
     finally:
         server.stop(timeout=5)
+
+
+def test_a_windowed_app_without_stdout_can_serve(front, fakes, make_assistant, monkeypatch):
+    """A windowed Windows build has no sys.stdout: uvicorn's own log setup asks stdout whether it is
+    a terminal, so serving beside a front-end leaves logging to the front-end."""
+    monkeypatch.setattr("sys.stdout", None)
+    monkeypatch.setattr("sys.stderr", None)
+    server = serve_in_background(make_assistant(str(fakes.model_file("m"))), Settings(), post=front.post, port=0,
+                                 api_key=KEY)
+    try:
+        r = httpx.get(server.url + "/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+        assert r.status_code == 200
+    finally:
+        server.stop()

@@ -3,9 +3,10 @@
 Threads: uvicorn's event loop (HTTP, guards, translation; `run` keeps it on the calling thread,
 `start` on a thread of its own) and "api-engine" (engine/server/engine_thread.py), the one thread
 that calls the Assistant, or, for a front-end serving beside its own chats
-(`serve_in_background(..., post=...)`), that front-end's engine thread. Shutdown (SIGINT/SIGTERM under `run`, or `stop`): stop accepting, end
-the queued jobs (503), cancel the running turn, let the open responses finish, then the engine
-thread deletes unstored API conversations and exits. The caller closes the Assistant after.
+(`serve_in_background(..., post=...)`), that front-end's engine thread. Shutdown (SIGINT/SIGTERM
+under `run`, or `stop`): stop accepting, end the queued jobs (503), cancel the running turn, let
+the open responses finish, then the engine thread deletes unstored API conversations and exits.
+The caller closes the Assistant after.
 """
 
 from __future__ import annotations
@@ -77,13 +78,15 @@ class ApiServer:
         settings: read for generate.repetition_guard (default: the assistant's own).
         post: run the jobs on a front-end's engine thread (engine/server/engine_thread.py `Post`);
             None: on a thread of the server's own.
+        own_logging: uvicorn sets up its loggers' handlers (the command line); False: its records
+            go to the front-end's logging (and a windowed app without stdout cannot break it).
 
     Raises:
         ServerConfigError: the config breaks a default that keeps the server safe.
     """
 
     def __init__(self, assistant: "Assistant", config: ServerConfig, settings: Settings | None = None,
-                 post: Post | None = None):
+                 post: Post | None = None, own_logging: bool = True):
         config.check()
         self.assistant, self.config = assistant, config
         settings = settings or getattr(assistant, "settings", None)
@@ -95,6 +98,7 @@ class ApiServer:
         protocol = type("Protocol", (HeaderDeadlineProtocol,), {"header_timeout_s": config.header_timeout_s})
         uv = uvicorn.Config(create_app(self), host=config.host, port=config.port, http=protocol, ws="none",
                             lifespan="off", log_level="warning", access_log=False, server_header=False,
+                            log_config=uvicorn.config.LOGGING_CONFIG if own_logging else None,
                             proxy_headers=False, limit_concurrency=config.max_connections,
                             timeout_keep_alive=5, timeout_graceful_shutdown=GRACE_S)
         self._uvicorn = _Uvicorn(uv, self.engine.shutdown)
@@ -200,4 +204,4 @@ def serve_in_background(assistant: "Assistant", settings: Settings, post: Post |
     """
     overrides.setdefault("api_key", load_api_key(create=True))
     config = ServerConfig.from_settings(settings, **overrides)
-    return ApiServer(assistant, config, settings, post=post).start()
+    return ApiServer(assistant, config, settings, post=post, own_logging=False).start()
