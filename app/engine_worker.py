@@ -9,6 +9,10 @@ slots through queued connections and hears back through signals. Tokens are batc
 emits at most one `tokens` signal per TOKEN_BATCH_MS, so a fast model cannot flood the GUI's event
 queue. The GUI thread calls only `stop`, `count_tokens` and `status`: none touches a model or waits
 on an engine lock (Stop acts within one prompt piece or token).
+
+The local API server (app/api_server.py) serves this worker's Assistant: `post` puts its jobs on
+this thread through a queued signal, one at a time, so window turns and API requests take turns
+and two threads never drive the Assistant at once.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import logging
 import threading
 import time
 import traceback
+from collections import deque
+from typing import Callable, Collection
 
-from PySide6.QtCore import QCoreApplication, QObject, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
                         ModelNotFound, SamplingParams, StorageError, TurnDone)
@@ -44,18 +50,27 @@ class EngineWorker(QObject):
     notice = Signal(str)             # a one-line result or problem for the status bar / banner
     found = Signal(str, str)         # search query, JSON list of matching conversation ids
     settings_applied = Signal(str)   # JSON list of the changed keys that wait for the next start
+    jobs_posted = Signal()           # (to itself, queued) a callable waits in `_posted`: run one
 
     def __init__(self, model: str | None = None, n_ctx: int | None = None, memory: bool | None = None):
         super().__init__()
         self.model, self.n_ctx, self.use_memory = model, n_ctx, memory
         self.assistant: Assistant | None = None
         self.cancel = threading.Event()  # set from the GUI thread: stops the answer being written
+        self._posted: deque[Callable[[], None]] = deque()  # the API server's jobs (any thread appends)
+        self._closed = False
+        self.hidden: Callable[[], Collection[int]] = tuple  # conversations the chat list leaves out
+        self.jobs_posted.connect(self._run_posted, Qt.QueuedConnection)
 
     # ---- lifecycle
+    def open_assistant(self) -> Assistant:
+        """The engine this worker owns (on the engine thread)."""
+        return Assistant.from_settings(model=self.model, n_ctx=self.n_ctx, memory=self.use_memory)
+
     @Slot()
     def start(self) -> None:
         try:
-            self.assistant = Assistant.from_settings(model=self.model, n_ctx=self.n_ctx, memory=self.use_memory)
+            self.assistant = self.open_assistant()
         except (ModelNotFound, ModelLoadError, ValueError, OSError) as exc:  # OSError: StorageError too
             self.failed.emit(str(exc))
             return
@@ -74,6 +89,10 @@ class EngineWorker(QObject):
 
     @Slot()
     def shutdown(self) -> None:
+        self._closed = True
+        if self._posted:  # the API server is stopped before this: nothing should be left
+            log.error("%d API jobs were still waiting when the engine closed", len(self._posted))
+            self._posted.clear()
         if self.assistant is not None:
             self.assistant.close()  # models, memory and database, background threads joined
             self.assistant = None
@@ -86,9 +105,10 @@ class EngineWorker(QObject):
     def refresh(self) -> None:
         if self.assistant is None:
             return
+        hidden = self.hidden()
         self.conversations.emit(json.dumps([{"id": r["id"], "title": r["title"] or "(new chat)",
-                                             "updated": r["updated"]} for r in self.assistant.conversations()],
-                                           ensure_ascii=False))
+                                             "updated": r["updated"]} for r in self.assistant.conversations()
+                                            if r["id"] not in hidden], ensure_ascii=False))
 
     @Slot(str)
     def new_conversation(self, system_prompt: str = "") -> None:
@@ -101,7 +121,9 @@ class EngineWorker(QObject):
     @Slot(str)
     def search(self, query: str) -> None:
         if self.assistant is not None:
-            self.found.emit(query, json.dumps(self.assistant.search_conversations(query)))
+            hidden = self.hidden()
+            self.found.emit(query, json.dumps([c for c in self.assistant.search_conversations(query)
+                                               if c not in hidden]))
 
     @Slot(int)
     def load(self, conversation_id: int) -> None:
@@ -219,6 +241,29 @@ class EngineWorker(QObject):
             self.turn_failed.emit(conversation_id, f"internal error: {type(exc).__name__}: {exc}")
         finally:
             self.refresh()
+
+    # ---- the local API server's jobs (app/api_server.py)
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the engine thread after what is already queued there (window turns included);
+        returns at once. Any thread.
+
+        Raises:
+            RuntimeError: the engine has closed.
+        """
+        if self._closed:
+            raise RuntimeError("the app's engine has closed")
+        self._posted.append(fn)
+        self.jobs_posted.emit()
+
+    @Slot()
+    def _run_posted(self) -> None:
+        if not self._posted:
+            return  # dropped at shutdown
+        fn = self._posted.popleft()
+        try:
+            fn()  # the server's own wrapper: it reports its errors to the request
+        finally:
+            self.refresh()  # a stored API conversation shows up in the list
 
     # ---- called from the GUI thread: never waits on the engine
     def stop(self) -> None:

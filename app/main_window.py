@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, QThread, Signal
 from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QSplitter,
                                QVBoxLayout, QWidget)
 
+from app.api_server import ApiServerControl
 from app.chat_view import ChatView
 from app.composer import Composer
 from app.documents_toggle import DocumentsToggle
@@ -128,6 +129,8 @@ class MainWindow(QMainWindow):
         self.thread = QThread(self)
         self.thread.setObjectName("engine")
         self.worker.moveToThread(self.thread)
+        self.api_server = ApiServerControl(self.worker, self)  # serves this engine while server.enabled is on
+        self.api_server.sig_state.connect(self._on_api_state)
         self.gauges = GaugePanel(self.worker.status)
 
         splitter = QSplitter(Qt.Horizontal)
@@ -202,6 +205,7 @@ class MainWindow(QMainWindow):
             self.show_banner(info["degraded"])
         self.composer.set_busy(False)
         self.docs_toggle.setEnabled(bool(info.get("documents")))
+        self.api_server.apply()  # off by default: nothing listens unless server.enabled is on
 
     def _on_failed(self, message: str) -> None:
         self.engine_error = message
@@ -495,7 +499,7 @@ class MainWindow(QMainWindow):
         from app.theme import apply_theme
 
         settings = Settings()
-        dialog = SettingsDialog(settings, self)
+        dialog = SettingsDialog(settings, self, server_status=self.api_server.describe())
         changed: list[str] = []
         settings.on_change(lambda key, _value: changed.append(key))
         if dialog.exec():
@@ -504,10 +508,22 @@ class MainWindow(QMainWindow):
             self.view._cache.clear()
             self.view._render()
             self._update_docs_note()
-            if changed:
-                self._apply_settings.emit(json.dumps(changed))
+        engine = [k for k in changed if not k.startswith("server.")]
+        if engine:
+            self._apply_settings.emit(json.dumps(engine))
+        if self.engine_ready and (len(engine) < len(changed) or dialog.api_server.key_changed):
+            self.api_server.apply(restart=True)  # the window's server follows server.* and the key now
         if dialog.forget_requested:
             self._forget_all.emit()
+
+    def _on_api_state(self, payload: str) -> None:
+        state = json.loads(payload)
+        if state["error"]:
+            self.show_banner(tr("The local API server could not start: {why}").format(why=state["error"]))
+        elif state["running"]:
+            self.status_label.setText(tr("Local API server at {url}").format(url=state["url"]))
+        else:
+            self.status_label.setText(tr("Local API server stopped"))
 
     def _on_settings_applied(self, later_json: str) -> None:
         later = json.loads(later_json)
@@ -522,6 +538,7 @@ class MainWindow(QMainWindow):
         self.gauges.timer.stop()
         if self.documents_panel is not None:
             self.documents_panel.close_work()
+        self.api_server.close()  # before the engine: API turns cancelled, the port closed
         if self.thread.isRunning():
             self._shutdown.emit()  # blocks until the engine saved its state and closed
             self.thread.quit()

@@ -1,16 +1,18 @@
 """Settings, persisted in the data dir's settings.json (engine/config/settings.py): VRAM budget with a
 live planner preview, models per tier, the optional L3 endpoint, routing, cascade, memory, KV
-budgets, summary interval, theme and language. Changes that need a restart of the engine say so."""
+budgets, summary interval, theme and language, and the local API server (app/api_server_settings.py).
+Changes that need a restart of the engine say so."""
 
 from __future__ import annotations
 
 import logging
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSlider, QSpinBox,
-                               QVBoxLayout)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QFrame,
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QScrollArea,
+                               QSlider, QSpinBox, QVBoxLayout, QWidget)
 
+from app.api_server_settings import ApiServerSection
 from app.i18n import tr
 from app.model_parts import entry_label
 from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
@@ -19,13 +21,15 @@ log = logging.getLogger(__name__)
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, parent=None):
+    def __init__(self, settings: Settings, parent=None, server_status: str = ""):
         super().__init__(parent)
         self.setWindowTitle(tr("Settings"))
         self.setObjectName("settingsDialog")
         self.settings = settings
         catalog = load_catalog()
-        layout = QVBoxLayout(self)
+        outer = QVBoxLayout(self)
+        content = QWidget()  # the sections scroll: together they are taller than many screens
+        layout = QVBoxLayout(content)
 
         # ---- models and VRAM
         box = QGroupBox(tr("Models and memory"))
@@ -175,10 +179,23 @@ class SettingsDialog(QDialog):
         form.addRow(tr("Language (after a restart)"), self.language)
         layout.addWidget(box)
 
+        self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
+        layout.addWidget(self.api_server)
+
         buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.save)
         buttons.rejected.connect(self.reject)
-        layout.addWidget(buttons)
+        scroll = QScrollArea()
+        scroll.setObjectName("settingsScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        scroll.setWidget(content)
+        scroll.setMinimumWidth(content.sizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+        outer.addWidget(scroll, 1)
+        outer.addWidget(buttons)
+        screen = self.screen().availableGeometry().height() if self.screen() else 900
+        self.resize(scroll.minimumWidth() + 24, min(content.sizeHint().height() + 60, int(screen * 0.9)))
         self.forget_requested = False
         self._update_preview()
 
@@ -209,13 +226,15 @@ class SettingsDialog(QDialog):
             self.l3_result.setText(str(exc))
 
     def _forget_all(self) -> None:
-        from PySide6.QtWidgets import QMessageBox
-
         if QMessageBox.question(self, tr("Forget everything"),
                                 tr("Delete every memory and indexed message? Conversations stay.")) == QMessageBox.Yes:
             self.forget_requested = True
 
     def save(self) -> None:
+        problem = self.api_server.problem()
+        if problem:
+            QMessageBox.warning(self, tr("Local API server"), problem)
+            return
         s = self.settings
         s.set("tier.L1", self.l1.currentData())
         s.set("tier.L2", self.l2.currentData())
@@ -239,4 +258,5 @@ class SettingsDialog(QDialog):
         s.set("kv.cold_budget_mb", float(self.cold.value()))
         s.set("ui.theme", self.theme.currentData())
         s.set("ui.language", self.language.currentData())
+        self.api_server.save(s)
         self.accept()

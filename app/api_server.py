@@ -1,0 +1,120 @@
+"""The local API server in the app (issue 16): serves the window's own Assistant while the setting
+server.enabled is on, with its jobs on the window's engine thread (`EngineWorker.post`).
+
+Starting and stopping run on one short-lived "api-control" thread, never on the GUI thread: a stop
+waits for a running API turn to notice its cancel and for the engine thread to finish what it is
+doing (a window turn), and the first start imports the web stack. The state comes back to the GUI
+thread as a queued signal (JSON text, as everywhere between the app's threads).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from PySide6.QtCore import QObject, Signal
+
+from app.engine_worker import EngineWorker
+from app.i18n import tr
+from engine.api import ServerConfigError, Settings, client_url, serve_in_background
+
+log = logging.getLogger(__name__)
+
+CLOSE_S = 40.0  # the longest the window's close waits for the server to stop
+
+
+class ApiServerControl(QObject):
+    """Start, stop and restart the window's API server as the settings say.
+
+    Args:
+        worker: the window's engine (its Assistant, its thread's `post`).
+    """
+
+    sig_state = Signal(str)  # JSON {"running": bool, "url": str | None, "error": str | None}
+
+    def __init__(self, worker: EngineWorker, parent=None):
+        super().__init__(parent)
+        self.worker = worker
+        self.state: dict = {"running": False, "url": None, "error": None}  # GUI thread's copy
+        self._server = None  # engine.server ApiServer; touched on the control thread only
+        self._control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-control")
+        self.pending: Future | None = None  # the latest start/stop request (tests wait on it)
+        self._closed = False
+        self.sig_state.connect(self._on_state)
+
+    def apply(self, restart: bool = False) -> Future | None:
+        """Serve when server.enabled is on, stop when off (GUI thread, once the engine is ready);
+        `restart`: a server setting or the key changed, so a running server starts again with them.
+        None once the window has closed (an engine that became ready after that)."""
+        if self._closed:
+            return None
+        self.pending = self._control.submit(self._sync, restart)
+        return self.pending
+
+    def describe(self) -> str:
+        """The state in words for the Settings section."""
+        if self.state["error"]:
+            return tr("Could not start: {why}").format(why=self.state["error"])
+        if self.state["running"]:
+            return tr("Running at {url}").format(url=self.state["url"])
+        return tr("Off")
+
+    def close(self) -> None:
+        """Stop serving and wait for it (the window's close: its own turn was cancelled first)."""
+        if self._closed:
+            return
+        self._closed = True
+        future = self._control.submit(self._stop)
+        try:
+            future.result(CLOSE_S)
+        except TimeoutError:
+            log.error("the local API server did not stop within %.0f s", CLOSE_S)
+        self._control.shutdown(wait=False)
+
+    # ---- the control thread
+    def _sync(self, restart: bool) -> None:
+        try:
+            wanted = bool(Settings().get("server.enabled"))  # the file as the dialog left it
+            if self._server is not None and (restart or not wanted):
+                self._stop()
+            if wanted and self._server is None:
+                self._start()
+        except Exception:  # noqa: BLE001 - the window goes on without the server; the log has why
+            log.exception("the local API server could not be started or stopped")
+            self._report(error=tr("internal error (see the log)"))
+
+    def _start(self) -> None:
+        assistant = self.worker.assistant
+        if assistant is None:
+            return  # no engine: nothing to serve (the window says why)
+        settings = Settings()
+        try:
+            server = serve_in_background(assistant, settings, post=self.worker.post)
+        except ServerConfigError as exc:  # a hand-edited settings file: the engine's words
+            self._report(error=str(exc))
+            return
+        except OSError as exc:
+            log.warning("local API server: %s", exc)
+            self._report(error=tr("nothing can listen on port {port} (another program may use it): choose "
+                                  "another port").format(port=settings.get("server.port")))
+            return
+        self._server = server
+        self.worker.hidden = server.unlisted  # unstored API chats stay out of the chat list
+        log.info("local API server at %s", server.url)
+        self._report(url=client_url(server.config.host, server.port))
+
+    def _stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+            self.worker.hidden = tuple
+            log.info("local API server stopped")
+        self._report()
+
+    def _report(self, url: str | None = None, error: str | None = None) -> None:
+        self.sig_state.emit(json.dumps({"running": url is not None, "url": url, "error": error}))
+
+    # ---- the GUI thread
+    def _on_state(self, payload: str) -> None:
+        self.state = json.loads(payload)
