@@ -2,8 +2,10 @@
 
 Starts Qt offscreen, builds the real main window (fonts, translations, engine thread), loads the
 demo model, answers one prompt through the window, then checks the database (integrity, the turn is
-stored) and the data dir (writable, outside the install folder). Prints one JSON report; exit 0 when
-every check passed, else 1."""
+stored) and the data dir (writable, outside the install folder). With nothing listening (the default),
+it then serves the window's engine on a free loopback port for a moment (the local API server's
+web stack in this install: models, a whole and a streamed chat) and checks the port is closed
+again. Prints one JSON report; exit 0 when every check passed, else 1."""
 
 from __future__ import annotations
 
@@ -58,6 +60,44 @@ def documents_check() -> dict:
     found = bool(hits) and hits[0]["path"].endswith("guide.pdf") and hits[0]["page"] == 1
     return {"ok": report["indexed"] == 3 and found, "indexed": report["indexed"], "skipped": report["skipped"],
             "found_page": hits[0]["page"] if hits else None, "ms": round((time.perf_counter() - t0) * 1000)}
+
+
+def api_server_check(window) -> dict:
+    """Serve the window's engine (jobs on its engine thread) on a free loopback port with a one-off
+    key (the user's key file is not touched): /v1/models without and with the key, a whole and a
+    streamed chat completion; then stop, and nothing may listen any more."""
+    import secrets
+    import urllib.error
+    import urllib.request
+
+    from engine.api import Settings, serve_in_background
+
+    t0 = time.perf_counter()
+    key = secrets.token_urlsafe(24)
+    server = serve_in_background(window.worker.assistant, Settings(), post=window.worker.post, port=0, api_key=key)
+
+    def call(path: str, body: dict | None = None, auth: bool = True) -> tuple[int, bytes]:
+        headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if auth else {})
+        request = urllib.request.Request(server.url + path, json.dumps(body).encode() if body else None, headers)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    try:
+        without_key, _ = call("/models", auth=False)
+        listed, models = call("/models")
+        ask = {"model": "L1", "max_tokens": 4, "messages": [{"role": "user", "content": PROMPT}]}
+        whole, answer = call("/chat/completions", ask)
+        streamed, events = call("/chat/completions", ask | {"stream": True})
+    finally:
+        server.stop()
+    text = json.loads(answer)["choices"][0]["message"]["content"] if whole == 200 else ""
+    ok = (without_key == 401 and listed == 200 and b'"auto"' in models and whole == 200 and bool(text)
+          and streamed == 200 and events.rstrip().endswith(b"data: [DONE]"))
+    return {"ok": ok, "statuses": [without_key, listed, whole, streamed], "answer": text[:80],
+            "closed": not listening_sockets(), "ms": round((time.perf_counter() - t0) * 1000)}
 
 
 class _Quiet:
@@ -131,6 +171,12 @@ def run_selftest(model: str | None = None) -> int:
                 app.quit()
             elif state["sent"] and not window.busy and memory_settled():
                 checks["no_listening_socket"] = not listening_sockets()
+                try:
+                    report["api_server"] = api_server_check(window)
+                except Exception as exc:  # noqa: BLE001 - said in the report
+                    report["api_server"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                checks["api_server"] = report["api_server"]["ok"]
+                checks["api_server_closed"] = report["api_server"].get("closed", False)
                 app.quit()  # closes the shown window: the engine saves its state and closes the database
 
         def memory_settled() -> bool:
