@@ -74,7 +74,8 @@ def api_server_check(window) -> dict:
 
     t0 = time.perf_counter()
     key = secrets.token_urlsafe(24)
-    server = serve_in_background(window.worker.assistant, Settings(), post=window.worker.post, port=0, api_key=key)
+    server = serve_in_background(window.worker.assistant, Settings(), post=window.worker.post, host="127.0.0.1",
+                                 port=0, allow_network=False, api_key=key)  # loopback whatever the settings say
 
     def call(path: str, body: dict | None = None, auth: bool = True) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if auth else {})

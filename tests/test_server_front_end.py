@@ -12,7 +12,7 @@ import threading
 import httpx
 import pytest
 
-from engine.api import GenerateParams, Settings, serve_in_background
+from engine.api import GenerateParams, Settings, load_api_key, serve_in_background
 from tests.fake_backend import fakes, make_assistant, wait_until  # noqa: F401
 from tests.server_util import KEY
 
@@ -80,6 +80,7 @@ def test_jobs_run_on_the_front_ends_thread_taking_turns_with_its_own(front, fake
     server = serve_in_background(assistant, Settings(), post=front.post, port=0, api_key=KEY)
     try:
         assert server.engine._thread.name == "api-dispatch"
+        assert load_api_key(create=False) is None  # a key given for the run leaves the key file alone
         busy = threading.Event()
         front.post(busy.wait)  # the front-end is in the middle of something of its own
         results: dict = {}

@@ -202,6 +202,7 @@ def serve_in_background(assistant: "Assistant", settings: Settings, post: Post |
         ServerConfigError: the settings break a default that keeps the server safe.
         OSError: the address is in use or cannot be bound.
     """
-    overrides.setdefault("api_key", load_api_key(create=True))
+    if overrides.get("api_key") is None:
+        overrides["api_key"] = load_api_key(create=True)  # only then: a one-off key leaves the key file alone
     config = ServerConfig.from_settings(settings, **overrides)
     return ApiServer(assistant, config, settings, post=post, own_logging=False).start()
