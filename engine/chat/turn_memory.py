@@ -16,7 +16,8 @@ from engine.memory.store import is_mostly_cjk
 log = logging.getLogger(__name__)
 
 # Candidates asked of the search before the relevance floor: its fused rank can put a strong
-# meaning match (vector rank 2) below a dozen weak keyword matches; 40 = both of its lists.
+# meaning match (vector rank 2) below a dozen weak keyword matches. Measured at 100 000 chunks
+# (numpy path): 22.6 ms p50 against 17.3 ms for k = 3 (docs/memory.md).
 RECALL_POOL = 40
 
 
