@@ -27,11 +27,11 @@ class TurnMemory:
             return ()
         return tuple(pinned_facts([row.text for row in self.memory.pinned()]))
 
-    def _recall(self, conv: Conversation, text: str) -> Recall | None:
+    def _recall(self, conv: Conversation, text: str, budget: int | None = None) -> Recall | None:
         """Memories for this message that earn their tokens (engine/memory/relevance.py): none for
         small talk; above the floor; not what the window (as the model read it), the summary or
-        the pinned facts already hold; at most `memory_k`, trimmed by rank to
-        `retrieval.max_tokens` (documents get what is left)."""
+        the pinned facts already hold; at most `memory_k`, trimmed by rank to `budget` tokens
+        (default `retrieval.max_tokens`; documents get what is left)."""
         if self.memory is None:
             return None
         if is_small_talk(text):
@@ -48,7 +48,8 @@ class TurnMemory:
                 return Recall(status=found.status)
             hits, dropped = worth_recalling(found, self.memory_k, *self.memory.thresholds(text),
                                             is_mostly_cjk(text), texts)
-            kept, tokens = fit_recalled(hits, self.retrieval_max_tokens, self._count_prompt, text)
+            kept, tokens = fit_recalled(hits, self.retrieval_max_tokens if budget is None else budget,
+                                        self._count_prompt, text)
         except Exception as exc:  # noqa: BLE001 - memory is an aid: the turn goes on without it
             log.exception("memory retrieval failed")
             return Recall(status=f"skipped: retrieval failed ({type(exc).__name__})")

@@ -123,7 +123,8 @@ class Turns:
         decision = self.route(conversation_id, text, route)
         found = self._doc_recall(text, self._doc_scope(conv.id, docs))
         decision = self._keep_local(decision, found)
-        recall = self._recall(conv, text)
+        # Memories and excerpts share one budget; with excerpts waiting, memories take half at most.
+        recall = self._recall(conv, text, self.retrieval_max_tokens // 2 if found else None)
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
         turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [],
                          memory_tokens=recall.tokens if recall is not None else 0)

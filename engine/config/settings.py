@@ -40,8 +40,10 @@ DEFAULTS: dict[str, Any] = {
     "memory.k": 3,                   # memories retrieved per message (above the model's threshold)
     "memory.vector_backend": "auto",  # auto (numpy within the RAM budget, else sqlite-vec) | numpy | sqlite-vec
     "memory.ram_budget_mb": 256.0,   # RAM the in-memory vector search may hold (~170 000 chunks)
-    "retrieval.max_tokens": 256,     # tokens memories and documents may add to one user turn together
-                                     # (each added token is evaluated before the first answer token)
+    "retrieval.max_tokens": 256,     # tokens memories and documents may add to one user turn together:
+                                     # three short recalled facts (93) + one English excerpt (143); each
+                                     # costs ~7 ms of TTFT on demo-small (docs/memory.md). With excerpts,
+                                     # memories take half at most.
     "docs.enabled": True,            # index the folders added in the Documents panel / `assistant docs add`
     "docs.k": 4,                     # document excerpts per answer (more for "list all …" questions)
     "docs.allow_remote": False,      # a turn with documents may go to the L3 endpoint (off: stays local)
