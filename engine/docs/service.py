@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 CHUNK_CHARS = 500      # MiniLM reads ~256 word pieces: ~500 Latin characters (a CJK one counts 2)
 CHUNK_OVERLAP = 80
-EMBED_BATCH = 16
+EMBED_BATCH = 16       # at most; the batch shrinks to last ~EMBED_BATCH_S (see _tune_batch)
+EMBED_BATCH_S = 0.15
 MIN_POOL = 40          # candidates from each of the vector and keyword lists
 MAX_QUERY_CHARS = 2_000
 CJK_VECTOR_WEIGHT = 0.5  # an English-only embedder's rank for a Chinese query counts half (bench/docs.py)
@@ -89,6 +90,7 @@ class DocumentService:
         self._jobs: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
         self._turns = 0                 # chat turns running: the indexer waits for them
+        self._batch = 4                 # chunks per embedding request, tuned as they are timed
         self._lock = threading.Lock()
         self._progress = {"state": "idle", "files_done": 0, "files_total": 0, "chunks": 0,
                           "rate_chunks_s": 0.0, "current": None, "queued": 0}
@@ -475,23 +477,34 @@ class DocumentService:
         if not self.embedder.ready:
             return None
         out = []
-        for start in range(0, len(texts), EMBED_BATCH):
+        start = 0
+        while start < len(texts):
             if cancel.is_set():
                 return None
             self._wait_for_turns()
+            batch = texts[start:start + self._batch]
+            t0 = time.perf_counter()
             try:
-                out.append(self.embedder.embed(texts[start:start + EMBED_BATCH], INDEXING))
+                out.append(self.embedder.embed(batch, INDEXING))
             except Exception:  # noqa: BLE001 - the chunks stay keyword-searchable; embedded later
                 log.exception("embedding failed; the file's chunks get vectors later")
                 return None
+            start += len(batch)
+            self._tune_batch(len(batch), time.perf_counter() - t0)
         return np.concatenate(out)
+
+    def _tune_batch(self, size: int, seconds: float) -> None:
+        """Batches that last about EMBED_BATCH_S: a chat turn starting meanwhile shares the CPU
+        with one short batch at most (a batch of 16 Chinese chunks took ~2 s on one core)."""
+        per_chunk = seconds / max(1, size)
+        self._batch = max(1, min(EMBED_BATCH, int(EMBED_BATCH_S / per_chunk) if per_chunk else EMBED_BATCH))
 
     def _embed_pending(self) -> None:
         """While idle: vectors for chunks written without them."""
         if not self.embedder.ready:
             return
         while self._jobs.empty():
-            batch = self.store.pending(EMBED_BATCH)
+            batch = self.store.pending(self._batch)
             if not batch:
                 return
             self._wait_for_turns()
