@@ -91,6 +91,7 @@ class DocumentService:
         self._worker: threading.Thread | None = None
         self._turns = 0                 # chat turns running: the indexer waits for them
         self._batch = 4                 # chunks per embedding request, tuned as they are timed
+        self._waiting: list[_Job] = []  # jobs queued or running (cancel reaches every one)
         self._lock = threading.Lock()
         self._progress = {"state": "idle", "files_done": 0, "files_total": 0, "chunks": 0,
                           "rate_chunks_s": 0.0, "current": None, "queued": 0}
@@ -175,6 +176,7 @@ class DocumentService:
         job = _Job(paths, collection, Future(), cancel or threading.Event())
         with self._lock:
             self._progress["queued"] += 1
+            self._waiting.append(job)
         if self._worker is None:  # not started (a one-shot CLI, tests): run here
             self._do(job)
         else:
@@ -185,18 +187,10 @@ class DocumentService:
         """Stop the running indexing job after the file it is writing, and every queued one.
         Their folders stay added, indexed as far as they got; the next start does not resume
         them (an add or rescan does)."""
-        if self._current is not None:
-            self._current.cancel.set()
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is _STOP:
-                self._jobs.put(_STOP)
-                break
+        with self._lock:
+            waiting = list(self._waiting)
+        for job in waiting:  # the indexing thread answers each at once: cancelled before it began
             job.cancel.set()
-            self._do(job)  # answers its Future at once: cancelled before it began
 
     def remove(self, path: str | None = None, collection: str | None = None) -> dict:
         """Take an added root (or a single indexed file, or a whole collection) out of the index.
@@ -347,6 +341,8 @@ class DocumentService:
         finally:
             self._current = None
             with self._lock:
+                if job in self._waiting:
+                    self._waiting.remove(job)
                 self._progress.update(state="idle", current=None, queued=max(0, self._progress["queued"] - 1))
 
     def _index(self, job: _Job) -> AddReport:

@@ -160,8 +160,10 @@ def test_cancel_stops_the_running_and_the_queued_runs(qtbot, window, tmp_path):
     panel = open_panel(qtbot, window)
     panel.add_paths([str(big)])
     panel.add_paths([str(queued)], "later")
-    # Some files written, not all: the cancel then has something to keep and something to stop.
-    qtbot.waitUntil(lambda: re.match(r"[1-9]\d* of 400 files", panel.progress_label.text()), timeout=60_000)
+    # Some files written, not all, and the second run queued: the cancel has something to keep
+    # and two runs to stop.
+    qtbot.waitUntil(lambda: bool(re.match(r"[1-9]\d* of 400 files", panel.progress_label.text()))
+                    and window.worker.assistant.documents_progress()["queued"] == 2, timeout=60_000)
     assert panel.cancel_button.isVisible()
     panel.cancel_button.click()
     qtbot.waitUntil(lambda: panel.waiting == 0 and not panel.cancel_button.isVisible(), timeout=60_000)
