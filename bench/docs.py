@@ -207,7 +207,7 @@ def run_ttft(tmp: Path, turns: int, copies: int) -> None:
         shutil.copytree(EVAL / "corpus", folder / f"c{i}")
     a = Assistant.from_settings(model="demo-small", n_ctx=2048, memory=False, cascade=False, docs=True)
     params = GenerateParams(SamplingParams(temperature=0.0), max_tokens=8)
-    a.docs.embedder.wait(120)
+    a.documents_ready(120)
 
     def measure(label: str, busy) -> list[float]:
         out = []

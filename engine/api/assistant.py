@@ -135,7 +135,7 @@ class Assistant(AssistantCore, DocumentsApi):
             # native code (an exit then ended in std::terminate).
             service.start()
         if docs_service is not None:
-            docs_service.embedder.start()
+            # The embedder loads when documents need it (memory starts it anyway when it is on).
             docs_service.start()  # resumes folders whose indexing a quit or crash interrupted
             if settings.get("docs.watch"):
                 docs_service.watch()
@@ -159,7 +159,8 @@ class Assistant(AssistantCore, DocumentsApi):
             if embedder is not None and embedder not in embedders:
                 embedders.append(embedder)  # shared by memory and documents: closed once both are
         for embedder in embedders:  # never leave the interpreter while ONNX Runtime is still loading
-            embedder.wait(EMBEDDER_JOIN_S)
+            if embedder.state == "loading":
+                embedder.wait(EMBEDDER_JOIN_S)
             embedder.close()  # its thread owns the session: ended before the interpreter tears down
         self._owned = []
         tokenizer, self._tokenizer = self._tokenizer, None

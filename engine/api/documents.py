@@ -75,6 +75,14 @@ class DocumentsApi:
     def rescan_documents(self, paths: list[str] | None = None) -> Future:
         return self._docs().rescan(paths)
 
+    def documents_ready(self, timeout: float | None = None) -> str:
+        """Load the embedding model documents are searched with, waiting up to `timeout` s; its
+        state: "ready", "loading" (searches rank by keywords meanwhile) or "failed: …"."""
+        embedder = self._docs().embedder
+        embedder.start()
+        embedder.wait(timeout)
+        return embedder.state
+
     def cancel_indexing(self) -> None:
         if self.docs is not None:
             self.docs.cancel()
@@ -111,7 +119,7 @@ class Documents(DocumentsApi):
         settings = settings or Settings()
         db = database if database is not None else Database(db_file or db_path())
         owned: list = [] if database is not None else [db]
-        embedder = embedder_from_settings(settings).start()
+        embedder = embedder_from_settings(settings)  # loaded by the first add or search
         service = DocumentService.from_settings(db, settings, embedder)
         if start:
             service.start()
@@ -119,7 +127,7 @@ class Documents(DocumentsApi):
 
     def close(self) -> None:
         for thing in self._owned:
-            if isinstance(thing, Embedder):
+            if isinstance(thing, Embedder) and thing.state == "loading":
                 thing.wait(60)  # never leave while ONNX Runtime is still loading
             thing.close()
         self._owned = []

@@ -195,9 +195,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         problem = _known_collection(docs, args.collection)
         if problem:
             return _error(problem, EXIT_NOT_FOUND, args.json)
-        embedder = docs.docs.embedder
-        if not embedder.wait(EMBEDDER_TIMEOUT_S):  # without it only keywords rank: say so, still answer
-            log.warning("searching by keywords only: the embedding model is %s", embedder.state)
+        state = docs.documents_ready(EMBEDDER_TIMEOUT_S)
+        if state != "ready":  # without it only keywords rank: say so, still answer
+            log.warning("searching by keywords only: the embedding model is %s", state)
         hits = docs.search_documents(query, args.collection, args.k)
         empty = not docs.document_roots()
     finally:
@@ -305,9 +305,9 @@ def use_documents(assistant, conversation_id: int, docs: bool | str | None) -> s
         assistant.set_conversation_docs(conversation_id, docs)
     except DocumentsError as exc:
         return str(exc)
-    embedder = assistant.docs.embedder
-    if not embedder.wait(EMBEDDER_TIMEOUT_S):  # keywords still find excerpts: go on, say why
-        log.warning("documents are searched by keywords only: the embedding model is %s", embedder.state)
+    state = assistant.documents_ready(EMBEDDER_TIMEOUT_S)
+    if state != "ready":  # keywords still find excerpts: go on, say why
+        log.warning("documents are searched by keywords only: the embedding model is %s", state)
     return None
 
 

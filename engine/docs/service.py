@@ -111,6 +111,8 @@ class DocumentService:
         if self._worker is None:
             self._worker = threading.Thread(target=self._run, name="docs-indexer", daemon=True)
             self._worker.start()
+            if self.store.roots():
+                self.embedder.start()  # documents to search: load it now, off the start path
             if resume:
                 unfinished = [r["path"] for r in self.store.roots() if r["scanned"] is None and not r["stopped"]]
                 if unfinished:
@@ -173,6 +175,7 @@ class DocumentService:
         return self._enqueue(roots, None)
 
     def _enqueue(self, paths: list[str], collection: str | None, cancel: threading.Event | None = None) -> Future:
+        self.embedder.start()  # no-op once started: a first add loads the embedder
         job = _Job(paths, collection, Future(), cancel or threading.Event())
         with self._lock:
             self._progress["queued"] += 1
@@ -280,6 +283,7 @@ class DocumentService:
         status = "ok"
         vec_ranked: list[tuple[int, float]] = []
         qvec = None
+        self.embedder.start()  # loads in the background when nothing needed it before
         if self.embedder.ready:
             qvec = self.embedder.embed([query])[0]
             vec_ranked = self.store.vector_search(qvec, pool)
