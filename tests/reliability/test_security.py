@@ -79,7 +79,7 @@ def test_the_engine_with_default_settings_opens_no_socket(assistant_home, model_
     try:
         retrieval = None
         for _ in range(20):  # ask until the embedder is up, so every default part has started
-            proc.stdin.write(b"Hello!\n")
+            proc.stdin.write(b"What did I plant in my garden last spring?\n")  # not small talk: recall runs
             proc.stdin.flush()
             done = read_events(proc, lambda e: e["event"] in ("done", "error"))[-1]
             assert done["event"] == "done", done
