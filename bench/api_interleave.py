@@ -202,6 +202,19 @@ def whole_chat(server: Server, messages: list[dict], max_tokens: int) -> dict:
     return r.json()
 
 
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat), all processes."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (both servers, once stopped)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 # ---- measurements
 def interleave(servers: list[Server], histories: dict[str, list[list[dict]]], turns: int,
                answer_tokens: int) -> list[dict]:
@@ -345,7 +358,7 @@ def main() -> int:
     registry().load()  # the backend modules, before llama_cpp opens a model file
     vocab = Llama(model_path=str(path), vocab_only=True, verbose=False)
     count = lambda text: len(vocab.tokenize(text.encode(), add_bos=False, special=False))  # noqa: E731
-    t_start = time.monotonic()
+    t_start, busy0, own0 = time.monotonic(), busy_cpu_s(), own_cpu_s()
     results = []
     for n in args.clients:
         r = run_clients(n, path, args.model, args.threads, memory, summary, count, args.history_tokens, args.turns,
@@ -354,12 +367,20 @@ def main() -> int:
                  time.monotonic() - t_start, r["switch_ours"], r["switch_theirs"])
         results.append(r)
     overhead = http_overhead(args.model, args.threads, memory, summary, args.overhead_tokens, args.overhead_repeats)
+    wall = time.monotonic() - t_start
+    # Other programs' CPU time during the run: on 2 cores it skews TTFT (and hits our model thread,
+    # which runs at nice +5, harder than the anchor's).
+    others = max(0.0, (busy_cpu_s() - busy0) - (own_cpu_s() - own0))
+    share = others / (wall * (os.cpu_count() or 1))
+    if share > 0.05:
+        log.warning("other processes used %.0f CPU-seconds (%.0f%% of the machine) during this run: "
+                    "its times are disturbed; rerun on a quiet machine", others, share * 100)
 
     out = [f"API server vs llama-cpp-python's server (`--cache True`): {args.model} ({path.name}), n_ctx {N_CTX}, "
            f"{args.threads} threads, {os.cpu_count()} CPUs, our memory {'on' if memory else 'off'}, "
            f"summaries {'on' if summary else 'off'}, "
            f"~{args.history_tokens}-token histories, {args.turns} rounds, answers ≤ {args.answer_tokens} tokens, "
-           f"greedy, {time.monotonic() - t_start:.0f} s", "",
+           f"greedy, {wall:.0f} s; other processes used {share:.0%} of the CPUs meanwhile", "",
            "### Round-robin clients, streamed: TTFT median (ms)", "",
            "| clients | first visit ours | first visit theirs | switch-back ours | switch-back theirs | "
            "ours/theirs | prompt tokens | cached_tokens (switch-back) | cached_tokens (first visit) |",
