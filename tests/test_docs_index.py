@@ -16,7 +16,11 @@ import pytest
 
 from engine.api import Documents, Settings
 from engine.docs.service import DocumentService, DocumentsError
-from engine.memory.embedder import Embedder
+import threading
+
+import numpy as np
+
+from engine.memory.embedder import INDEXING, EmbedInterrupted, Embedder
 from engine.storage import Database
 from tests.test_docs_parse import pdf_bytes
 
@@ -246,6 +250,65 @@ def test_the_indexer_pauses_while_a_chat_turn_runs(docs, tmp_path):
         time.sleep(0.5)
         assert docs.store.counts()["files"] == before  # nothing written during the turn
     assert future.result(60).indexed == 30
+
+
+LONG_ZH = "北京办公室的年度团建定在十月十二日，地点是香山公园，请大家准时到达集合地点。" * 6
+
+
+def wait_for_running_batch(embedder, deadline_s: float = 30) -> None:
+    deadline = time.monotonic() + deadline_s
+    while embedder._running is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert embedder._running is not None, "no interruptible batch started"
+
+
+def test_an_interrupted_batch_raises_and_the_same_batch_later_gives_the_same_vectors(embedder):
+    assert embedder.runtime_used == "onnx"  # `make test` exports the bundled embedder
+    texts = [f"{i} {LONG_ZH}" for i in range(16)]  # ~1.4 s of one core: long enough to catch
+    outcome = {}
+
+    def run():
+        try:
+            outcome["vecs"] = embedder.embed(texts, INDEXING, interruptible=True)
+        except EmbedInterrupted as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    wait_for_running_batch(embedder)
+    assert embedder.interrupt()
+    worker.join(30)
+    assert "error" in outcome and "vecs" not in outcome
+    assert not embedder.interrupt()  # nothing running now
+    again = embedder.embed(texts, INDEXING, interruptible=True)
+    assert again.shape == (16, embedder.dim)
+    assert np.allclose(again[:2], embedder.embed(texts[:2]), atol=1e-5)
+
+
+def test_a_turn_stops_the_running_embedding_batch_and_indexing_finishes_after_it(docs, tmp_path, embedder,
+                                                                              monkeypatch):
+    folder = tmp_path / "zh"
+    folder.mkdir()
+    for i in range(4):
+        (folder / f"z{i}.md").write_text("\n\n".join(f"{j} {LONG_ZH}" for j in range(12)), encoding="utf-8")
+    stopped = []
+    interrupt = embedder.interrupt
+    monkeypatch.setattr(embedder, "interrupt", lambda: stopped.append(interrupt()) or stopped[-1])
+    docs.start()
+    future = docs.add([folder])
+    wait_for_running_batch(embedder)
+    with docs.turn():
+        assert stopped == [True]
+        deadline = time.monotonic() + 10
+        while docs.progress()["state"] != "paused" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert docs.progress()["state"] == "paused"
+        assert embedder._running is None  # no batch shares the cores with the turn
+    report = future.result(120)
+    assert report.indexed == 4 and not report.skipped
+    assert docs.status()["pending_vectors"] == 0  # the stopped batch was sent again
+    hits = docs.search("香山公园 团建", k=3)
+    assert hits.status == "ok" and paths_of(hits)[0].startswith("z")
 
 
 def test_the_watcher_reindexes_a_changed_file(docs, tmp_path):

@@ -60,6 +60,11 @@ class EmbedderNotReady(RuntimeError):
     """`embed` was called before the model finished loading (or after loading failed)."""
 
 
+class EmbedInterrupted(RuntimeError):
+    """An interruptible encode was stopped by `Embedder.interrupt()` (a chat turn began): nothing
+    is wrong with the texts; send them again once the turn is over."""
+
+
 class Embedder:
     """A sentence-transformers model on the CPU, loaded by `start()` in a background thread.
 
@@ -104,6 +109,9 @@ class Embedder:
         # at a time (torch already uses every core), queries ahead of indexing batches.
         self._requests: queue.PriorityQueue = queue.PriorityQueue()
         self._seq = itertools.count()
+        # The RunOptions of the interruptible encode running now, if any (see `interrupt`).
+        self._running = None
+        self._running_lock = threading.Lock()
 
     @property
     def ready(self) -> bool:
@@ -134,15 +142,35 @@ class Embedder:
     def _own(self) -> None:
         self._load()
         while True:
-            _, _, texts, future = self._requests.get()
+            _, _, request, future = self._requests.get()
             if future is None:
                 return
             if not future.set_running_or_notify_cancel():
                 continue
+            texts, interruptible = request
+            stop = onnx_encoder.run_options() if interruptible and self.runtime_used == "onnx" else None
+            with self._running_lock:
+                self._running = stop
             try:
-                future.set_result(self._encode(texts))
+                future.set_result(self._encode(texts, stop) if stop is not None else self._encode(texts))
             except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                if stop is not None and stop.terminate:
+                    exc = EmbedInterrupted("the encode gave way to a chat turn")
                 future.set_exception(exc)
+            finally:
+                with self._running_lock:
+                    self._running = None
+
+    def interrupt(self) -> bool:
+        """Stop the interruptible encode running now (an indexing batch), within milliseconds, so
+        that a chat turn starting now has the cores to itself; its caller gets EmbedInterrupted and
+        sends the batch again later. True when one was running. Only the ONNX runtime can stop a
+        run midway; a torch batch runs to its end."""
+        with self._running_lock:
+            if self._running is None:
+                return False
+            self._running.terminate = True
+            return True
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until loading ends (or `timeout` seconds); True when the model is ready."""
@@ -192,12 +220,14 @@ class Embedder:
             return
         self._encode, self.runtime_used = encoder.encode, "onnx"  # on the owning thread, between encodes
 
-    def embed(self, texts: list[str], priority: int = QUERY) -> np.ndarray:
+    def embed(self, texts: list[str], priority: int = QUERY, interruptible: bool = False) -> np.ndarray:
         """Embeddings of `texts`: float32, shape (len(texts), dim), each row L2-normalised. The
         embedder's thread computes them; `priority` QUERY goes ahead of queued INDEXING batches.
+        An `interruptible` request can be stopped midway by `interrupt()`.
 
         Raises:
             EmbedderNotReady: the model is still loading, failed to load, or was closed.
+            EmbedInterrupted: an interruptible request was stopped; send it again later.
         """
         if not self._ready.is_set():
             raise EmbedderNotReady(f"embedder {self.model_id} is {self.state}")
@@ -206,7 +236,7 @@ class Embedder:
         if self._thread is None or not self._thread.is_alive():
             raise EmbedderNotReady(f"embedder {self.model_id} is closed")
         future: Future = Future()
-        self._requests.put((priority, next(self._seq), list(texts), future))
+        self._requests.put((priority, next(self._seq), (list(texts), interruptible), future))
         vecs = future.result()
         return normalise(np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim))
 

@@ -91,7 +91,9 @@ class OnnxEncoder:
         self.tokenizer.enable_truncation(max_length or _max_seq_length(model_dir))
         self.cls_pooling = _pooling(model_dir) == "cls"
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], stop=None) -> np.ndarray:
+        """`stop`: an onnxruntime RunOptions whose `terminate`, set from another thread, ends the
+        run between two graph nodes (milliseconds) with an exception."""
         encodings = self.tokenizer.encode_batch(list(texts))
         width = max(len(e.ids) for e in encodings)
         batch = {name: np.zeros((len(encodings), width), dtype=np.int64) for name in INPUTS}
@@ -100,7 +102,7 @@ class OnnxEncoder:
             batch["input_ids"][row, :n] = e.ids
             batch["attention_mask"][row, :n] = e.attention_mask
             batch["token_type_ids"][row, :n] = e.type_ids
-        hidden = self.session.run(None, batch)[0]
+        hidden = self.session.run(None, batch, stop)[0]
         if self.cls_pooling:
             pooled = hidden[:, 0]
         else:
@@ -108,6 +110,13 @@ class OnnxEncoder:
             pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def run_options():
+    """Fresh RunOptions for one interruptible `encode` (see `Embedder.interrupt`)."""
+    import onnxruntime as ort
+
+    return ort.RunOptions()
 
 
 def _pooling(model_dir: Path) -> str:
