@@ -243,6 +243,42 @@ def test_embeddings_come_from_the_memory_model(serve, fakes, make_assistant):
         a.memory = None
 
 
+def test_the_memory_stays_out_of_api_turns_unless_x_memory_asks(serve, fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")), summary_every=1)
+    a.memory = MemoryService(a.db, Embedder(), vector_backend="numpy").start()
+    fake = fakes.backend("m")
+
+    def chat(turns: int, **extra) -> int:
+        history = []
+        for i in range(turns):
+            history.append({"role": "user", "content": f"What is my cat called? ({i})"})
+            r = post(server, "/chat/completions", {"model": "L1", "messages": history} | extra).json()
+            history.append({"role": "assistant", "content": r["choices"][0]["message"]["content"]})
+        return a.conversations()[0]["id"]  # the newest
+
+    try:
+        a.memory.add("My cat is called Miso.", pin=True)
+        server = serve(a, store_conversations=True)
+        plain = chat(4)  # 4 turns: 1 summarised + 2 recent would make a summary (summary_every=1)
+        assert all("Miso" not in fake.detokenize(p) for p in fake.prompts)  # memories not sent unasked
+        assert a.memory.flush(30)
+        assert [row.kind for row in a.memory.list(kinds=("pinned", "note", "message"))] == ["pinned"]  # none kept
+        before = len(fake.prompts)
+        asked = chat(4, x_memory=True)
+        turns = [t for t in map(fake.detokenize, fake.prompts[before:]) if "summarise" not in t]
+        assert turns and all("Miso" in t for t in turns)
+        assert a.memory.flush(30)
+        assert {row.kind for row in a.memory.list(kinds=("message",))} == {"message"}  # asked: kept too
+        wait_until(lambda: bool(a.db.summaries(asked)))  # and summarised
+        assert a.db.summaries(plain) == []
+        bad = {"model": "L1", "messages": [{"role": "user", "content": "hi"}], "x_memory": "yes"}
+        assert post(server, "/chat/completions", bad).status_code == 400
+    finally:
+        a.memory.close()
+        a.memory.embedder.close()
+        a.memory = None
+
+
 # ---- a second real client
 
 def test_langchain_chat_openai_whole_streamed_and_cached(serve, fakes):

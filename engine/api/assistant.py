@@ -274,9 +274,9 @@ class Assistant(AssistantCore, DocumentsApi):
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
              overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True) -> Iterator[Chunk | TurnDone]:
+             cascade: bool = True, memory: bool = True) -> Iterator[Chunk | TurnDone]:
         return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces, overflow, docs, cascade))
+                                          _replaces, overflow, docs, cascade, memory))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    cancel: threading.Event | None = None, route: str = "auto",

@@ -93,7 +93,7 @@ class Turns:
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
              overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True) -> Iterator[Chunk | TurnDone]:
+             cascade: bool = True, memory: bool = True) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
@@ -106,6 +106,9 @@ class Turns:
                 go inside the new user turn; `done.sources` lists what [n] cites.
             cascade: False never re-asks a weak L1 answer on L2 (a front-end that cannot take back
                 text it has already passed on, e.g. an HTTP stream).
+            memory: False keeps the turn out of the memory both ways: nothing recalled or pinned
+                into it, no "remember that", not indexed, no background summary (a stateless API
+                client's turns: the answer depends on the messages sent, and nothing is kept).
 
         Raises:
             MessageTooLong: the message does not fit the context and overflow is "refuse".
@@ -124,10 +127,11 @@ class Turns:
         found = self._doc_recall(text, self._doc_scope(conv.id, docs))
         decision = self._keep_local(decision, found)
         # Memories and excerpts share one budget; with excerpts waiting, memories take half at most.
-        recall = self._recall(conv, text, self.retrieval_max_tokens // 2 if found else None)
+        recall = self._recall(conv, text, self.retrieval_max_tokens // 2 if found else None) if memory else None
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
-        turn = TurnInput(user, recall, parse_remember(text) if self.memory else None, replaces=_replaces or [],
-                         memory_tokens=recall.tokens if recall is not None else 0)
+        turn = TurnInput(user, recall, parse_remember(text) if self.memory and memory else None,
+                         replaces=_replaces or [], memory_tokens=recall.tokens if recall is not None else 0,
+                         memory=memory)
         self._with_documents(turn, found, max(0, self.retrieval_max_tokens - turn.memory_tokens))
         turn.local_only = bool(turn.sources) and not self.docs_allow_remote
         try:
@@ -144,9 +148,11 @@ class Turns:
                 if done is None:
                     return
             yield done
-            self._maybe_summarize(conv)
+            if memory:
+                self._maybe_summarize(conv)
         finally:
-            self._index_turn(conv, user)
+            if memory:
+                self._index_turn(conv, user)
 
 
     def _should_cascade(self, done: TurnDone, route: str) -> bool:
@@ -203,13 +209,13 @@ class Turns:
         start = conv.first_kept.get(key, 0)
         block = conv.stable.get(key)
         if block is None:
-            block = conv.stable[key] = StableBlock(self._pinned())
+            block = conv.stable[key] = StableBlock(self._pinned() if turn.memory else ())
         window = self._fit(conv, target, block, turns, turn, params, start, overflow, cancel)
         if window is None or window.first_kept == start:
             return window, False
         self.catch_up_summary(conv, cancel=cancel)  # the turns leaving the window: in the summary it carries
         chain = self.db.summaries(conv.id)
-        fresh = StableBlock(self._pinned(), chain[-1]["text"] if chain else None)
+        fresh = StableBlock(self._pinned() if turn.memory else (), chain[-1]["text"] if chain else None)
         if fresh != block:
             conv.stable[key] = fresh
             shortened = window.overflow

@@ -74,9 +74,11 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
         cid = conversations.open(assistant, turn.history)
         final = None
         try:
-            # A streamed answer cannot be taken back: no cascade re-ask for streams.
+            # A streamed answer cannot be taken back: no cascade re-ask for streams. The memory
+            # stays out unless asked (x_memory): an API answer depends on the messages sent, the
+            # user's memories do not reach a client unasked, and a client's turns are not kept.
             for item in assistant.send(cid, turn.history.text, turn.params, cancel=job.cancel, route=turn.route,
-                                       docs=turn.docs, cascade=not turn.stream):
+                                       docs=turn.docs, cascade=not turn.stream, memory=turn.memory):
                 if isinstance(item, TurnDone) and not item.superseded:
                     final = item
                 job.emit(item)

@@ -55,6 +55,7 @@ class Turn:
     include_usage: bool = False
     logprobs: bool = False
     docs: bool | str | None = None  # x_docs
+    memory: bool = False  # x_memory: recall the user's memories into the turn and keep it in them
     client: str = ""  # fairness key: the `user` field, else the peer address
     keep: bool = True  # index the answered history (chat); False: a one-off (/v1/completions)
 
@@ -220,9 +221,10 @@ def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_me
     docs = body.get("x_docs")
     if docs is not None and not isinstance(docs, bool) and not (isinstance(docs, str) and docs.strip()):
         raise RequestError("x_docs must be true, false or a collection name", "x_docs")
+    memory = _get(body, "x_memory", (bool,), False)
     user = _get(body, "user", (str,), "")
     return Turn(model, route, history, generate_params(body, repetition_guard), stream, include_usage,
-                bool(logprobs), docs.strip() if isinstance(docs, str) else docs,
+                bool(logprobs), docs.strip() if isinstance(docs, str) else docs, memory,
                 client=f"user:{user}" if user else client, keep=not completion)
 
 
