@@ -60,6 +60,7 @@ def test_openai_client_lists_models_and_chats_whole_and_streamed(serve, fakes):
     assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (prompt, 9, prompt + 9)
     assert r.usage.prompt_tokens_details.cached_tokens == 0 and r.model == "auto"
     assert r.model_extra["x_model"] == "m" and r.model_extra["x_level"] in ("L1", "L2")
+    assert 0 < r.model_extra["x_confidence"] <= 1  # the geometric mean of its token probabilities
 
     messages += [{"role": "assistant", "content": "Answer 1."}, {"role": "user", "content": "more"}]
     chunks = list(c.chat.completions.create(model="auto", messages=messages, stream=True,

@@ -9,6 +9,7 @@ Two kinds of place, never mixed:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,11 @@ def install_dir() -> Path:
     """The read-only root holding `models/` and `assets/`: the bundle, or the repository."""
     if frozen():
         return Path(getattr(sys, "_MEIPASS", Path(sys.executable).resolve().parent))
+    return _checkout()
+
+
+@functools.cache  # fixed for the process; resolving it cost ~3 ms a call (an lstat per component), every turn
+def _checkout() -> Path:
     return Path(__file__).resolve().parent.parent.parent  # engine/config/paths.py → the repository
 
 

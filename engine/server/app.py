@@ -2,7 +2,7 @@
 
     GET  /health                 liveness (no key)
     GET  /v1/models              auto, L1, L2, L3 and the installed catalog models
-    POST /v1/chat/completions    whole or streamed (SSE); x_docs → x_sources
+    POST /v1/chat/completions    whole or streamed (SSE); x_docs → x_sources; x_memory
     POST /v1/completions         the prompt answered as one user message
     POST /v1/embeddings          the memory's embedding model
 

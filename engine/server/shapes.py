@@ -28,7 +28,9 @@ def extensions(done: TurnDone | None, docs: bool) -> dict:
     if done is None:
         return {}
     out = {"x_model": done.model, "x_level": done.level, "x_route_reason": done.route_reason,
-           "x_finish_reason": done.stats.get("finish_reason")}
+           "x_finish_reason": done.stats.get("finish_reason"),
+           # The geometric mean of the answer's token probabilities (the app's low-confidence warning).
+           "x_confidence": done.confidence}
     if docs:
         out["x_sources"] = done.sources
         out["x_documents"] = done.stats.get("documents")  # "ok", "off" or why no excerpt was used
