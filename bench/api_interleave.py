@@ -1,7 +1,7 @@
 """The local API server (issue 16) against llama-cpp-python's own server, same model file, same
 n_ctx, same threads, in one run:
 
-    .venv/bin/python bench/api_interleave.py [--clients 2 4 8] [--turns 4] [--model demo-small]
+    .venv/bin/python bench/api_interleave.py [--clients 2 4 8] [--turns 3] [--model demo-small]
 
 For each client count N both servers start fresh (ours in a new ASSISTANT_HOME with
 server.store_conversations off; theirs as `python -m llama_cpp.server --cache True`). N stateless
@@ -338,7 +338,7 @@ def run_clients(n: int, path: Path, model: str, threads: int, memory: bool, summ
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[2, 4, 8])
-    ap.add_argument("--turns", type=int, default=4, help="rounds per client; the first is the first visit")
+    ap.add_argument("--turns", type=int, default=3, help="rounds per client; the first is the first visit")
     ap.add_argument("--model", default="demo-small")
     ap.add_argument("--history-tokens", type=int, default=1000, help="each client's seeded history")
     ap.add_argument("--answer-tokens", type=int, default=24, help="max_tokens of a round-robin turn")
