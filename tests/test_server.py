@@ -29,6 +29,7 @@ from tests.test_docs_index import embedder  # noqa: F401
 SYSTEM = "<|im_start|>system\nBe brief.<|im_end|>\n"
 FIRST = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 NEXT = "<|im_end|>\n" + FIRST  # what a turn after an answer adds
+AHEAD = "<|im_end|>\n<|im_start|>user\n"  # its start: evaluated once an API chat answer is out
 
 
 def client(server) -> OpenAI:
@@ -71,9 +72,11 @@ def test_openai_client_lists_models_and_chats_whole_and_streamed(serve, fakes):
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
     usage = chunks[-1].usage
     assert chunks[-1].choices == [] and usage.completion_tokens == 9
-    # the first turn's prompt and answer came from the cache; only the new turn was read
-    assert usage.prompt_tokens_details.cached_tokens == prompt + 9
-    assert usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens == tokens(fake, NEXT.format("more"))
+    # the first turn's prompt, its answer and the next turn's opening markers (read ahead once the
+    # answer was out) came from the cache; only the rest of the new turn was read
+    assert usage.prompt_tokens_details.cached_tokens == prompt + 9 + tokens(fake, AHEAD)
+    assert (usage.prompt_tokens - usage.prompt_tokens_details.cached_tokens
+            == tokens(fake, NEXT.format("more")) - tokens(fake, AHEAD))
 
     done = c.completions.create(model="L1", prompt="Say hi")
     assert done.choices[0].text == "Answer 3." and done.object == "text_completion"
@@ -153,8 +156,9 @@ def test_a_resent_history_evaluates_only_its_new_turn_across_clients_taking_turn
     history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     r1 = c.chat.completions.create(model="L1", messages=history)
     assert r1.usage.prompt_tokens_details.cached_tokens == 0
-    kv = fake.kv_tokens  # the first prompt and its answer
-    assert len(kv) == r1.usage.prompt_tokens + r1.usage.completion_tokens
+    kv = fake.kv_tokens  # the first prompt, its answer and the next turn's opening, read ahead
+    assert len(kv) == r1.usage.prompt_tokens + r1.usage.completion_tokens + tokens(fake, AHEAD)
+    assert fake.detokenize(kv).endswith("Answer 1." + AHEAD.replace("<|im_end|>", "").replace("<|im_start|>", ""))
 
     history += [{"role": "assistant", "content": r1.choices[0].message.content},
                 {"role": "user", "content": "how are you?"}]
@@ -162,8 +166,9 @@ def test_a_resent_history_evaluates_only_its_new_turn_across_clients_taking_turn
     r2 = c.chat.completions.create(model="L1", messages=history)
     new = tokens(fake, NEXT.format("how are you?"))
     assert r2.usage.prompt_tokens_details.cached_tokens == len(kv)
-    assert r2.usage.prompt_tokens == len(kv) + new
-    assert fake.evaluated - start == new + r2.usage.completion_tokens  # the new turn, then the answer
+    assert r2.usage.prompt_tokens == len(kv) - tokens(fake, AHEAD) + new
+    # the rest of the new turn, the answer, then the opening of the turn after
+    assert fake.evaluated - start == new - tokens(fake, AHEAD) + r2.usage.completion_tokens + tokens(fake, AHEAD)
     assert len(a.conversations()) == 1 and len(a.transcript(a.conversations()[0]["id"])) == 4
     kv = fake.kv_tokens
 
@@ -174,7 +179,7 @@ def test_a_resent_history_evaluates_only_its_new_turn_across_clients_taking_turn
                 {"role": "user", "content": "thanks"}]
     r3 = c.chat.completions.create(model="L1", messages=history)
     assert r3.usage.prompt_tokens_details.cached_tokens == len(kv)
-    assert r3.usage.prompt_tokens - len(kv) == tokens(fake, NEXT.format("thanks"))
+    assert r3.usage.prompt_tokens - len(kv) == tokens(fake, NEXT.format("thanks")) - tokens(fake, AHEAD)
     assert len(a.conversations()) == 2
     assert server.conversations.reused == 2 and server.conversations.replayed == 0
 
@@ -291,14 +296,18 @@ def test_langchain_chat_openai_whole_streamed_and_cached(serve, fakes):
     streamed = list(llm.stream(history, stream_usage=True))
     assert "".join(ch.content for ch in streamed) == "Answer 2."
     usage = next(ch.usage_metadata for ch in streamed if ch.usage_metadata)
-    assert usage["input_token_details"]["cache_read"] == first.usage_metadata["total_tokens"]
+    # the first prompt and answer, and the next turn's opening read ahead
+    assert usage["input_token_details"]["cache_read"] == first.usage_metadata["total_tokens"] + tokens(
+        fakes.backend("m"), AHEAD)
 
 
 # ---- under load
 
 def _slow(fakes, make_assistant, per_token: float = 0.01):
     model = fakes.model_file("slow", decode_s_per_token=per_token)
-    fakes.script("slow").when("", Answer("la ", stop=False))  # every answer runs to max_tokens
+    # Every answer runs to max_tokens: a text that never repeats ("la la …" would be cut as a loop
+    # by the repetition guard within a few tokens, and end the turn before any timeout).
+    fakes.script("slow").when("", Answer("".join(f"la{i} " for i in range(4000)), stop=False))
     return make_assistant(str(model))
 
 
@@ -322,7 +331,7 @@ def test_a_client_that_leaves_has_its_turn_cancelled(serve, fakes, make_assistan
     assert fake.samples - streamed < 300
     assert server.assistant.conversations() == []  # cancelled turns are not kept
     ok = post(server, "/chat/completions", ask | {"max_tokens": 3})
-    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "la "
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "la0"
 
 
 def test_a_request_past_its_time_gets_504_and_its_turn_stops(serve, fakes, make_assistant):

@@ -274,9 +274,9 @@ class Assistant(AssistantCore, DocumentsApi):
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
              overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True, memory: bool = True) -> Iterator[Chunk | TurnDone]:
+             cascade: bool = True, memory: bool = True, read_ahead: bool = False) -> Iterator[Chunk | TurnDone]:
         return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces, overflow, docs, cascade, memory))
+                                          _replaces, overflow, docs, cascade, memory, read_ahead))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    cancel: threading.Event | None = None, route: str = "auto",

@@ -59,6 +59,7 @@ class TurnInput:
     sources: list[dict] = field(default_factory=list)  # what the answer's [n] refer to
     docs_status: str = "off"  # "ok", "off" or why no excerpt was used
     local_only: bool = False  # carries the user's documents: never sent to the remote tier
+    read_ahead: bool = False  # once answered, evaluate the markers that open the next user turn
     memory: bool = True  # False: the memory neither reads nor keeps this turn (no recall, pinned
                          # facts, "remember that", indexing or summary): e.g. a stateless API client's
 

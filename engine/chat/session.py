@@ -58,6 +58,20 @@ class Session:
             ids.insert(0, bos)
         return ids
 
+    def next_user_prefix(self, messages: list[Message]) -> list[int]:
+        """The ids a next user message's content will follow: `messages`, then the template's
+        markers that open a user turn (what a turn can evaluate ahead, while the user reads)."""
+        rendered = self.template.render([m.role for m in messages] + ["user"], add_generation_prompt=True)
+        ids: list[int] = []
+        for piece in rendered.pieces:
+            if piece == len(messages):
+                break
+            ids.extend(self.content_ids(messages[piece]) if isinstance(piece, int) else self.backend.tokenize_control(piece))
+        bos = self.backend.bos_id
+        if self.backend.add_bos and bos >= 0 and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        return ids
+
     def prompt(self, new_user: Message | None = None) -> list[int]:
         """The full prompt for the next answer: history (+ the new user message) + assistant header."""
         history = self.messages + ([new_user] if new_user else [])

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 SUMMARY_PIECE_MAX = 384  # tokens one part's summary may take (overflow="summarise")
 _SUMMARISE_SYSTEM = "You condense text faithfully: keep names, numbers, instructions and any question asked."
 _SUMMARISE = GenerateParams(SamplingParams(temperature=0.0, repeat_penalty=1.1, seed=0))
+# At most this many tokens are read ahead after an answer (its last token and the markers that open
+# the next user turn: ~6 for ChatML); more means the rendering is not what was expected.
+READ_AHEAD_MAX = 32
 
 
 class InputError(ValueError):
@@ -143,7 +146,10 @@ class LocalTarget:
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False, *,
-               tiers: KVTiers | None = None, conversation_id: int | None = None) -> Iterator[Chunk | TurnResult]:
+               tiers: KVTiers | None = None, conversation_id: int | None = None,
+               read_ahead: bool = False) -> Iterator[Chunk | TurnResult]:
+        """The answer to `user` after `history`, on this model's thread. `read_ahead`: once the
+        answer is out, evaluate the markers that open the next user turn (see `_read_ahead`)."""
         def run(worker: Worker, job: Job) -> None:
             prompt = self.session(history).prompt(user)
             # Another conversation in the context: park it, bring this one's state from RAM or disk.
@@ -155,6 +161,8 @@ class LocalTarget:
                 piece = worker.prefill_piece()
                 for item in generate(worker.backend, prompt, params, job.cancel, piece):
                     if isinstance(item, TurnResult):
+                        if read_ahead:  # before the end is told: a client's next request finds it done
+                            item.stats.read_ahead = self._read_ahead(worker, job, history, user, item)
                         item.stats.context_shift = shift
                         if restore is not None:
                             item.stats.restored_from = restore.restored_from
@@ -179,6 +187,31 @@ class LocalTarget:
             yield self._stopped_before_start(history, user)
             return
         yield from self.worker.submit(run, FOREGROUND, cancel)
+
+    def _read_ahead(self, worker: Worker, job: Job, history: list[Message], user: Message,
+                    result: TurnResult) -> int:
+        """Once the answer's text is out (before its end is reported): evaluate what the next turn
+        of this conversation starts with whatever the client says (the end-of-turn and user-turn
+        markers), so that a client coming back evaluates that much less (~6 tokens, ~40 ms of its
+        TTFT on demo-small, 2 cores). Skipped when a foreground job is waiting (it would delay that
+        one), after a stop, and on sliding-window caches (which cannot always roll back, should the
+        next turn differ). How many tokens it evaluated."""
+        backend = worker.backend
+        if (job.cancel.is_set() or job.preempt.is_set() or result.stats is None
+                or result.stats.finish_reason in ("cancelled", "context_full")
+                or (backend.n_swa > 0 and not backend.params.swa_full)):
+            return 0
+        answer = Message("assistant", result.text, {backend.identity: result.token_ids})
+        ahead = self.session(history + [user, answer]).next_user_prefix(history + [user, answer])
+        kv = backend.kv_tokens
+        rest = ahead[len(kv):]
+        if ahead[:len(kv)] != kv or not 0 < len(rest) <= READ_AHEAD_MAX or len(ahead) >= backend.n_ctx:
+            return 0
+        try:
+            return backend.eval(rest, stop=job.preempt.is_set)
+        except (ContextFull, DecodeError):
+            log.info("reading the next turn's markers ahead failed; the next turn evaluates them")
+            return 0
 
     def _stopped_before_start(self, history: list[Message], user: Message) -> TurnResult:
         prompt = self.session(history).prompt(user)  # the vocabulary only, beside the model's thread

@@ -93,7 +93,7 @@ class Turns:
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
              overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True, memory: bool = True) -> Iterator[Chunk | TurnDone]:
+             cascade: bool = True, memory: bool = True, read_ahead: bool = False) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
@@ -109,6 +109,9 @@ class Turns:
             memory: False keeps the turn out of the memory both ways: nothing recalled or pinned
                 into it, no "remember that", not indexed, no background summary (a stateless API
                 client's turns: the answer depends on the messages sent, and nothing is kept).
+            read_ahead: once the answer is out, the model evaluates the markers that open the next
+                user turn (~6 tokens), before anyone asks: a client that comes back evaluates that
+                much less (the API server's turns; engine/chat/targets.py `_read_ahead`).
 
         Raises:
             MessageTooLong: the message does not fit the context and overflow is "refuse".
@@ -131,7 +134,7 @@ class Turns:
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
         turn = TurnInput(user, recall, parse_remember(text) if self.memory and memory else None,
                          replaces=_replaces or [], memory_tokens=recall.tokens if recall is not None else 0,
-                         memory=memory)
+                         memory=memory, read_ahead=read_ahead)
         self._with_documents(turn, found, max(0, self.retrieval_max_tokens - turn.memory_tokens))
         turn.local_only = bool(turn.sources) and not self.docs_allow_remote
         try:
@@ -290,7 +293,8 @@ class Turns:
         ids: list[int] = []
         finished = False
         last_flush = time.monotonic()
-        stream = target.stream(history, user, params, cancel, moved, tiers=self.kv, conversation_id=conv.id)
+        stream = target.stream(history, user, params, cancel, moved, tiers=self.kv, conversation_id=conv.id,
+                               read_ahead=turn.read_ahead)
         try:
             for item in stream:
                 if answer.id is None:  # first output: the tier is answering, make the row

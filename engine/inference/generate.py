@@ -52,6 +52,7 @@ class TurnStats:
     restore_ms: float = 0.0  # time to restore it (included in ttft_ms)
     park_ms: float = 0.0  # copying the previous conversation's state to RAM first (included in ttft_ms)
     dropped_tokens: int = 0  # "repetition": sampled tokens cut as repeats (streamed, not kept)
+    read_ahead: int = 0  # tokens of the next turn's opening evaluated after the answer (engine/chat/targets.py)
 
     def as_dict(self) -> dict:
         return asdict(self)

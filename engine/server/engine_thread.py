@@ -78,7 +78,8 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
             # stays out unless asked (x_memory): an API answer depends on the messages sent, the
             # user's memories do not reach a client unasked, and a client's turns are not kept.
             for item in assistant.send(cid, turn.history.text, turn.params, cancel=job.cancel, route=turn.route,
-                                       docs=turn.docs, cascade=not turn.stream, memory=turn.memory):
+                                       docs=turn.docs, cascade=not turn.stream, memory=turn.memory,
+                                       read_ahead=turn.keep):  # a chat client comes back with this history
                 if isinstance(item, TurnDone) and not item.superseded:
                     final = item
                 job.emit(item)

@@ -4,13 +4,13 @@ import threading
 
 import numpy as np
 
-from engine.inference.backend import Backend, LoadParams
-
-from engine.inference.generate import prefill
+from engine.api import TurnDone
 from engine.chat.session import Message, Session
+from engine.inference.backend import Backend, LoadParams
+from engine.inference.generate import prefill
 
 from .conftest import open_backend
-from .helpers import THREADS, USER_TURNS, run_prompt, turn
+from .helpers import THREADS, USER_TURNS, greedy, run_prompt, turn
 
 OVERHEAD = 16  # template tokens allowed on top of the new user message
 # Answer tokens enter the KV cache one by one (decode), a fresh prompt in one batch: llama.cpp's
@@ -37,6 +37,23 @@ def test_multiturn_evaluates_only_new_tokens(assistant):
     full = session.render(session.messages, add_generation_prompt=False)
     kv = assistant.backend.kv_tokens
     assert full[: len(kv)] == kv and len(full) - len(kv) <= OVERHEAD
+
+
+def test_read_ahead_evaluates_the_next_turns_opening_and_the_next_turn_uses_it(assistant):
+    cid = assistant.new_conversation("Answer briefly.")
+    for text in USER_TURNS[:2]:
+        done = [i for i in assistant.send(cid, text, greedy(12), read_ahead=True) if isinstance(i, TurnDone)][-1]
+    session = assistant.session(cid)
+    ahead = session.next_user_prefix(session.messages)
+    kv = assistant.backend.kv_tokens
+    if assistant.backend.n_swa:  # Gemma 3's sliding-window cache cannot always roll back: not read ahead
+        assert done.stats["read_ahead"] == 0 and len(kv) < len(ahead)
+        return
+    # The real tokenizer's ids: exactly the conversation, then the markers that open a user turn.
+    assert kv == ahead and 0 < done.stats["read_ahead"] <= 8
+    nxt = turn(assistant, cid, "Thanks!")
+    assert nxt.stats["prompt_tokens_cached"] == len(ahead) and nxt.stats["cache_mode"] == "append"
+    assert nxt.stats["prompt_tokens_evaluated"] == nxt.stats["prompt_tokens"] - len(ahead)
 
 
 def test_incremental_rendering_equals_full_rendering(assistant):
