@@ -1,16 +1,23 @@
 """The summary chain's background jobs on a fake backend (tests/fake_backend.py): a chat turn
-pre-empts a summary within one prompt piece, a summary pre-empted MAX_PREEMPTIONS times runs to the
-end, and unloading the model never leaves a summary waiter hanging."""
+pre-empts a summary within one prompt piece, the next run goes on from what it had read, a summary
+pre-empted MAX_PREEMPTIONS times runs to the end, and unloading the model never leaves a summary waiter hanging."""
 
 import threading
 import time
 
 from engine.chat.summaries import MAX_PREEMPTIONS
+from engine.inference.generate import common_prefix
 from engine.inference.runtime import FOREGROUND
 from tests.fake_backend import Answer, Gate, dones, fakes, make_assistant, send, wait_until  # noqa: F401
 
 SUMMARY_MARK = "You summarise conversations"  # in every summary prompt (engine/chat/summaries.py)
 SUMMARY = "The user greeted the assistant."
+
+
+def in_summary(backend, call) -> bool:
+    """A piece of a summary's prompt: the mark is in what it evaluates or, for a run going on from
+    a pre-empted one, in the context it restored."""
+    return SUMMARY_MARK in backend.text(backend.kv_tokens + call)
 
 
 
@@ -21,7 +28,7 @@ def summary_setup(fakes, make_assistant):
     runs: list[list[int]] = []  # pieces started by each summary run (tokens each)
 
     def record(backend, index, part, call):
-        if SUMMARY_MARK in backend.text(call):
+        if in_summary(backend, call):
             if index == 0:
                 runs.append([])
             runs[-1].append(len(part))
@@ -46,7 +53,7 @@ def in_background(fn):
 
 def test_a_turn_pre_empts_a_summary_within_one_prompt_piece(fakes, make_assistant):
     a, fake, worker, runs = summary_setup(fakes, make_assistant)
-    gate = Gate(lambda b, index, part, call: index == 2 and SUMMARY_MARK in b.text(call))
+    gate = Gate(lambda b, index, part, call: index == 2 and in_summary(b, call))
     fake.on_piece.append(gate)
     cid = a.new_conversation()
     for text in ("hello", "how are you", "fine thanks"):  # the third turn queues a summary of the first
@@ -67,16 +74,19 @@ def test_a_turn_pre_empts_a_summary_within_one_prompt_piece(fakes, make_assistan
     assert turn_prompts[-1][:len(kv)] == kv
     assert handle.done.wait(5) and handle.preemptions == 1
     assert a.summaries(cid)[0]["text"] == SUMMARY
-    # The second run started over and read its whole prompt: 32-token pieces, the last one partial.
-    assert sum(runs[1]) > 96 and all(n == 32 for n in runs[1][:-1])
+    # The second run went on from the 96 tokens the first had read: the prompt was read once (but
+    # for its start, which the conversation's context held already).
+    summary_prompt = next(p for p in fake.prompts if SUMMARY_MARK in fake.text(p))
+    assert sum(runs[0]) + sum(runs[1]) == len(summary_prompt) - common_prefix(turn_prompts[0], summary_prompt)
 
 
 def test_a_summary_pre_empted_twice_runs_to_the_end(fakes, make_assistant):
     a, fake, worker, runs = summary_setup(fakes, make_assistant)
-    gate = Gate(lambda b, index, part, call: index == 2 and SUMMARY_MARK in b.text(call), times=MAX_PREEMPTIONS + 1)
+    gate = Gate(lambda b, index, part, call: index == 2 and in_summary(b, call), times=MAX_PREEMPTIONS + 1)
     fake.on_piece.append(gate)
     cid = a.new_conversation()
-    for text in ("hello", "how are you", "fine thanks"):
+    # Long enough that each of the three runs, going on from the last, still has a third piece to read.
+    for text in ("hello " * 40, "how are you " * 30, "fine thanks " * 30):
         send(a, cid, text)
     handle = a._summary_jobs[cid]
     for k in range(MAX_PREEMPTIONS + 1):
@@ -94,7 +104,12 @@ def test_a_summary_pre_empted_twice_runs_to_the_end(fakes, make_assistant):
             assert [SUMMARY_MARK in t for t in answered[:2]] == [True, False]
             assert a.summaries(cid)[0]["text"] == SUMMARY
     assert handle.preemptions == MAX_PREEMPTIONS and handle.done.is_set()
-    assert sum(runs[MAX_PREEMPTIONS]) > 96  # the last run read its whole prompt
+    # Each run went on from the last: together they read the summary's prompt once (but for its
+    # start, which the conversation's context held), the last one only what was left.
+    summary_prompt = next(p for p in fake.prompts if SUMMARY_MARK in fake.text(p))
+    first_turn = next(p for p in fake.prompts if SUMMARY_MARK not in fake.text(p))
+    read = [sum(r) for r in runs[:MAX_PREEMPTIONS + 1]]
+    assert sum(read) == len(summary_prompt) - common_prefix(first_turn, summary_prompt) and read[-1] > 0
 
 
 def test_unloading_the_model_ends_a_queued_summary_so_nobody_waits_for_it(fakes, make_assistant):
