@@ -60,8 +60,9 @@ class TurnInput:
     docs_status: str = "off"  # "ok", "off" or why no excerpt was used
     local_only: bool = False  # carries the user's documents: never sent to the remote tier
     read_ahead: bool = False  # once answered, evaluate the markers that open the next user turn
-    memory: bool = True  # False: the memory neither reads nor keeps this turn (no recall, pinned
-                         # facts, "remember that", indexing or summary): e.g. a stateless API client's
+    # False: the memory neither reads nor keeps this turn (no recall, pinned facts, "remember
+    # that", indexing or summary): a stateless API client's turns, unless it asks (x_memory).
+    memory: bool = True
 
 
 @dataclass

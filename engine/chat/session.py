@@ -46,27 +46,21 @@ class Session:
     def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """Token ids of `messages` under the template: control text parsed for special tokens,
         contents never."""
-        rendered = self.template.render([m.role for m in messages], add_generation_prompt)
-        ids: list[int] = []
-        for piece in rendered.pieces:
-            if isinstance(piece, int):
-                ids.extend(self.content_ids(messages[piece]))
-            else:
-                ids.extend(self.backend.tokenize_control(piece))
-        bos = self.backend.bos_id
-        if self.backend.add_bos and bos >= 0 and (not ids or ids[0] != bos):
-            ids.insert(0, bos)
-        return ids
+        return self._ids(self.template.render([m.role for m in messages], add_generation_prompt).pieces, messages)
 
     def next_user_prefix(self, messages: list[Message]) -> list[int]:
         """The ids a next user message's content will follow: `messages`, then the template's
         markers that open a user turn (what a turn can evaluate ahead, while the user reads)."""
-        rendered = self.template.render([m.role for m in messages] + ["user"], add_generation_prompt=True)
+        pieces = self.template.render([m.role for m in messages] + ["user"], add_generation_prompt=True).pieces
+        return self._ids(pieces[:pieces.index(len(messages))], messages)  # cut where its content goes
+
+    def _ids(self, pieces: list[str | int], messages: list[Message]) -> list[int]:
         ids: list[int] = []
-        for piece in rendered.pieces:
-            if piece == len(messages):
-                break
-            ids.extend(self.content_ids(messages[piece]) if isinstance(piece, int) else self.backend.tokenize_control(piece))
+        for piece in pieces:
+            if isinstance(piece, int):
+                ids.extend(self.content_ids(messages[piece]))
+            else:
+                ids.extend(self.backend.tokenize_control(piece))
         bos = self.backend.bos_id
         if self.backend.add_bos and bos >= 0 and (not ids or ids[0] != bos):
             ids.insert(0, bos)

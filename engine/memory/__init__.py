@@ -4,10 +4,11 @@
 thread when `Embedder.start()` (or `MemoryService.start()`) is called. See docs/memory.md.
 """
 
-from engine.memory.embedder import DEFAULT_MODEL, KNOWN_MODELS, EmbedInterrupted, Embedder, EmbedderModel, EmbedderNotReady
+from engine.memory.embedder import (DEFAULT_MODEL, KNOWN_MODELS, EmbedInterrupted, Embedder, EmbedderModel,
+                                    EmbedderNotReady)
 from engine.memory.remember import parse_remember
 from engine.memory.service import Hit, Hits, MemoryInputError, MemoryNotFound, MemoryService
 from engine.memory.store import MemoryRow, MemoryStore
 
-__all__ = ["DEFAULT_MODEL", "KNOWN_MODELS", "Embedder", "EmbedderModel", "EmbedderNotReady", "Hit", "Hits",
-           "MemoryInputError", "MemoryNotFound", "MemoryRow", "MemoryService", "MemoryStore", "parse_remember"]
+__all__ = ["DEFAULT_MODEL", "KNOWN_MODELS", "EmbedInterrupted", "Embedder", "EmbedderModel", "EmbedderNotReady",
+           "Hit", "Hits", "MemoryInputError", "MemoryNotFound", "MemoryRow", "MemoryService", "MemoryStore", "parse_remember"]
