@@ -9,17 +9,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engine.api import Documents, Settings
 from engine.docs.service import DocumentService, DocumentsError
-import threading
-
-import numpy as np
-
 from engine.memory.embedder import INDEXING, EmbedInterrupted, Embedder
 from engine.storage import Database
 from tests.test_docs_parse import pdf_bytes

@@ -48,11 +48,12 @@ class Session:
         contents never."""
         return self._ids(self.template.render([m.role for m in messages], add_generation_prompt).pieces, messages)
 
-    def next_user_prefix(self, messages: list[Message]) -> list[int]:
-        """The ids a next user message's content will follow: `messages`, then the template's
+    def next_user_prefix(self) -> list[int]:
+        """The ids a next user message's content will follow: the messages, then the template's
         markers that open a user turn (what a turn can evaluate ahead, while the user reads)."""
-        pieces = self.template.render([m.role for m in messages] + ["user"], add_generation_prompt=True).pieces
-        return self._ids(pieces[:pieces.index(len(messages))], messages)  # cut where its content goes
+        roles = [m.role for m in self.messages]
+        pieces = self.template.render(roles + ["user"], add_generation_prompt=True).pieces
+        return self._ids(pieces[:pieces.index(len(roles))], self.messages)  # cut where its content goes
 
     def _ids(self, pieces: list[str | int], messages: list[Message]) -> list[int]:
         ids: list[int] = []

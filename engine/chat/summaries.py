@@ -80,22 +80,23 @@ def submit_summary(worker: Worker, db: Database, task: SummaryTask, max_chars: i
     # What a pre-empted run had read of the summary prompt (its KV sequence): the next run goes on
     # from there, so pre-emptions cost no work twice and the run that no longer yields has only
     # the rest to do (a 1 000-token history took ~7 s to read from scratch on demo-small).
-    progress: list = [None]
+    progress = None
 
     def run(w: Worker, job: Job) -> None:
+        nonlocal progress
         preempted.clear()
         saved = w.backend.save_sequence()  # the foreground conversation's KV: borrowed, then returned
         result = None
         try:
             prompt = Session(w.backend, w.template, summary_messages(task, max_chars)).prompt()
-            resume, progress[0] = progress[0], None
+            resume, progress = progress, None
             if resume is not None and not w.backend.restore_sequence(resume):
                 w.backend.reset()  # refused: read it from the start
             for item in generate(w.backend, prompt, _PARAMS, _StopWhen(job, handle), w.prefill_piece()):
                 if isinstance(item, TurnResult):
                     result = item
             if (result is None or result.stats.finish_reason == "cancelled") and not job.cancel.is_set():
-                progress[0] = w.backend.save_sequence()
+                progress = w.backend.save_sequence()
         finally:
             if not w.backend.restore_sequence(saved):
                 log.warning("could not restore the KV sequence after a summary; the next turn re-evaluates")

@@ -202,7 +202,7 @@ class LocalTarget:
                 or (backend.n_swa > 0 and not backend.params.swa_full)):
             return 0
         answer = Message("assistant", result.text, {backend.identity: result.token_ids})
-        ahead = self.session(history + [user, answer]).next_user_prefix(history + [user, answer])
+        ahead = self.session(history + [user, answer]).next_user_prefix()
         kv = backend.kv_tokens
         rest = ahead[len(kv):]
         if ahead[:len(kv)] != kv or not 0 < len(rest) <= READ_AHEAD_MAX or len(ahead) >= backend.n_ctx:

@@ -152,14 +152,16 @@ class Embedder:
             with self._running_lock:
                 self._running = stop
             try:
-                future.set_result(self._encode(texts, stop) if stop is not None else self._encode(texts))
+                vecs, error = (self._encode(texts, stop) if stop is not None else self._encode(texts)), None
             except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
-                if stop is not None and stop.terminate:
-                    exc = EmbedInterrupted("the encode gave way to a chat turn")
-                future.set_exception(exc)
-            finally:
-                with self._running_lock:
-                    self._running = None
+                vecs, error = None, exc
+            with self._running_lock:  # done before the caller hears: nothing runs once it has
+                self._running = None
+            if error is None:
+                future.set_result(vecs)
+            else:
+                interrupted = stop is not None and stop.terminate
+                future.set_exception(EmbedInterrupted("the encode gave way to a chat turn") if interrupted else error)
 
     def interrupt(self) -> bool:
         """Stop the interruptible encode running now (an indexing batch), within milliseconds, so
