@@ -294,11 +294,7 @@ class DocumentService:
             status = f"keywords only: embedder {self.embedder.state}"
         kw_ranked, paired = keywords.result()
         cosine = dict(vec_ranked)
-        missing = [i for i in kw_ranked if i not in cosine]
-        if missing and qvec is not None:
-            ids, vecs = self.store.vectors(missing)
-            cosine.update(zip(ids, (vecs @ qvec).tolist()))
-        missing = [i for i in paired if i not in cosine]
+        missing = [i for i in dict.fromkeys([*kw_ranked, *paired]) if i not in cosine]  # keyword-only hits
         if missing and qvec is not None:
             ids, vecs = self.store.vectors(missing)
             cosine.update(zip(ids, (vecs @ qvec).tolist()))
