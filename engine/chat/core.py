@@ -206,8 +206,10 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
         """Delete a conversation everywhere: its rows, its memory chunks, its KV snapshots."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
         message_ids = self.db.delete_conversation(conversation_id)
+        # Every per-conversation map lets go: the API server deletes one conversation per request.
         self._conversations.pop(conversation_id, None)
         self._warm.pop(conversation_id, None)
+        self._summary_jobs.pop(conversation_id, None)  # a summary still running finds its rows gone
         if self.memory is not None:
             for mid in message_ids:
                 self.memory.forget_message(mid)

@@ -109,6 +109,7 @@ class ColdTier:
     def _reject(self, path: Path, reason: str) -> None:
         self.stats.rejected[reason] = self.stats.rejected.get(reason, 0) + 1
         log.info("KV snapshot %s rejected (%s); it is deleted and the history re-evaluated", path.name, reason)
+        self._counts.pop(path.name, None)
         try:
             path.unlink()
         except OSError:
@@ -221,6 +222,7 @@ class ColdTier:
                 path.unlink()
                 total -= size
                 self.stats.pruned += 1
+                self._counts.pop(path.name, None)  # one entry per file on disk, not per file ever written
             except OSError:
                 pass
         for stale in self.folder.glob(".c*.tmp"):  # a writer killed mid-write: never loaded, removed

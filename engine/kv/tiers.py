@@ -22,11 +22,13 @@ from pathlib import Path
 
 from engine.inference.backend import Backend
 from engine.kv.cold import MAGIC, MIN_COLD_TOKENS, ColdStats, ColdTier
-from engine.kv.snapshot import Snapshot, cache_facts, common_prefix, take_snapshot, tokens_digest
+from engine.kv.id_ranges import IdRanges
+from engine.kv.snapshot import (WINDOW_DOMAIN, Snapshot, cache_facts, common_prefix, take_snapshot,
+                                tokens_digest)
 from engine.kv.warm import WarmTier
 
 # Re-exported: callers import the tiers' public names from here.
-__all__ = ["KVTiers", "ColdTier", "ColdStats", "WarmTier", "Snapshot", "Restore", "PAGE_TOKENS", "MAGIC",
+__all__ = ["KVTiers", "ColdTier", "ColdStats", "WarmTier", "Snapshot", "Restore", "PAGE_TOKENS", "MAGIC", "WINDOW_DOMAIN",
            "MIN_COLD_TOKENS", "MIN_WARM_TOKENS", "cache_facts", "common_prefix", "take_snapshot", "tokens_digest"]
 
 log = logging.getLogger(__name__)
@@ -58,10 +60,12 @@ class KVTiers:
         self.cold = ColdTier(folder, cold_budget_bytes, min_cold_tokens)
         self.warm = WarmTier(warm_budget_bytes, on_evict=self._to_cold_later)
         self.hot: dict[str, int | None] = {}  # backend identity -> conversation in its context
+        # backend identity -> trust domain of the turns that made its context (None: unknown)
+        self.hot_domain: dict[str, str | None] = {}
         self._facts: dict[str, dict] = {}     # backend identity -> cache_facts
         # Deleted conversations: never written to disk again (their ids are never handed out again:
-        # migration 0008_autoincrement_ids).
-        self._forgotten: set[int] = set()
+        # migration 0008_autoincrement_ids). Runs of ids, not a set: a server deletes one per request.
+        self._forgotten = IdRanges()
         self._writes: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-cold-writer", daemon=True)
         self._writer.start()
@@ -73,19 +77,24 @@ class KVTiers:
         return facts
 
     # ---- the model thread
-    def prepare(self, backend: Backend, conversation_id: int, prompt: list[int]) -> Restore:
+    def prepare(self, backend: Backend, conversation_id: int, prompt: list[int],
+                domain: str = WINDOW_DOMAIN) -> Restore:
         """Make the context hold the longest available prefix of `prompt`; call on the model's
-        thread right before prefill."""
+        thread right before prefill. Another conversation's state (the context's or a warm
+        snapshot) serves only a turn of its own trust `domain`: its shared prefix would show in
+        the turn's cached tokens and speed (a client guessing another's PIN digit by digit)."""
         ident = backend.identity
         hot = self.hot.get(ident)
         kv = backend.kv_tokens
-        common = common_prefix(kv, prompt)
+        shares = self.shares(ident, conversation_id, domain)
+        common = common_prefix(kv, prompt) if shares else 0
+        self.hot_domain[ident] = domain if shares else self.hot_domain.get(ident)  # the leaving state's, until parked
         if hot == conversation_id and common:
             return Restore("hot", 0.0, common)
         t0 = time.perf_counter()
         facts = self.facts(backend)
         source, snap, usable = None, None, common
-        found = self.warm.best(ident, conversation_id, prompt)
+        found = self.warm.best(ident, conversation_id, prompt, domain)
         if found and found[1] > usable:
             snap, usable = found
             source = "warm"
@@ -100,7 +109,7 @@ class KVTiers:
         if leaving and (source is not None or common < len(kv)) and not self.warm.holds(ident, hot, kv):
             # Not parked after its last turn (the usual case parks then, off this path): copy it now.
             t_park = time.perf_counter()
-            self.warm.put(take_snapshot(backend, hot))  # one memcpy; its disk write, if any, is queued
+            self.warm.put(take_snapshot(backend, hot, self.hot_domain.get(ident) or ""))  # one memcpy; disk write queued
             park_ms = (time.perf_counter() - t_park) * 1000
         if snap is not None:
             if source == "warm" and snap.conversation_id == conversation_id:
@@ -110,7 +119,10 @@ class KVTiers:
                 log.info("restoring %s KV state failed; re-evaluating", source)
                 backend.reset()
                 source, usable = None, 0
+        elif not shares and kv:
+            backend.reset()  # prefill would reuse the prefix it shares with another domain's state
         self.hot[ident] = conversation_id
+        self.hot_domain[ident] = domain
         ms = (time.perf_counter() - t0) * 1000 - park_ms
         return Restore(source, ms if source else 0.0, usable if source else 0, park_ms)
 
