@@ -1,7 +1,8 @@
 """Settings: defaults in one place, persisted as JSON in the user directory.
 
 `Settings.set` notifies listeners only when a value really changes (the app's settings panel
-binds to this; the engine reads it).
+binds to this; the engine reads it). One object per process (`Settings.shared()`); writers in other
+processes (`assistant serve`, the CLI) merge their changes under a file lock (issue 22).
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import json
 import logging
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from engine.config.locked_file import FileBusy, locked, write_atomic
 from engine.config.paths import user_dir
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "server.allow_network": False,   # may bind to an address other machines can reach
     "server.cors_origins": "",       # browser origins allowed (space or comma separated); empty = CORS off
     "server.store_conversations": False,  # keep API conversations in the chat list (off: deleted when done)
+    "server.allow_memory": False,    # API clients may use the memory (x_memory: recall, "remember that")
     "server.max_body_mb": 8.0,       # larger request bodies get 413
     "server.max_messages": 1000,     # messages in one chat request
     "server.queue_depth": 16,        # requests waiting for the engine; more get 429
@@ -88,30 +92,69 @@ def _env_name(key: str) -> str:
 
 
 class Settings:
+    """The settings file, typed. Several objects, threads and processes (the window, `assistant
+    serve`) may share one file: a change is merged into what the file holds at that moment, under
+    a lock that holds across processes, and `get` sees changes others made."""
+
+    _shared: "Settings | None" = None
+    _shared_lock = threading.Lock()
+
     def __init__(self, path: Path | None = None):
         self.path = path or user_dir() / "settings.json"
         self._values: dict[str, Any] = {}
+        self._seen: tuple | None = None  # the file's identity when last read (see _fresh)
         self._listeners: list[Callable[[str, Any], None]] = []
         self._lock = threading.RLock()  # set() reads the old value, which may note a problem
         self._problems: list[str] = []
         self._load()
 
+    @classmethod
+    def shared(cls) -> "Settings":
+        """This process's settings object for the user dir: the window, the engine and the API
+        server share it, so one change is heard once by all. A changed ASSISTANT_HOME (tests) gets
+        a new one."""
+        path = user_dir() / "settings.json"
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared.path != path:
+                cls._shared = cls(path)
+            return cls._shared
+
     def _load(self) -> None:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            self._values = {k: v for k, v in data.items() if k in DEFAULTS}
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError) as exc:
-            # A damaged settings file must not stop the app: keep it aside, start from defaults.
-            self._problem(f"settings file {self.path} is unreadable ({exc}); it was kept as "
-                          f"{self.path.with_suffix('.json.bad').name} and the defaults are used")
+        """Read the file (under its lock: on Windows a reader would make a writer's rename fail)."""
+        with self._lock, locked(self.path):
             try:
-                self.path.replace(self.path.with_suffix(".json.bad"))
-            except OSError:
-                pass
+                with open(self.path, "rb") as f:
+                    self._seen = _identity(os.fstat(f.fileno()))  # of what is read, not of a later file
+                    data = json.loads(f.read().decode("utf-8"))
+                if not isinstance(data, dict):
+                    raise ValueError("not a JSON object")
+                self._values = {k: v for k, v in data.items() if k in DEFAULTS}
+            except FileNotFoundError:
+                self._values, self._seen = {}, None
+            except (OSError, ValueError) as exc:
+                # A damaged settings file must not stop the app: keep it aside, start from defaults.
+                self._values = {}
+                self._problem(f"settings file {self.path} is unreadable ({exc}); it was kept as "
+                              f"{self.path.with_suffix('.json.bad').name} and the defaults are used")
+                try:
+                    self.path.replace(self.path.with_suffix(".json.bad"))
+                    self._seen = None
+                except OSError:
+                    pass
+
+    def _fresh(self) -> None:
+        """Read the file again if another writer replaced it since: one stat when it did not.
+        Every write renames a new file in, so its inode, time or size differ (a same-size rewrite
+        in the same clock tick onto a reused inode can be missed by get(); never by set())."""
+        try:
+            now = _identity(os.stat(self.path))
+        except OSError:
+            now = None
+        if now != self._seen:
+            try:
+                self._load()
+            except FileBusy as exc:  # a hung writer: go on with what was read last
+                log.warning("%s", exc)
 
     def get(self, key: str) -> Any:
         """The setting's value, of its default's type; a value of the wrong type or out of range
@@ -120,10 +163,12 @@ class Settings:
         env = os.environ.get(_env_name(key))
         if env is not None:
             value, where = _from_env(env, default), f"environment variable {_env_name(key)}"
-        elif key in self._values:
-            value, where = self._values[key], str(self.path)
         else:
-            return default
+            self._fresh()
+            values = self._values  # one snapshot: another thread's read may swap it
+            if key not in values:
+                return default
+            value, where = values[key], str(self.path)
         checked = _checked(key, value)
         if checked is _INVALID:
             self._problem(f"setting {key} = {value!r} in {where} is not valid "
@@ -132,9 +177,7 @@ class Settings:
         return checked
 
     def reload(self) -> None:
-        """Read the file again (another Settings object, e.g. a settings dialog's, wrote it)."""
-        with self._lock:
-            self._values = {}
+        """Read the file again (get() does when it changed; this reads it whatever its time)."""
         self._load()
 
     def problems(self) -> list[str]:
@@ -150,34 +193,57 @@ class Settings:
 
     def set(self, key: str, value: Any) -> None:
         """Store a value (ValueError if it is not valid for `key`) and tell the listeners."""
-        if key not in DEFAULTS:
-            raise KeyError(f"unknown setting {key}")
-        value = _checked(key, value)
-        if value is _INVALID:
-            raise ValueError(f"setting {key}: {_expected(key)}")
-        with self._lock:
-            if self.get(key) == value:
-                return
-            self._values[key] = value
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            data = json.dumps(self._values, indent=2, ensure_ascii=False).encode("utf-8")
-            # It may hold the L3 API key: the user's only from its creation (a chmod after writing
-            # left a readable window, and a readable half-written file when the disk was full).
-            tmp.unlink(missing_ok=True)
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                tmp.replace(self.path)
-            except OSError:
-                tmp.unlink(missing_ok=True)
-                raise
-        for listener in list(self._listeners):
-            listener(key, value)
+        self.set_many({key: value})
+
+    def set_many(self, values: dict[str, Any]) -> None:
+        """Store several values in one write (all checked first: one invalid stores none). Only
+        the keys whose value changes are written, into what the file holds now; each is told to
+        the listeners."""
+        for key in values:
+            if key not in DEFAULTS:
+                raise KeyError(f"unknown setting {key}")
+        checked = {key: _checked(key, value) for key, value in values.items()}
+        for key, value in checked.items():
+            if value is _INVALID:
+                raise ValueError(f"setting {key}: {_expected(key)}")
+        with self._lock, locked(self.path):
+            self._load()  # what other objects and processes wrote since: theirs stays
+            changed = {k: v for k, v in checked.items() if self.get(k) != v}
+            if changed:
+                merged = {**self._values, **changed}
+                # It may hold the L3 API key: the user's only (0600) from its creation.
+                write_atomic(self.path, json.dumps(merged, indent=2, ensure_ascii=False).encode("utf-8"))
+                self._values, self._seen = merged, _identity(os.stat(self.path))
+        for key, value in changed.items():
+            for listener in list(self._listeners):
+                listener(key, value)
 
     def on_change(self, listener: Callable[[str, Any], None]) -> None:
         self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str, Any], None]) -> None:
+        """Stop telling `listener` (a dialog's, when it closes: the shared object outlives it)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    @contextmanager
+    def changes(self) -> Iterator[list[str]]:
+        """The keys changed through this object meanwhile (a dialog's edits), in order; the
+        listener goes at the end (the shared object outlives the dialog)."""
+        changed: list[str] = []
+
+        def heard(key: str, _value: Any) -> None:
+            changed.append(key)
+
+        self.on_change(heard)
+        try:
+            yield changed
+        finally:
+            self.remove_listener(heard)
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 # Allowed values beyond the default's type.
