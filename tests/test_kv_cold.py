@@ -19,9 +19,14 @@ def snap(cid, n_tokens=300, fill=1, size=100_000):
 
 def test_disk_budget_holds_under_fifty_conversations(tmp_path):
     cold = ColdTier(tmp_path, budget_bytes=1_000_000)
+    # Distinct mtimes in write order, set rather than slept for: a file system's clock ticks in
+    # jiffies (4 ms, 10 ms), and a write that lands in the same tick as the one before ties with it.
+    # All in the past, so the file each write just made is the newest when that write prunes.
+    past = time.time_ns() - 10**12
     for cid in range(50):
-        assert cold.write(snap(cid, fill=cid), FACTS) is not None
-        time.sleep(0.002)  # distinct mtimes: LRU order is write order
+        path = cold.write(snap(cid, fill=cid), FACTS)
+        assert path is not None
+        os.utime(path, ns=(past + cid * 10**9, past + cid * 10**9))  # LRU order is write order
         assert sum(size for _, size, _ in cold.files()) <= 1_000_000
     kept = sorted(int(p.name[1:p.name.index("-")]) for p, _, _ in cold.files())
     assert kept == list(range(50 - len(kept), 50)) and len(kept) >= 8  # the newest stay

@@ -557,16 +557,24 @@ def test_one_thread_owns_the_embedder_and_queries_go_ahead_of_indexing(fake_mode
     def embed(name, text, priority):
         done[name] = emb.embed([text], priority)
 
+    def queued(n: int) -> None:  # until n requests wait behind the running batch (not a guessed sleep)
+        deadline = time.monotonic() + 60
+        while emb._requests.qsize() != n:
+            assert time.monotonic() < deadline, f"{emb._requests.qsize()} requests queued, not {n}"
+            time.sleep(0.005)
+
     first = threading.Thread(target=embed, args=("first", "batch one", INDEXING))
     first.start()
+    deadline = time.monotonic() + 60
     while fake_model.order[-1:] != ["batch one"]:
+        assert time.monotonic() < deadline, "the first batch never started"
         time.sleep(0.005)  # the first batch is running, held
     later = threading.Thread(target=embed, args=("later", "batch two", INDEXING))
     later.start()
-    time.sleep(0.05)  # queued behind it
+    queued(1)  # queued behind it
     query = threading.Thread(target=embed, args=("query", "the query", QUERY))
     query.start()
-    time.sleep(0.05)
+    queued(2)
     release.set()
     for thread in (first, later, query):
         thread.join(20)

@@ -99,16 +99,16 @@ def test_reads_do_not_wait_for_a_write_on_another_thread(tmp_path):
         with db.transaction() as conn:
             conn.execute("UPDATE conversations SET title = 'changed' WHERE id = ?", (cid,))
             inside.set()
-            release.wait(10)
+            release.wait(120)  # longer than the reader is given: a read that waits for it cannot pass
 
     writer = threading.Thread(target=long_write)
     writer.start()
     try:
-        assert inside.wait(10)
+        assert inside.wait(60)
         got = {}
         reader = threading.Thread(target=lambda: got.update(rows=db.conversations(), hits=db.search_conversations("fir")))
         reader.start()
-        reader.join(5)
+        reader.join(60)
         assert not reader.is_alive(), "a read waited for the writer"
         assert [r["title"] for r in got["rows"]] == ["first"] and got["hits"] == [cid]  # the committed state
     finally:
