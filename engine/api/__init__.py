@@ -57,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "read_gguf": "engine.models.gguf_info",
     "check_remote": "engine.api.helpers",
     "database_check": "engine.api.helpers",
+    "footprint": "engine.api.footprint",  # what the engine keeps per conversation (a soak's gauges)
     # hubs, hub search and the first-start recommendation (issue 14)
     "HubError": "engine.models.hubs",
     "hubs": "engine.models.hubs",

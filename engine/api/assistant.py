@@ -238,6 +238,11 @@ class Assistant(AssistantCore, DocumentsApi):
             self.db.add_message(cid, role, clean_text(content).strip())
         return cid
 
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Delete a conversation everywhere: its rows, memory chunks, KV snapshots and water level."""
+        super().delete_conversation(conversation_id)
+        self.water.pop(conversation_id, None)  # the status thread copies it twice a second
+
     # ---- embeddings (the memory's embedding model, shared with documents)
     def embedding_model(self) -> str | None:
         """The id of the model `embed` uses; None when memory and documents are both off."""

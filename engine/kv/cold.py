@@ -195,6 +195,14 @@ class ColdTier:
         self._counts[path.name] = (mtime, n)
         return n
 
+    def counted_files(self) -> dict[str, tuple[int, int | None]]:
+        """name -> (bytes, tokens or None if unreadable) of every file on disk now; the header
+        cache keeps only these (a file deleted while its header was read leaves no entry for long)."""
+        out = {p.name: (size, self.token_count(p, mtime)) for p, size, mtime in self.files()}
+        for name in [n for n in list(self._counts) if n not in out]:
+            self._counts.pop(name, None)
+        return out
+
     def files(self) -> list[tuple[Path, int, float]]:
         out = []
         try:

@@ -196,7 +196,7 @@ class KVTiers:
         """KV use in PAGE_TOKENS pages per model: capacity and use of the live context, and what
         each conversation holds hot, warm and cold. `backends`: (backend, planned bytes per token)."""
         out = {}
-        cold_files = {p.name: (size, self.cold.token_count(p, mtime)) for p, size, mtime in self.cold.files()}
+        cold_files = self.cold.counted_files()
         for backend, per_token in backends:
             ident = backend.identity
             page_bytes = PAGE_TOKENS * per_token
