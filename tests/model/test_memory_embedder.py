@@ -1,5 +1,7 @@
 """The real embedder (bundled all-MiniLM-L6-v2) with real sqlite-vec: retrieval by meaning."""
 
+import threading
+
 import pytest
 
 from engine.memory import Embedder, MemoryService
@@ -23,9 +25,16 @@ FACTS = {
 def embedder(tmp_path_factory):
     """One model load for the module; what a search said while it was loading is kept."""
     emb = Embedder()
+    # The load waits for the search below: "while it was loading" is a state, not a race against
+    # a machine fast enough to load first.
+    searched, load = threading.Event(), emb._load
+    emb._load = lambda: (searched.wait(60), load())
     db = Database(tmp_path_factory.mktemp("loading") / "m.db")
     svc = MemoryService(db, emb).start()
-    emb.status_while_loading = svc.search("what is my cat called?").status
+    try:
+        emb.status_while_loading = svc.search("what is my cat called?").status
+    finally:
+        searched.set()
     assert emb.wait(180), emb.state
     svc.close()
     db.close()

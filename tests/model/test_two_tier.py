@@ -144,14 +144,14 @@ def test_foreground_preempts_queued_background_jobs(model_paths):
 
         def background_running(w, job):
             started.set()
-            job.preempt.wait(10)  # a background job yields when a foreground one arrives
+            job.preempt.wait(60)  # a background job yields when a foreground one arrives
             order.append(("bg-running", job.preempt.is_set()))
 
         def make(name):
             return lambda w, job: order.append((name, None))
 
         running = worker.submit(background_running, BACKGROUND)
-        started.wait(10)
+        assert started.wait(60)  # running, not still queued: the two below queue behind it
         queued_bg = worker.submit(make("bg-queued"), BACKGROUND)
         fg = worker.submit(make("fg"), FOREGROUND)
         for job in (running, queued_bg, fg):
