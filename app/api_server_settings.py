@@ -1,6 +1,7 @@
 """Settings → "Local API server": on/off, port, the URL, the API key (read-only, Copy, New key),
-whether API conversations are kept in the chat list, CORS origins, and access from other
-computers (asked for twice). The window runs the server (app/api_server.py)."""
+whether API conversations are kept in the chat list and API programs may use the memory, CORS
+origins, and access from other computers (asked for twice). The window runs the server
+(app/api_server.py)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,12 @@ class ApiServerSection(QGroupBox):
         self.store.setChecked(settings.get("server.store_conversations"))
         form.addRow(self.store)
 
+        # Off by default: a client asking for the memory (x_memory) is not the user agreeing.
+        self.memory = QCheckBox(tr("Let API programs use my memory (recall, and “remember that …”)"))
+        self.memory.setObjectName("apiServerMemory")
+        self.memory.setChecked(settings.get("server.allow_memory"))
+        form.addRow(self.memory)
+
         self.cors = QLineEdit(settings.get("server.cors_origins"))
         self.cors.setObjectName("apiServerCors")
         self.cors.setPlaceholderText(tr("e.g. http://localhost:3000 (empty: no web page may call it)"))
@@ -149,6 +156,7 @@ class ApiServerSection(QGroupBox):
         s.set("server.enabled", self.enabled.isChecked())
         s.set("server.port", int(self.port.value()))
         s.set("server.store_conversations", self.store.isChecked())
+        s.set("server.allow_memory", self.memory.isChecked())
         s.set("server.cors_origins", " ".join(self.cors.text().replace(",", " ").split()))
         s.set("server.allow_network", self.network.isChecked())
         s.set("server.host", self.host())

@@ -264,7 +264,7 @@ def test_the_memory_stays_out_of_api_turns_unless_x_memory_asks(serve, fakes, ma
 
     try:
         a.memory.add("My cat is called Miso.", pin=True)
-        server = serve(a, store_conversations=True)
+        server = serve(a, store_conversations=True, allow_memory=True)  # the user lets clients ask (issue 22)
         plain = chat(4)  # 4 turns: 1 summarised + 2 recent would make a summary (summary_every=1)
         assert all("Miso" not in fake.detokenize(p) for p in fake.prompts)  # memories not sent unasked
         assert a.memory.flush(30)

@@ -25,6 +25,7 @@ from engine.docs.service import DocumentService
 from engine.inference.backend import LoadParams, ModelLoadError, VocabTokenizer
 from engine.inference.generate import Chunk, GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
+from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
 from engine.storage import Database, clean_text
@@ -279,9 +280,10 @@ class Assistant(AssistantCore, DocumentsApi):
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
              overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True, memory: bool = True, read_ahead: bool = False) -> Iterator[Chunk | TurnDone]:
+             cascade: bool = True, memory: bool = True, read_ahead: bool = False,
+             domain: str = WINDOW_DOMAIN) -> Iterator[Chunk | TurnDone]:
         return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces, overflow, docs, cascade, memory, read_ahead))
+                                          _replaces, overflow, docs, cascade, memory, read_ahead, domain))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    cancel: threading.Event | None = None, route: str = "auto",

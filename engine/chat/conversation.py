@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.chat.session import Message
+from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.memory.prompt import pinned_text
 from engine.memory.service import Hits
 from engine.storage import Database
@@ -63,6 +64,9 @@ class TurnInput:
     # False: the memory neither reads nor keeps this turn (no recall, pinned facts, "remember
     # that", indexing or summary): a stateless API client's turns, unless it asks (x_memory).
     memory: bool = True
+    # Whose turn it is (engine/kv/snapshot.py WINDOW_DOMAIN): other chats' KV states serve it only
+    # within this trust domain.
+    domain: str = WINDOW_DOMAIN
 
 
 @dataclass

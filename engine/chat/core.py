@@ -30,7 +30,7 @@ from engine.inference.backend import LoadParams, ModelLoadError
 from engine.inference.manager import ModelManager
 from engine.inference.remote import RemoteClient, RemoteConfig
 from engine.inference.runtime import Worker
-from engine.kv.tiers import KVTiers
+from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.memory.service import MemoryService
 from engine.models.catalog import Catalog, ModelNotFound
 from engine.models.instruct import is_instruct
@@ -240,9 +240,11 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
             raise ConversationNotFound(f"no conversation with id {conversation_id}")
         return row.get("docs")
 
-    def route(self, conversation_id: int, text: str, forced: str = "auto") -> RouteDecision:
+    def route(self, conversation_id: int, text: str, forced: str = "auto",
+              domain: str = WINDOW_DOMAIN) -> RouteDecision:
         """Decide the level for a message: the message's override, the conversation's, else the
-        classifier + cache stickiness."""
+        classifier + cache stickiness (which counts another conversation's cached prefix only
+        within the turn's trust `domain`: the reason names the tokens to re-evaluate)."""
         if forced in LEVELS:
             return RouteDecision(forced, "user override", 0.0)
         row = self.db.conversation(conversation_id)
@@ -257,7 +259,9 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
             # Price the switch without loading anything: an unloaded target evaluates everything.
             target = self.manager.find_loaded(self.tiers.get(decision.level, ""))
             if target is not None:
-                uncached = LocalTarget(decision.level, target).uncached_tokens(history, user)
+                local = LocalTarget(decision.level, target)
+                shared = self.kv is None or self.kv.shares(local.identity, conversation_id, domain)
+                uncached = local.uncached_tokens(history, user, shared)
             else:
                 uncached = len(LocalTarget(warm, warm_worker).session(history).prompt(user))
             tps = (target.prompt_tps if target else None) or DEFAULT_PROMPT_TPS

@@ -15,7 +15,7 @@ from engine.inference.backend import ContextFull, DecodeError, SamplingParams
 from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
                                 session_counter)
 from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats, common_prefix, generate
-from engine.kv.tiers import KVTiers
+from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
 from engine.inference.runtime import FOREGROUND, Job, Worker
 from engine.chat.session import Message, Session
@@ -138,22 +138,25 @@ class LocalTarget:
         results = [item for item in self.worker.submit(run, FOREGROUND, cancel) if isinstance(item, TurnResult)]
         return results[-1].text if results else ""
 
-    def uncached_tokens(self, history: list[Message], user: Message) -> int:
-        """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix."""
+    def uncached_tokens(self, history: list[Message], user: Message, shared: bool = True) -> int:
+        """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix
+        (none when the context's state may not serve this turn: `shared` False, another domain's)."""
         prompt = self.session(history).prompt(user)
         kv = self.worker.backend.kv_tokens
-        return len(prompt) - common_prefix(kv, prompt)
+        return len(prompt) - (common_prefix(kv, prompt) if shared else 0)
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False, *,
                tiers: KVTiers | None = None, conversation_id: int | None = None,
-               read_ahead: bool = False) -> Iterator[Chunk | TurnResult]:
+               read_ahead: bool = False, domain: str = WINDOW_DOMAIN) -> Iterator[Chunk | TurnResult]:
         """The answer to `user` after `history`, on this model's thread. `read_ahead`: once the
-        answer is out, evaluate the markers that open the next user turn (see `_read_ahead`)."""
+        answer is out, evaluate the markers that open the next user turn (see `_read_ahead`).
+        `domain`: the turn's trust domain (`KVTiers.prepare`)."""
         def run(worker: Worker, job: Job) -> None:
             prompt = self.session(history).prompt(user)
             # Another conversation in the context: park it, bring this one's state from RAM or disk.
-            restore = tiers.prepare(worker.backend, conversation_id, prompt) if tiers and conversation_id else None
+            restore = (tiers.prepare(worker.backend, conversation_id, prompt, domain)
+                       if tiers and conversation_id else None)
             shift = None
             if window_moved:  # the oldest turns left the window: shift the cache, else re-evaluate
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"

@@ -19,6 +19,7 @@ from engine.chat.window import Window, head_tail
 from engine.inference.generate import Chunk, GenerateParams, TurnResult
 from engine.inference.remote import RemoteError
 from engine.inference.runtime import BACKGROUND, ModelUnloaded
+from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.memory.prompt import recalled_turn
 from engine.memory.remember import parse_remember
 from engine.memory.service import Hits
@@ -93,7 +94,8 @@ class Turns:
              cancel: threading.Event | None = None, route: str = "auto",
              flush_s: float = 1.0, _replaces: list[int] | None = None,
              overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True, memory: bool = True, read_ahead: bool = False) -> Iterator[Chunk | TurnDone]:
+             cascade: bool = True, memory: bool = True, read_ahead: bool = False,
+             domain: str = WINDOW_DOMAIN) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`).
 
@@ -112,6 +114,8 @@ class Turns:
             read_ahead: once the answer is out, the model evaluates the markers that open the next
                 user turn (~6 tokens), before anyone asks: a client that comes back evaluates that
                 much less (the API server's turns; engine/chat/targets.py `_read_ahead`).
+            domain: the turn's trust domain: another conversation's KV state serves it only within
+                its own (an API client's turns get theirs; engine/kv/tiers.py `prepare`).
 
         Raises:
             MessageTooLong: the message does not fit the context and overflow is "refuse".
@@ -126,7 +130,7 @@ class Turns:
             raise InputError("empty message")
         if len(text) > MAX_MESSAGE_CHARS:
             raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
-        decision = self.route(conversation_id, text, route)
+        decision = self.route(conversation_id, text, route, domain=domain)
         found = self._doc_recall(text, self._doc_scope(conv.id, docs))
         decision = self._keep_local(decision, found)
         # Memories and excerpts share one budget; with excerpts waiting, memories take half at most.
@@ -134,7 +138,7 @@ class Turns:
         user = Message("user", text, model_text=recalled_turn(text, recall) if recall else None)
         turn = TurnInput(user, recall, parse_remember(text) if self.memory and memory else None,
                          replaces=_replaces or [], memory_tokens=recall.tokens if recall is not None else 0,
-                         memory=memory, read_ahead=read_ahead)
+                         memory=memory, read_ahead=read_ahead, domain=domain)
         self._with_documents(turn, found, max(0, self.retrieval_max_tokens - turn.memory_tokens))
         turn.local_only = bool(turn.sources) and not self.docs_allow_remote
         try:
@@ -294,7 +298,7 @@ class Turns:
         finished = False
         last_flush = time.monotonic()
         stream = target.stream(history, user, params, cancel, moved, tiers=self.kv, conversation_id=conv.id,
-                               read_ahead=turn.read_ahead)
+                               read_ahead=turn.read_ahead, domain=turn.domain)
         try:
             for item in stream:
                 if answer.id is None:  # first output: the tier is answering, make the row

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from engine.inference.backend import LLAMA_CPP_VERSION, Backend
 from engine.inference.generate import common_prefix
 
-__all__ = ["Snapshot", "cache_facts", "common_prefix", "take_snapshot", "tokens_digest"]
+__all__ = ["Snapshot", "WINDOW_DOMAIN", "cache_facts", "common_prefix", "take_snapshot", "tokens_digest"]
+
+# The trust domain of the app's own turns (window, terminal chat). A KV state serves another
+# conversation's prompt only within its domain: API clients get theirs (engine/server/schema.py
+# `api_domain`), so one client's cached prefix never answers, or times, another's guess.
+WINDOW_DOMAIN = "window"
 
 
 def tokens_digest(tokens: list[int]) -> str:
@@ -19,22 +24,24 @@ def tokens_digest(tokens: list[int]) -> str:
 
 @dataclass
 class Snapshot:
-    """One conversation's KV state for one model: its token ids and llama.cpp's sequence state."""
+    """One conversation's KV state for one model: its token ids and llama.cpp's sequence state,
+    and the trust domain of the turns that made it."""
 
     identity: str
     conversation_id: int | None
     tokens: list[int]
     data: bytearray
+    domain: str = WINDOW_DOMAIN
 
     @property
     def nbytes(self) -> int:
         return len(self.data) + 4 * len(self.tokens)
 
 
-def take_snapshot(backend: Backend, conversation_id: int | None) -> Snapshot:
+def take_snapshot(backend: Backend, conversation_id: int | None, domain: str = WINDOW_DOMAIN) -> Snapshot:
     """The context's sequence state as a snapshot (model thread)."""
     data, tokens = backend.save_sequence()
-    return Snapshot(backend.identity, conversation_id, tokens, data)
+    return Snapshot(backend.identity, conversation_id, tokens, data, domain)
 
 
 def cache_facts(backend: Backend) -> dict:

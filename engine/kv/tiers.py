@@ -28,8 +28,9 @@ from engine.kv.snapshot import (WINDOW_DOMAIN, Snapshot, cache_facts, common_pre
 from engine.kv.warm import WarmTier
 
 # Re-exported: callers import the tiers' public names from here.
-__all__ = ["KVTiers", "ColdTier", "ColdStats", "WarmTier", "Snapshot", "Restore", "PAGE_TOKENS", "MAGIC", "WINDOW_DOMAIN",
-           "MIN_COLD_TOKENS", "MIN_WARM_TOKENS", "cache_facts", "common_prefix", "take_snapshot", "tokens_digest"]
+__all__ = ["KVTiers", "ColdTier", "ColdStats", "WarmTier", "Snapshot", "Restore", "PAGE_TOKENS", "MAGIC",
+           "WINDOW_DOMAIN", "MIN_COLD_TOKENS", "MIN_WARM_TOKENS", "cache_facts", "common_prefix", "take_snapshot",
+           "tokens_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ class KVTiers:
         kv = backend.kv_tokens
         shares = self.shares(ident, conversation_id, domain)
         common = common_prefix(kv, prompt) if shares else 0
-        self.hot_domain[ident] = domain if shares else self.hot_domain.get(ident)  # the leaving state's, until parked
         if hot == conversation_id and common:
+            self.hot_domain[ident] = domain
             return Restore("hot", 0.0, common)
         t0 = time.perf_counter()
         facts = self.facts(backend)
@@ -109,7 +110,8 @@ class KVTiers:
         if leaving and (source is not None or common < len(kv)) and not self.warm.holds(ident, hot, kv):
             # Not parked after its last turn (the usual case parks then, off this path): copy it now.
             t_park = time.perf_counter()
-            self.warm.put(take_snapshot(backend, hot, self.hot_domain.get(ident) or ""))  # one memcpy; disk write queued
+            # One memcpy; its disk write, if any, is queued. An unknown domain ("") serves no other chat.
+            self.warm.put(take_snapshot(backend, hot, self.hot_domain.get(ident) or ""))
             park_ms = (time.perf_counter() - t_park) * 1000
         if snap is not None:
             if source == "warm" and snap.conversation_id == conversation_id:
@@ -126,6 +128,11 @@ class KVTiers:
         ms = (time.perf_counter() - t0) * 1000 - park_ms
         return Restore(source, ms if source else 0.0, usable if source else 0, park_ms)
 
+    def shares(self, identity: str, conversation_id: int | None, domain: str) -> bool:
+        """Whether the live context of model `identity` may serve a turn of `conversation_id` in
+        `domain`: it holds that conversation, or a state made by turns of the same domain."""
+        return self.hot.get(identity) == conversation_id or self.hot_domain.get(identity) == domain
+
     def park(self, backend: Backend, conversation_id: int) -> None:
         """After a turn, while the model is idle (a background job on its thread): copy the
         context's conversation to the warm tier, so a later switch only restores."""
@@ -134,7 +141,7 @@ class KVTiers:
         kv = backend.kv_tokens
         if len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, conversation_id, kv):
             self.facts(backend)
-            self.warm.put(take_snapshot(backend, conversation_id))
+            self.warm.put(take_snapshot(backend, conversation_id, self.hot_domain.get(backend.identity) or ""))
 
     def release(self, backend: Backend) -> None:
         """The model is being unloaded (evicted, or the app exits): its conversation's state moves
@@ -143,7 +150,7 @@ class KVTiers:
         kv = backend.kv_tokens
         if cid is not None and len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, cid, kv):
             self.facts(backend)
-            self.warm.put(take_snapshot(backend, cid))
+            self.warm.put(take_snapshot(backend, cid, self.hot_domain.get(backend.identity) or ""))
 
     def forget(self, conversation_id: int) -> None:
         """A deleted conversation: drop its warm snapshots, the cold writes queued or under way for
@@ -155,6 +162,7 @@ class KVTiers:
         for ident, cid in list(self.hot.items()):
             if cid == conversation_id:
                 self.hot[ident] = None
+                self.hot_domain[ident] = None  # what is left of it in the context serves no other chat
         self.cold.delete(conversation_id)
 
     def _wanted(self, conversation_id: int | None) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from engine.kv.snapshot import Snapshot, common_prefix
+from engine.kv.snapshot import WINDOW_DOMAIN, Snapshot, common_prefix
 
 
 class WarmTier:
@@ -40,13 +40,16 @@ class WarmTier:
             if self.on_evict:
                 self.on_evict(old)
 
-    def best(self, identity: str, conversation_id: int | None, prompt: list[int]) -> tuple[Snapshot, int] | None:
+    def best(self, identity: str, conversation_id: int | None, prompt: list[int],
+             domain: str = WINDOW_DOMAIN) -> tuple[Snapshot, int] | None:
         """The snapshot of this model covering the longest prefix of `prompt` (the conversation's
-        own first on ties), with that length; None when none covers a token."""
+        own first on ties), with that length; None when none covers a token. Another
+        conversation's snapshot counts only within `domain`: its prefix would tell a client of
+        another domain what that conversation holds."""
         with self._lock:
             found, best = None, 0
             for (ident, cid), snap in self._items.items():
-                if ident != identity:
+                if ident != identity or (cid != conversation_id and snap.domain != domain):
                     continue
                 n = common_prefix(snap.tokens, prompt)
                 if n > best or (n == best and n and cid == conversation_id):

@@ -126,7 +126,8 @@ class Endpoints:
             body = parse_json(await request.body())
             turn = parse_turn(body, tiers=dict(server.assistant.tiers), installed=server.installed,
                               max_messages=self.config.max_messages, repetition_guard=server.repetition_guard,
-                              client=_client(request), completion=not chat)
+                              client=_client(request), completion=not chat, key=server.key_tag,
+                              allow_memory=self.config.allow_memory)
             job = Job(turn.client, turn_work(turn, server.conversations), asyncio.get_running_loop())
             server.queue.put(job.client, job)
         except Exception as exc:  # noqa: BLE001 - every refusal is an HTTP answer

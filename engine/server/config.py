@@ -101,6 +101,8 @@ class ServerConfig:
         cors_origins: browser origins allowed to call the API; empty: CORS off.
         store_conversations: API conversations stay in the chat list; off: deleted once the
             server no longer reuses them (and at exit).
+        allow_memory: clients may use the user's memory (x_memory); off: x_memory gets 403. The
+            user grants it (Settings), never a client.
         max_body_bytes, max_messages: a larger request gets 413 / 400.
         queue_depth: requests waiting for the engine; one more gets 429.
         request_timeout_s: a request's whole time, queue included; then its turn is cancelled.
@@ -114,6 +116,7 @@ class ServerConfig:
     allow_network: bool = False
     cors_origins: tuple[str, ...] = ()
     store_conversations: bool = False
+    allow_memory: bool = False
     max_body_bytes: int = 8 * 1024 * 1024
     max_messages: int = 1000
     queue_depth: int = 16
@@ -130,6 +133,7 @@ class ServerConfig:
             allow_network=settings.get("server.allow_network"),
             cors_origins=parse_origins(settings.get("server.cors_origins")),
             store_conversations=settings.get("server.store_conversations"),
+            allow_memory=settings.get("server.allow_memory"),
             max_body_bytes=int(settings.get("server.max_body_mb") * 1024 * 1024),
             max_messages=settings.get("server.max_messages"), queue_depth=settings.get("server.queue_depth"),
             request_timeout_s=float(settings.get("server.request_timeout_s")))

@@ -71,7 +71,7 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
     message on it, and note the answered history for the client's next request."""
 
     def work(assistant: "Assistant", job: Job) -> None:
-        cid = conversations.open(assistant, turn.history)
+        cid = conversations.open(assistant, turn.history, turn.domain)
         final = None
         try:
             # A streamed answer cannot be taken back: no cascade re-ask for streams. The memory
@@ -79,14 +79,15 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
             # user's memories do not reach a client unasked, and a client's turns are not kept.
             for item in assistant.send(cid, turn.history.text, turn.params, cancel=job.cancel, route=turn.route,
                                        docs=turn.docs, cascade=not turn.stream, memory=turn.memory,
-                                       read_ahead=turn.keep):  # a chat client comes back with this history
+                                       read_ahead=turn.keep,  # a chat client comes back with this history
+                                       domain=turn.domain):  # other clients' cached prefixes never serve it
                 if isinstance(item, TurnDone) and not item.superseded:
                     final = item
                 job.emit(item)
         finally:
             if (turn.keep and final is not None and not job.cancel.is_set()
                     and final.stats.get("finish_reason") != "cancelled"):
-                conversations.answered(assistant, cid, turn.history, final.text, final.message_id)
+                conversations.answered(assistant, cid, turn.history, final.text, final.message_id, turn.domain)
             else:
                 conversations.failed(assistant, cid)
 

@@ -29,10 +29,11 @@ INDEX_SIZE = 128  # conversations the server can continue; the least recently us
 PENDING_FILE = "server_conversations.json"  # unstored API conversations alive (deleted after a crash)
 
 
-def digest(messages: list[tuple[str, str]]) -> str:
+def digest(messages: list[tuple[str, str]], domain: str = "") -> str:
     """A history's identity: (role, content) in order, content without surrounding whitespace
-    (clients trim answers differently)."""
-    data = json.dumps([(role, content.strip()) for role, content in messages], ensure_ascii=False)
+    (clients trim answers differently), within the client's trust domain: a client that resends
+    another's exact history (a guess) starts a conversation of its own, never continues theirs."""
+    data = json.dumps([domain, *((role, content.strip()) for role, content in messages)], ensure_ascii=False)
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -71,11 +72,11 @@ class History:
         """The new user message (several trailing user messages as one)."""
         return "\n\n".join(text for _, text in self.messages[self.new_from:])
 
-    def prefix_digest(self) -> str:
-        return digest(list(self.messages[:self.new_from]))
+    def prefix_digest(self, domain: str = "") -> str:
+        return digest(list(self.messages[:self.new_from]), domain)
 
-    def answered_digest(self, answer: str) -> str:
-        return digest([*self.messages, ("assistant", answer)])
+    def answered_digest(self, answer: str, domain: str = "") -> str:
+        return digest([*self.messages, ("assistant", answer)], domain)
 
 
 class ApiConversations:
@@ -115,10 +116,11 @@ class ApiConversations:
         self._save()
         return gone
 
-    def open(self, assistant, history: History) -> int:
-        """The conversation to send `history.text` on: the one the history continues (taken out
-        of the index: it moves on with this turn), else a new one holding the earlier turns."""
-        entry = self._index.pop(history.prefix_digest(), None)
+    def open(self, assistant, history: History, domain: str = "") -> int:
+        """The conversation to send `history.text` on: the one the history continues in the
+        client's `domain` (taken out of the index: it moves on with this turn), else a new one
+        holding the earlier turns."""
+        entry = self._index.pop(history.prefix_digest(domain), None)
         if entry is not None:
             cid, last_id = entry
             if self._unchanged(assistant, cid, last_id):
@@ -132,9 +134,11 @@ class ApiConversations:
             self._save()
         return cid
 
-    def answered(self, assistant, cid: int, history: History, answer: str, message_id: int) -> None:
-        """The turn finished: a request that resends this history plus `answer` continues `cid`."""
-        self._index[history.answered_digest(answer)] = (cid, message_id)
+    def answered(self, assistant, cid: int, history: History, answer: str, message_id: int,
+                 domain: str = "") -> None:
+        """The turn finished: a request of `domain` that resends this history plus `answer`
+        continues `cid`."""
+        self._index[history.answered_digest(answer, domain)] = (cid, message_id)
         while len(self._index) > self.size:
             _, (old, _) = self._index.popitem(last=False)
             self._forget(assistant, old)

@@ -7,6 +7,7 @@ JSON mode) and ignored when they are hints (frequency_penalty, user-agent extras
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from typing import Any
@@ -58,6 +59,24 @@ class Turn:
     memory: bool = False  # x_memory: recall the user's memories into the turn and keep it in them
     client: str = ""  # fairness key: the `user` field, else the peer address
     keep: bool = True  # index the answered history (chat); False: a one-off (/v1/completions)
+    domain: str = "api"  # trust domain (`api_domain`): whose cached KV prefixes may serve the turn
+
+
+def _tag(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def key_tag(api_key: str) -> str:
+    """The API key's part of a client's trust domain (a hash: the key itself is kept nowhere else)."""
+    return _tag(api_key)
+
+
+def api_domain(key: str, user: str) -> str:
+    """The trust domain of an API client: the key it sent (`key_tag`) and the `user` it names.
+    Another conversation's KV state serves a turn only within its domain, so neither the window's
+    chats nor another client's answer a client's guess with cached tokens. `user` separates the
+    clients that share a key by their own account: it is a label, not a password."""
+    return f"api:{key}:{_tag(user)}"
 
 
 def _get(body: dict, name: str, kinds: tuple, default: Any = None, what: str = "") -> Any:
@@ -179,8 +198,11 @@ def _route(model: str, tiers: dict[str, str]) -> str:
 
 
 def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_messages: int,
-               repetition_guard: bool, client: str, completion: bool = False) -> Turn:
+               repetition_guard: bool, client: str, completion: bool = False, key: str = "",
+               allow_memory: bool = False) -> Turn:
     """A chat request (`completion`: a legacy completions request, its prompt as one user message).
+    `key`: the key's `key_tag` (the client's trust domain); `allow_memory`: the user lets API
+    clients use the memory (setting server.allow_memory), else x_memory is refused.
 
     Raises:
         RequestError: anything the client must change.
@@ -222,10 +244,15 @@ def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_me
     if docs is not None and not isinstance(docs, bool) and not (isinstance(docs, str) and docs.strip()):
         raise RequestError("x_docs must be true, false or a collection name", "x_docs")
     memory = _get(body, "x_memory", (bool,), False)
+    if memory and not allow_memory:
+        # The user's memory is theirs to share: a client asking is not the user agreeing.
+        raise RequestError("this server does not let API clients use the user's memory; the user can allow "
+                           "it in Settings → Local API server (setting server.allow_memory)", "x_memory",
+                           status=403, code="memory_not_allowed", kind="permission_error")
     user = _get(body, "user", (str,), "")
     return Turn(model, route, history, generate_params(body, repetition_guard), stream, include_usage,
                 bool(logprobs), docs.strip() if isinstance(docs, str) else docs, memory,
-                client=f"user:{user}" if user else client, keep=not completion)
+                client=f"user:{user}" if user else client, keep=not completion, domain=api_domain(key, user))
 
 
 def parse_embedding_input(body: dict) -> list[str]:

@@ -25,6 +25,7 @@ from engine.server.engine_thread import EngineThread, Job, Post
 from engine.server.fair_queue import FairQueue
 from engine.server.history import ApiConversations
 from engine.server.protocol import HeaderDeadlineProtocol
+from engine.server.schema import key_tag
 
 if TYPE_CHECKING:
     from engine.api import Assistant
@@ -91,6 +92,7 @@ class ApiServer:
         self.assistant, self.config = assistant, config
         settings = settings or getattr(assistant, "settings", None)
         self.repetition_guard = settings.get("generate.repetition_guard") if settings is not None else True
+        self.key_tag = key_tag(config.api_key)  # the clients' trust domains (engine/server/schema.py)
         self.installed = installed_models()
         self.queue: FairQueue[Job] = FairQueue(config.queue_depth)
         self.conversations = ApiConversations(config.store_conversations)
