@@ -273,7 +273,9 @@ class Assistant(AssistantCore, DocumentsApi):
         return None
 
     def forget_all_memories(self) -> int:
-        return self.memory.forget_all() if self.memory is not None else 0
+        gone = self.memory.forget_all() if self.memory is not None else 0
+        self.db.scrub()  # the forgotten text out of the WAL (the file's pages are zeroed: secure_delete)
+        return gone
 
     # ---- turns: the caller's stop event, or the assistant's own Stop
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),

@@ -215,6 +215,7 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
                 self.memory.forget_message(mid)
         if self.kv is not None:
             self.kv.forget(conversation_id)
+        self.db.scrub()  # its text out of the WAL: the file keeps only the pages secure_delete zeroed
 
     # ---- routing
     def set_conversation_route(self, conversation_id: int, route: str) -> None:

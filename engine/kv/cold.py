@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from engine.config.paths import private_dir, private_file
 from engine.kv.snapshot import Snapshot, common_prefix, tokens_digest
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,11 @@ class ColdTier:
 
     File: MAGIC, header length, JSON header (facts, token count and digest, payload length and
     CRC-32), then the payload: int32 token ids followed by llama.cpp's sequence state.
+
+    The token ids decode back to the chat's text, as the database holds it: the files get the
+    database's protection, 0600 in a 0700 folder, and go when their conversation is deleted. Not
+    encrypted: the key would sit beside them in the same folder (or need an OS keyring the
+    database does not use either), and a cache file must load in milliseconds.
     """
 
     def __init__(self, folder: Path, budget_bytes: int, min_tokens: int = MIN_COLD_TOKENS):
@@ -48,6 +54,8 @@ class ColdTier:
         self.stats = ColdStats()
         self._lock = threading.Lock()  # renames, deletes and pruning one at a time
         self._counts: dict[str, tuple[float, int]] = {}  # file name -> (mtime, n_tokens) from headers
+        for path, _, _ in self.files():  # an older version's files were made 0644
+            private_file(path)
 
     def path(self, conversation_id: int, identity: str) -> Path:
         tag = hashlib.sha1(identity.encode()).hexdigest()[:12]
@@ -66,8 +74,9 @@ class ColdTier:
         path = self.path(snap.conversation_id, snap.identity)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:  # outside the lock: a delete need not wait for a large write (the temp name is this thread's)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            private_dir(self.folder)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
                 f.write(_HEAD.pack(MAGIC, len(header)))
                 f.write(header)
                 f.write(payload_tokens)

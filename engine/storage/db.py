@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 import logging
+import os
 import sqlite3
 import threading
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import sqlite_utils
 
+from engine.config.paths import private_file
 from engine.storage.migrations import apply_migrations
 
 try:  # optional (the `memory` extra): SQLite with extension loading
@@ -78,6 +80,18 @@ def decode_ids(blob: bytes | None) -> list[int] | None:
     return None if blob is None else np.frombuffer(blob, dtype="<i4").tolist()
 
 
+def _private(path: Path) -> None:
+    """The database file, and its WAL and shared-memory files, the user's only (0600): made so
+    before SQLite opens it (SQLite gives its -wal and -shm the database file's mode), narrowed when
+    an older version left them wider."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o600))
+    except OSError:
+        return  # SQLite says why, in its own words (StorageError)
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        private_file(p)
+
+
 def _connect(path: Path, driver: str):
     """A connection from `driver`'s module (sqlean's is a drop-in sqlite3.Connection look-alike)."""
     module = sqlean if driver == "sqlean" else sqlite3
@@ -125,10 +139,14 @@ class Database:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.driver = driver
+        _private(self.path)
         with _storage_errors(self.path, "open"):
             conn = _connect(self.path, driver)
             self.vec_version = _load_sqlite_vec(conn)
             conn.execute("PRAGMA foreign_keys = ON")
+            # Deleted rows are overwritten with zeros, not left in free pages (`scrub` moves them out
+            # of the WAL too). Every write goes through this connection, so it covers them all.
+            conn.execute("PRAGMA secure_delete = ON")
             conn.execute("PRAGMA busy_timeout = 5000")
             self.db = sqlite_utils.Database(conn)
             self.db.enable_wal()
@@ -157,6 +175,16 @@ class Database:
             finally:
                 self._local.writing -= 1
             self._conn.execute("COMMIT")
+
+    def scrub(self) -> bool:
+        """After a delete: copy the WAL into the database file and empty it, so that the zeroed
+        pages replace the deleted text there and no older WAL frame still holds it. False when a
+        reader kept part of the WAL (the next checkpoint finishes the job)."""
+        with self._lock, _storage_errors(self.path, "write to"):
+            busy, _, _ = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            log.info("the database's WAL could not be emptied now (a reader is using it)")
+        return not busy
 
     def close(self) -> None:
         with self._lock:
