@@ -377,7 +377,7 @@ class DocumentService:
                     self.watcher.refresh()
                 known = {r["path"]: r for r in self.store.roots()}
                 root = known[path]
-            found, problems = walk(Path(path), code=self.code)
+            found, problems = walk(Path(path), code=self.code, within=Path(root["path"]))
             report.skipped += [{"path": p, "reason": why} for p, why in problems if p != path or os.path.lexists(p)]
             stored = {f["path"]: f for f in self.store.files(root_id=root["id"])}
             if root["path"] != path:  # a file or sub-folder of an added root: only that part
