@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 from openai import OpenAI
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QScrollArea
 
 from app.engine_worker import EngineWorker
@@ -81,8 +81,10 @@ def through_settings(qtbot, w: MainWindow, monkeypatch, change) -> SettingsDialo
 
     monkeypatch.setattr(SettingsDialog, "exec", run)
     w.open_settings()
-    qtbot.waitUntil(lambda: w.api_server.pending is not None and w.api_server.pending.done(), timeout=30_000)
-    qtbot.wait(20)  # the state signal, queued to this thread
+    qtbot.waitUntil(lambda: w.api_server.pending is not None and w.api_server.pending.done(), timeout=60_000)
+    # The request emitted its state signal (queued to this thread) before it finished: deliver it now,
+    # rather than hoping a 20 ms wait is long enough.
+    QCoreApplication.sendPostedEvents()
     return opened[0]
 
 

@@ -103,7 +103,8 @@ def test_a_folder_fills_the_panel_with_status_and_reasons_while_the_gui_keeps_ti
     panel.add_folder_button.click()
     assert panel.waiting == 1 and panel.bar.isVisible() and panel.cancel_button.isVisible()
     wait_indexed(qtbot, panel)
-    qtbot.waitUntil(lambda: panel.file_model.rowCount() == 156)
+    qtbot.waitUntil(lambda: panel.file_model.rowCount() == 156, timeout=60_000)
+    qtbot.waitUntil(lambda: len(probe.gaps) >= 20, timeout=60_000)  # a count to judge, not a time (test_window)
     probe.stop()
     # The GUI loop kept ticking while the engine scanned, parsed, embedded and wrote 150+ files.
     gaps = sorted(probe.gaps)
@@ -157,6 +158,18 @@ def test_cancel_stops_the_running_and_the_queued_runs(qtbot, window, tmp_path):
         folder.mkdir()
         for i in range(n):
             (folder / f"n{i:03}.md").write_text(f"# Note {i}\n\nShelf {i % 9}, box {i}.\n", encoding="utf-8")
+    # The indexer holds at its fifth file until the Cancel reaches the run: however fast the machine,
+    # it cannot finish all 400 files between what the test saw and the click.
+    docs = window.worker.assistant.docs
+    index_file, seen = docs._index_file, []
+
+    def held(root_id, found, stored, report, cancel):
+        seen.append(found.path)
+        if len(seen) == 5:
+            cancel.wait(120)
+        return index_file(root_id, found, stored, report, cancel)
+
+    docs._index_file = held
     panel = open_panel(qtbot, window)
     panel.add_paths([str(big)])
     panel.add_paths([str(queued)], "later")
