@@ -42,8 +42,11 @@ chat: venv models
 	$(BIN)/assistant chat
 
 # pytest exits 5 when it collected nothing: that is a failure, said plainly.
+# Then the numerics tests again under a second CPU kernel (haswell, or x64 where haswell is the best):
+# they must hold on any processor, not encode one kernel's rounding (tests/second_variant.py).
 test: venv models
 	@$(BIN)/python -m pytest; rc=$$?; [ $$rc -ne 5 ] || echo "make test: no tests were collected" >&2; exit $$rc
+	@$(BIN)/python tests/second_variant.py; rc=$$?; [ $$rc -ne 5 ] || echo "make test: no numerics tests were collected" >&2; exit $$rc
 
 # The fast suite, about a minute on 2 cores: pure-Python tests and the turn logic on the scripted
 # fake backend (tests/fake_backend.py); no model loads, no Qt windows. The demo files are read for

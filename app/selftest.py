@@ -74,7 +74,7 @@ def api_server_check(window) -> dict:
 
     t0 = time.perf_counter()
     key = secrets.token_urlsafe(24)
-    server = serve_in_background(window.worker.assistant, Settings(), post=window.worker.post, host="127.0.0.1",
+    server = serve_in_background(window.worker.assistant, Settings.shared(), post=window.worker.post, host="127.0.0.1",
                                  port=0, allow_network=False, api_key=key)  # loopback whatever the settings say
 
     def call(path: str, body: dict | None = None, auth: bool = True) -> tuple[int, bytes]:
@@ -168,7 +168,7 @@ def run_selftest(model: str | None = None) -> int:
                 state["sent"] = True
                 window.send_message(PROMPT)
             elif time.perf_counter() - t0 > TIMEOUT_S:
-                state["error"] = f"timed out after {TIMEOUT_S} s"
+                state["error"] = f"timed out after {TIMEOUT_S} s" + waiting_for()
                 app.quit()
             elif state["sent"] and not window.busy and memory_settled():
                 checks["no_listening_socket"] = not listening_sockets()
@@ -181,15 +181,29 @@ def run_selftest(model: str | None = None) -> int:
                 app.quit()  # closes the shown window: the engine saves its state and closes the database
 
         def memory_settled() -> bool:
-            """Memory on (the default): its embedder must load in an installed app too."""
+            """Memory on (the default): its embedder must load in an installed app too. Only "ready"
+            or "failed: …" can be judged; "not started" or "loading" (a status snapshot taken before
+            the embedder began, on a machine that answers within one snapshot) means wait."""
             memory = window.worker.status().get("memory")
             if memory is None:
                 return True
-            if memory["embedder"] == "loading":
-                return False
             report["memory"] = memory
-            checks["memory_ready"] = memory["embedder"] == "ready"
+            embedder = memory["embedder"]
+            if embedder != "ready" and not embedder.startswith("failed"):
+                return False
+            checks["memory_ready"] = embedder == "ready"
             return True
+
+        def waiting_for() -> str:
+            if not state["sent"]:
+                return ": the engine never became ready"
+            if window.busy:
+                return ": the answer never ended"
+            embedder = (report.get("memory") or {}).get("embedder")
+            if embedder is not None:
+                checks["memory_ready"] = False
+                return f": the memory's embedder was still {embedder!r}"
+            return ""
 
         timer = QTimer()
         timer.setInterval(50)

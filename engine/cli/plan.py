@@ -78,7 +78,8 @@ def _devices_text(snap: DeviceSnapshot, budget: int) -> str:
              f"RAM       {snap.ram_total_bytes / GIB:.1f} GiB total, {snap.ram_available_bytes / GIB:.1f} GiB "
              f"available; this process {snap.process_rss_bytes / MIB:.0f} MiB"]
     lines.append(f"backends  {', '.join(snap.backends) or 'none (llama.cpp not loadable)'}"
-                 + "".join(f"; {b} not loaded: {why}" for b, why in snap.skipped))
+                 + "".join(f"; {b} not loaded: {why}" for b, why in snap.skipped)
+                 + (f"; CPU kernels: {snap.cpu_variant}" if snap.cpu_variant else ""))
     chosen = snap.best_gpu
     for g in snap.gpus:
         via = f"{g.backend} as {g.device}" if g.device else "no backend can use it"

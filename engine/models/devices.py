@@ -69,6 +69,7 @@ class DeviceSnapshot:
     platform: str = ""  # "Linux x86_64", "Darwin arm64"
     backends: tuple[str, ...] = ()  # ggml backends compiled in and loaded: ("cpu", "vulkan")
     skipped: tuple[tuple[str, str], ...] = ()  # (backend, why it did not load)
+    cpu_variant: str | None = None  # the CPU module ggml runs: "zen4", "haswell", ... (None: no variants)
     ggml_devices: tuple[GgmlDevice, ...] = ()  # every device ggml offers, CPU included
 
     @property
@@ -237,6 +238,7 @@ class DeviceMonitor:
         ggml = self._ggml
         if ggml is not None:
             base.update(backends=tuple(ggml.backends()), skipped=tuple(ggml.skipped.items()),
+                        cpu_variant=ggml.cpu_variant(),
                         ggml_devices=tuple(ggml.devices(memory_except=frozenset({"cuda"}) if self._nvml
                                                         and self._nvml.handles else frozenset())))
         if self._apple:

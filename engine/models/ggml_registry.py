@@ -7,6 +7,11 @@ CPU variant by its own score, and a GPU backend only if its driver stack loads (
 no CUDA driver: that module is skipped and `skipped` says why). A build without dynamic backends has
 its backends registered already; loading then finds nothing more, and the answers are the same.
 
+`ASSISTANT_CPU_VARIANT=haswell` (any `libggml-cpu-<variant>` present) loads that CPU variant instead
+of the best one, with ggml's own `ggml_backend_load`: the test suite runs its numerics tests under two
+kernels this way, and a user whose processor trips one variant can step down. A variant the processor
+cannot run is refused by ggml (its score is 0) and the best one is loaded, with a warning.
+
 This module talks to ggml through ctypes and does not import llama_cpp, so the planner and the
 gauges can ask before any model loads. ggml keeps one registry per process: `load()` runs once.
 """
@@ -30,6 +35,7 @@ TYPES = ("cpu", "gpu", "igpu", "accel", "meta")  # enum ggml_backend_dev_type, i
 # decoding. llama.cpp hides them unless GGML_VK_VISIBLE_DEVICES names them; "auto" never picks them.
 NATIVE = ("cuda", "metal", "hip", "musa", "sycl")  # preferred over Vulkan for the same card
 SOFTWARE = re.compile(r"llvmpipe|lavapipe|swiftshader|softpipe", re.IGNORECASE)
+CPU_VARIANT_ENV = "ASSISTANT_CPU_VARIANT"
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,7 @@ class Registry:
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for name, res, args in [
             ("ggml_backend_load_all_from_path", None, [ctypes.c_char_p]),
+            ("ggml_backend_load", vp, [ctypes.c_char_p]),
             ("ggml_backend_reg_count", sz, []), ("ggml_backend_reg_get", vp, [sz]),
             ("ggml_backend_reg_name", ctypes.c_char_p, [vp]),
             ("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
@@ -153,11 +160,46 @@ class Registry:
             # wheel; a static build registers them at start): loading twice would list every
             # device twice.
             if not lib.ggml_backend_reg_count():
-                lib.ggml_backend_load_all_from_path(str(self.directory).encode())
+                wanted = os.environ.get(CPU_VARIANT_ENV, "").strip()
+                if not (wanted and self._load_variant(wanted)):
+                    lib.ggml_backend_load_all_from_path(str(self.directory).encode())
         finally:
             lib.ggml_log_set(old_cb if get is not None and old_cb else _LOG_CALLBACK(), old_data)
         self.skipped = _skipped(self.directory, "".join(lines), self.backends_unlocked())
         log.info("ggml backends: %s; skipped: %s", self.backends_unlocked(), self.skipped or "none")
+
+    def _load_variant(self, variant: str) -> bool:
+        """Every GPU module that loads, then the CPU variant asked for (ggml's own order); False,
+        with nothing loaded, when that variant is missing or the processor cannot run it."""
+        lib, directory = self._lib, self.directory
+        path = directory / _lib_name(f"ggml-cpu-{variant}")
+        present = cpu_variants(directory)
+        if variant not in present:
+            log.warning("%s=%s: no such CPU variant here (present: %s); loading the best one",
+                        CPU_VARIANT_ENV, variant, ", ".join(present) or "none")
+            return False
+        try:
+            score = _variant_score(path)
+        except (OSError, AttributeError):
+            score = 0
+        if score <= 0:
+            log.warning("%s=%s: this processor cannot run that CPU variant; loading the best one",
+                        CPU_VARIANT_ENV, variant)
+            return False
+        for module in sorted(directory.glob(_lib_name("ggml-*"))):
+            backend = module.name.split("ggml-", 1)[1].split(".")[0]
+            if backend != "base" and not backend.startswith("cpu"):
+                lib.ggml_backend_load(str(module).encode())  # one without a driver stack is skipped
+        if not lib.ggml_backend_load(str(path).encode()):
+            # The GPU modules are in already: load_all would add them twice. ggml's own pick instead.
+            log.warning("%s=%s: ggml could not load %s; loading the best CPU variant", CPU_VARIANT_ENV,
+                        variant, path.name)
+            best = max(cpu_variants(directory, runnable=True)[:1] or [variant])
+            path = directory / _lib_name(f"ggml-cpu-{best}")
+            lib.ggml_backend_load(str(path).encode())
+        self._cpu_module = path
+        log.info("ggml CPU variant %s, as %s asks", variant, CPU_VARIANT_ENV)
+        return True
 
     # ---- reading
     def backends(self) -> list[str]:
@@ -203,20 +245,55 @@ class Registry:
         best, best_score = None, 0
         for path in self.directory.glob(_lib_name("ggml-cpu-*")):
             try:
-                score = ctypes.CDLL(str(path)).ggml_backend_score
+                score = _variant_score(path)
             except (OSError, AttributeError):
                 continue
-            score.restype = ctypes.c_int
-            if score() > best_score:
-                best, best_score = path, score()
+            if score > best_score:
+                best, best_score = path, score
         self._cpu_module = best
         return best
+
+    def cpu_variant(self) -> str | None:
+        """The loaded CPU variant's name ("zen4", "haswell", ...), or None without variants."""
+        module = self.cpu_module()
+        return None if module is None else _variant_name(module)
 
     def device_handle(self, name: str) -> int | None:
         """ggml's device pointer for a device name (for llama_model_params.devices), or None."""
         if not self.load():
             return None
         return self._lib.ggml_backend_dev_by_name(name.encode()) or None
+
+
+def _variant_name(module: Path) -> str:
+    return module.name.split("ggml-cpu-", 1)[1].split(".")[0]
+
+
+def _variant_score(path: Path) -> int:
+    """ggml's score for a CPU variant module on this processor (0: it cannot run here)."""
+    score = ctypes.CDLL(str(path)).ggml_backend_score
+    score.restype = ctypes.c_int
+    return int(score())
+
+
+def cpu_variants(directory: Path | None = None, runnable: bool = False) -> list[str]:
+    """The CPU variant modules present ("x64", "haswell", "zen4", ...), best first when `runnable`
+    (then only those this processor can run, by ggml's own score)."""
+    directory = directory or lib_dir()
+    if directory is None:
+        return []
+    paths = sorted(directory.glob(_lib_name("ggml-cpu-*")))
+    if not runnable:
+        return [_variant_name(p) for p in paths]
+    scored = []
+    for path in paths:
+        try:
+            score = _variant_score(path)
+        except (OSError, AttributeError):
+            continue
+        if score > 0:
+            scored.append((score, _variant_name(path)))
+    return [name for _, name in sorted(scored, reverse=True)]
 
 
 def _skipped(directory: Path, log_text: str, loaded: list[str]) -> dict[str, str]:

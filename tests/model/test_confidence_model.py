@@ -16,7 +16,7 @@ from engine.routing.confidence import confidence_report
 from engine.chat.session import Message, Session
 
 from .conftest import open_backend
-from .helpers import run_prompt
+from .helpers import on_model, run_prompt
 
 PROMPTS = ["Write two short sentences about rain.", "用两句话介绍一下北京。"]
 
@@ -38,10 +38,11 @@ def _reference_logprobs(path, prompt: list[int], answer: list[int]) -> list[floa
 
 
 @pytest.mark.parametrize("text", PROMPTS)
+@pytest.mark.numerics
 def test_report_equals_exp_mean_logprob_from_the_logits(assistant, model_paths, text):
-    b = assistant.backend
+    b = assistant.vocab
     prompt = Session(b, assistant.template, [Message("user", text)]).prompt()
-    result = run_prompt(b, prompt, max_tokens=32)
+    result = on_model(assistant, lambda backend: run_prompt(backend, prompt, max_tokens=32))
     ids = result.token_ids
     assert len(ids) >= 4, result.text
     pieces = [b.token_bytes(t) for t in ids]
@@ -69,9 +70,9 @@ def test_report_equals_exp_mean_logprob_from_the_logits(assistant, model_paths, 
 
 
 def test_chinese_answer_tokens_split_characters_and_still_map(assistant):
-    b = assistant.backend
+    b = assistant.vocab
     prompt = Session(b, assistant.template, [Message("user", "中国的首都是哪里？请用中文回答。")]).prompt()
-    result = run_prompt(b, prompt, max_tokens=24)
+    result = on_model(assistant, lambda backend: run_prompt(backend, prompt, max_tokens=24))
     pieces = [b.token_bytes(t) for t in result.token_ids]
     report = confidence_report(pieces, result.logprobs, threshold=0.0)
     assert report["text"] == result.text

@@ -28,7 +28,7 @@ from engine.models.ggml_registry import GgmlDevice, registry
 from engine.models.planner import plan
 from engine.storage import Database
 
-from .helpers import THREADS, run_prompt, turn
+from .helpers import THREADS, assert_logits_agree, forced_logits, run_prompt, turn
 
 OVERHEAD = 16
 
@@ -93,15 +93,19 @@ def test_full_offload_allocates_as_planned_and_answers_like_the_cpu(model_paths,
     assert abs(p.weights_bytes_gpu - on["weights"]) / on["weights"] < 0.05
     assert abs(p.kv_bytes_gpu - on["kv"]) / on["kv"] < 0.05
     assert abs(error) < 0.05
-    gpu = run_prompt(b, b.tokenize(PROMPT, special=True), max_tokens=8).token_ids
+    # Answers like the CPU: fed the CPU's greedy answer, the device gives the CPU's logits within the
+    # bound (different kernels round differently: comparing two free-running answers would test ties).
     cpu_backend = Backend(model_paths["demo-small"], LoadParams(n_ctx=1024, n_threads=THREADS))
     try:
-        cpu = run_prompt(cpu_backend, cpu_backend.tokenize(PROMPT, special=True), max_tokens=8).token_ids
+        prompt = cpu_backend.tokenize(PROMPT, special=True)
+        answer = run_prompt(cpu_backend, prompt, max_tokens=8).token_ids
+        cpu_backend.reset()
+        cpu = forced_logits(cpu_backend, prompt, answer)
     finally:
         cpu_backend.close()
-    same = next((i for i, (x, y) in enumerate(zip(cpu, gpu)) if x != y), min(len(cpu), len(gpu)))
-    print(f"greedy tokens agree for the first {same} of {len(cpu)}")
-    assert same >= 6, f"Vulkan diverges from the CPU at token {same}: {cpu} vs {gpu}"
+    b.reset()
+    stats = assert_logits_agree(cpu, forced_logits(b, prompt, answer), f"{device} vs the CPU")
+    print(f"{device} vs the CPU, teacher-forced: {stats}")
 
 
 def test_park_to_ram_and_disk_and_restore_onto_the_device(on_device, tmp_path):
@@ -114,7 +118,7 @@ def test_park_to_ram_and_disk_and_restore_onto_the_device(on_device, tmp_path):
     b_ids = b.tokenize("<|im_start|>user\nName two rivers in Europe, please.<|im_end|>\n", special=True)
     b.reset()
     b.eval(a_ids + b.tokenize(" blue", special=False))
-    expected = int(b.first_logits().argmax())  # the next token after A + " blue", evaluated straight
+    expected = b.first_logits()  # the next token's logits after A + " blue", evaluated straight
     tiers = KVTiers(tmp_path / "kv", 64 << 20, 64 << 20, min_cold_tokens=16)
     b.reset()
     tiers.prepare(b, 1, a_ids)
@@ -132,7 +136,8 @@ def test_park_to_ram_and_disk_and_restore_onto_the_device(on_device, tmp_path):
         cold = cold_tiers.prepare(b, 1, a_ids + [0])
         assert (cold.restored_from, b.kv_tokens) == ("cold", a_ids), cold
         assert b.eval(b.tokenize(" blue", special=False)) == 1  # one new token evaluated, the rest restored
-        assert int(b.first_logits().argmax()) == expected
+        # " blue" alone after the restored state vs in one batch with A: the same within the bound.
+        assert_logits_agree(expected[None], b.first_logits()[None], "restored from disk onto the device")
     finally:
         cold_tiers.close()
 
@@ -154,7 +159,7 @@ def _assistant(lavapipe, **kw) -> Assistant:
 
 
 def new_tokens(a: Assistant, text: str) -> int:
-    return len(a.backend.tokenize(text, special=False))
+    return len(a.vocab.tokenize(text, special=False))
 
 
 def test_turn_two_evaluates_only_its_new_tokens_and_a_switch_restores_from_ram(model_paths, lavapipe):
