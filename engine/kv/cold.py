@@ -107,8 +107,11 @@ class ColdTier:
     def delete(self, conversation_id: int) -> None:
         """Remove a conversation's files, every model's. A write racing with this either renamed
         its file before (removed here) or finds its `wanted` False after."""
+        prefix = f"c{conversation_id}-"
         with self._lock:
-            for path in self.folder.glob(f"c{conversation_id}-*.kvs"):
+            # One pattern for every id: fnmatch caches each pattern it compiles (up to 32 768), and
+            # a server deletes a conversation per request.
+            for path in [p for p in self.folder.glob("c*.kvs") if p.name.startswith(prefix)]:
                 try:
                     path.unlink(missing_ok=True)
                 except OSError as exc:
