@@ -75,7 +75,7 @@ class ApiServerControl(QObject):
     # ---- the control thread
     def _sync(self, restart: bool) -> None:
         try:
-            wanted = bool(Settings().get("server.enabled"))  # the file as the dialog left it
+            wanted = bool(Settings.shared().get("server.enabled"))
             if self._server is not None and (restart or not wanted):
                 self._stop()
             if wanted and self._server is None:
@@ -88,7 +88,7 @@ class ApiServerControl(QObject):
         assistant = self.worker.assistant
         if assistant is None:
             return  # no engine: nothing to serve (the window says why)
-        settings = Settings()
+        settings = Settings.shared()
         try:
             server = serve_in_background(assistant, settings, post=self.worker.post)
         except ServerConfigError as exc:  # a hand-edited settings file: the engine's words

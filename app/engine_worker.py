@@ -175,7 +175,7 @@ class EngineWorker(QObject):
             return
         settings = self.assistant.settings
         if settings is not None:
-            settings.reload()  # the dialog wrote the file through its own Settings
+            settings.reload()  # another process's or object's write (the window's is this shared one)
         later = [k for k in json.loads(keys_json) if settings is None or not self.assistant.apply_setting(k, settings.get(k))]
         self.settings_applied.emit(json.dumps(sorted(later)))
 

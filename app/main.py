@@ -43,7 +43,7 @@ def setup_application(app) -> None:
         font.setFamilies(families + [CJK_FAMILY])  # Chinese falls back to the bundled font, never boxes
         app.setFont(font)
     app.setWindowIcon(QIcon(str(ASSETS / "icon.png")))
-    settings = Settings()
+    settings = Settings.shared()
     app._assistant_translator = install(app, settings.get("ui.language"))
     apply_theme(settings.get("ui.theme"))
     app._assistant_ready = True

@@ -108,7 +108,7 @@ class MainWindow(QMainWindow):
         actions.addWidget(self.docs_toggle)
         self._update_actions()
         self.composer.set_busy(True)  # until the engine is ready
-        mode = Settings().get("router.mode")  # the settings' routing mode is the composer's default
+        mode = Settings.shared().get("router.mode")  # the settings' routing mode is the composer's default
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
         center = QWidget()
         center_layout = QVBoxLayout(center)
@@ -449,7 +449,7 @@ class MainWindow(QMainWindow):
 
     # ---- the first-start welcome (app/welcome.py)
     def _welcome(self, layout):
-        settings = Settings()
+        settings = Settings.shared()
         if settings.get("ui.welcome_done"):
             return None  # the usual start: the hub and download code is not even imported
         from app.welcome import WelcomePanel, welcome_needed
@@ -471,10 +471,9 @@ class MainWindow(QMainWindow):
     def open_models(self) -> None:
         from app.model_manager import ModelManagerDialog
 
-        settings = Settings()
-        changed: list[str] = []
-        settings.on_change(lambda key, _value: changed.append(key))
-        ModelManagerDialog(settings, self).exec()
+        settings = Settings.shared()
+        with settings.changes() as changed:
+            ModelManagerDialog(settings, self).exec()
         if changed:  # "Use for L1/L2": the running engine switches (tiers are live settings)
             self._apply_settings.emit(json.dumps(sorted(set(changed))))
 
@@ -490,7 +489,7 @@ class MainWindow(QMainWindow):
 
     def _update_docs_note(self) -> None:
         """Documents stay local when L3 is set up without docs.allow_remote: the toggle says so."""
-        settings = Settings()
+        settings = Settings.shared()
         self.docs_toggle.set_remote_kept_off(bool(settings.get("l3.base_url")) and
                                              not settings.get("docs.allow_remote"))
 
@@ -498,11 +497,11 @@ class MainWindow(QMainWindow):
         from app.settings_dialog import SettingsDialog
         from app.theme import apply_theme
 
-        settings = Settings()
+        settings = Settings.shared()
         dialog = SettingsDialog(settings, self, server_status=self.api_server.describe())
-        changed: list[str] = []
-        settings.on_change(lambda key, _value: changed.append(key))
-        if dialog.exec():
+        with settings.changes() as changed:
+            accepted = dialog.exec()
+        if accepted:
             apply_theme(settings.get("ui.theme"))
             self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
             self.view._cache.clear()

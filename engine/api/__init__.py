@@ -45,6 +45,8 @@ _EXPORTS: dict[str, str] = {
     "user_dir": "engine.config.paths",
     "install_dir": "engine.config.paths",
     "db_path": "engine.config.paths",
+    "locked": "engine.config.locked_file",  # a file other processes write too: read-merge-write under it
+    "write_atomic": "engine.config.locked_file",
     # stateless helpers: catalog, plans, devices, downloads, model files, the L3 connection test
     "ModelEntry": "engine.models.catalog",
     "load_catalog": "engine.models.catalog",

@@ -71,7 +71,7 @@ class Assistant(AssistantCore, DocumentsApi):
         """The one place where settings become an engine; keyword arguments override settings.
 
         Args:
-            settings: the user's settings (default: the settings file in the data dir).
+            settings: the user's settings (default: `Settings.shared()`, the data dir's file).
             model: one model (catalog id or .gguf path) for both local tiers instead of tier.L1/L2.
             memory: False runs without the vector memory (default: memory.enabled).
             docs: False runs without the documents index (default: docs.enabled).
@@ -85,7 +85,7 @@ class Assistant(AssistantCore, DocumentsApi):
             RemoteError: `l3_url` is not a usable URL (a bad URL in the settings only warns).
             StorageError: the database cannot be opened (disk full, read-only data folder).
         """
-        settings = settings or Settings()
+        settings = settings or Settings.shared()
         warnings: list[str] = []
         try:
             remote = config_from_settings(settings, l3_url, l3_key, l3_model)

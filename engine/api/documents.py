@@ -116,7 +116,7 @@ class Documents(DocumentsApi):
         """`start`: run indexing on the service's thread (and resume unfinished folders);
         otherwise each call indexes on the calling thread. `db_file`: another SQLite file than
         the data dir's (the installed app's selftest leaves the user's index alone)."""
-        settings = settings or Settings()
+        settings = settings or Settings.shared()
         db = database if database is not None else Database(db_file or db_path())
         owned: list = [] if database is not None else [db]
         embedder = embedder_from_settings(settings)  # loaded by the first add or search

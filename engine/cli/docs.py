@@ -93,7 +93,7 @@ def label(src: dict) -> str:
 def _open(start: bool = False) -> Documents:
     """The documents index in the data dir; raises DocumentsError with a message for the user."""
     try:
-        return Documents.open(Settings(), start=start)
+        return Documents.open(Settings.shared(), start=start)
     except StorageError as exc:
         raise DocumentsError(str(exc)) from exc
     except ValueError as exc:  # an unknown embedder in the settings

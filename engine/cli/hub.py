@@ -44,7 +44,7 @@ def register(models_subparsers) -> None:
 
 def _hub(args) -> str:
     """--hub, else the setting models.hub, else by the UI language (the system locale for "auto")."""
-    settings = Settings()
+    settings = Settings.shared()
     chosen = args.hub or settings.get("models.hub")
     if chosen and chosen != "auto":
         return chosen
@@ -57,7 +57,7 @@ def _hub(args) -> str:
 def _budgets() -> tuple[float, int]:
     """(VRAM budget in bytes, available RAM in bytes) the way `assistant models` plans."""
     snap = snapshot()
-    budget = Settings().get("runtime.vram_budget_mb")
+    budget = Settings.shared().get("runtime.vram_budget_mb")
     budget_mb = default_vram_budget_mb(snap) if budget is None or budget < 0 else budget
     return max(0.0, budget_mb) * MIB, snap.ram_available_bytes
 

@@ -332,7 +332,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """What is kept on disk between runs: KV snapshot files per conversation (pages of 256 tokens)."""
     from engine.kv.tiers import PAGE_TOKENS, ColdTier
 
-    settings = Settings()
+    settings = Settings.shared()
     cold = ColdTier(user_dir() / "kv", int(settings.get("kv.cold_budget_mb") * 1e6))
     files = []
     for path, size, mtime in sorted(cold.files(), key=lambda t: t[0].name):
@@ -354,7 +354,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
 
-    budget = Settings().get("runtime.vram_budget_mb")
+    budget = Settings.shared().get("runtime.vram_budget_mb")
     budget = None if budget is None or budget < 0 else budget  # None: free VRAM minus a margin
     ram_available = device_snapshot().ram_available_bytes
     catalog = load_catalog()

@@ -80,7 +80,7 @@ def _read_arg(value: str) -> str:
 
 
 def _open(start: bool) -> MemoryService:
-    service = MemoryService.from_settings(Database(db_path()), Settings())
+    service = MemoryService.from_settings(Database(db_path()), Settings.shared())
     return service.start() if start else service
 
 

@@ -42,7 +42,7 @@ def add_serve_parser(subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    settings = Settings()
+    settings = Settings.shared()
     if args.port is not None and not 0 <= args.port <= 65535:
         return _fail("--port must be from 0 to 65535", EXIT_USAGE)
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from engine.api import Settings, user_dir
+from engine.api import Settings, locked, user_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -46,35 +46,38 @@ def api_key_path() -> Path:
 
 def load_api_key(create: bool = True) -> str | None:
     """The server's stored API key; with `create`, one is made (`secrets.token_urlsafe`) and
-    stored 0600 the first time. A key file others could read is made the user's only again."""
+    stored 0600 the first time. A key file others could read is made the user's only again.
+    Servers starting together (the window's, `assistant serve`) all get the one key stored."""
     path = api_key_path()
-    try:
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            log.warning("%s was readable by other users (mode %o); it is now the user's only", path, mode)
-            os.chmod(path, 0o600)
-        key = path.read_text(encoding="utf-8").strip()
-        if key:
-            return key
-    except FileNotFoundError:
-        pass
-    if not create:
-        return None
-    return new_api_key()
+    key = _stored_key(path)
+    if key or not create:
+        return key
+    with locked(path):
+        return _stored_key(path) or _store_new_key(path)  # another process may have just made it
 
 
 def new_api_key() -> str:
     """Make a new API key and store it 0600 in place of the old one (which stops working at the
     server's next start); returns it."""
     path = api_key_path()
+    with locked(path):
+        return _store_new_key(path)
+
+
+def _stored_key(path: Path) -> str | None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            log.warning("%s was readable by other users (mode %o); it is now the user's only", path, mode)
+            os.chmod(path, 0o600)
+        return path.read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _store_new_key(path: Path) -> str:
     key = secrets.token_urlsafe(32)
-    # Created 0600 (never a chmod after writing: that left a readable moment), then moved in place.
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(key + "\n")
-    tmp.replace(path)
+    write_atomic(path, (key + "\n").encode("utf-8"), mode=0o600)
     log.info("a new API key was stored in %s", path)
     return key
 

@@ -9,24 +9,32 @@ request, an edited or forked history, a restarted server) starts a conversation 
 earlier turns as given, whose first answer reads them all.
 
 Everything here runs on the engine thread (engine/server/engine_thread.py): one turn at a time,
-so the index needs no lock and a conversation is never continued by two requests at once.
+so the index needs no lock and a conversation is never continued by two requests at once. The
+pending file is shared by every server on this data dir (the window's, `assistant serve`): each
+writes only its own entry, under the file's lock (engine/config/locked_file.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.api import ConversationNotFound, StorageError, user_dir
+import psutil
+
+from engine.api import ConversationNotFound, StorageError, locked, user_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
 INDEX_SIZE = 128  # conversations the server can continue; the least recently used leaves first
-PENDING_FILE = "server_conversations.json"  # unstored API conversations alive (deleted after a crash)
+# Unstored API conversations alive, by the server that owns them (deleted after its crash).
+PENDING_FILE = "server_conversations.json"
+_owners = itertools.count()
 
 
 def digest(messages: list[tuple[str, str]], domain: str = "") -> str:
@@ -93,6 +101,7 @@ class ApiConversations:
         self._index: OrderedDict[str, tuple[int, int]] = OrderedDict()  # digest -> (conversation, last message id)
         self._alive: set[int] = set()  # unstored conversations not deleted yet
         self._pending = pending_file or user_dir() / PENDING_FILE
+        self._owner = _owner_id()  # this server's entry in the pending file
         self.reused = self.replayed = 0  # counts, for /health and tests
 
     @property
@@ -101,19 +110,16 @@ class ApiConversations:
         return self._alive if not self.store else set()
 
     def recover(self, assistant) -> int:
-        """Delete unstored API conversations a crashed run left behind; how many went."""
+        """Delete unstored API conversations that crashed runs left behind; how many went. Those of
+        servers still running (the window's and `assistant serve` share the file) stay."""
         try:
-            ids = json.loads(self._pending.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            with locked(self._pending):
+                dead = {owner: ids for owner, ids in self._read().items() if not _running(owner)}
+        except OSError:
+            log.warning("could not read %s; no leftover API conversations deleted", self._pending, exc_info=True)
             return 0
-        except (OSError, ValueError):
-            log.warning("%s is unreadable; no leftover API conversations deleted", self._pending)
-            ids = []
-        gone = 0
-        for cid in ids if isinstance(ids, list) else []:
-            if isinstance(cid, int) and self._delete(assistant, cid):
-                gone += 1
-        self._save()
+        gone = sum(self._delete(assistant, cid) for ids in dead.values() for cid in ids if isinstance(cid, int))
+        self._save(drop=dead)
         return gone
 
     def open(self, assistant, history: History, domain: str = "") -> int:
@@ -182,11 +188,52 @@ class ApiConversations:
             log.exception("API conversation %d could not be deleted", cid)
             return False
 
-    def _save(self) -> None:
+    def _read(self) -> dict[str, list]:
+        """The pending file: owner → conversation ids (the earlier format, a bare list, as a crashed
+        owner's). Call it holding the file's lock."""
         try:
-            if self._alive:
-                self._pending.write_text(json.dumps(sorted(self._alive)), encoding="utf-8")
-            else:
-                self._pending.unlink(missing_ok=True)
+            data = json.loads(self._pending.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            log.warning("%s is unreadable; the API conversations it listed are not deleted", self._pending)
+            return {}
+        if isinstance(data, list):
+            return {"": data}
+        return {k: v for k, v in data.items() if isinstance(v, list)} if isinstance(data, dict) else {}
+
+    def _save(self, drop: Collection[str] = ()) -> None:
+        """Write this object's entry (and remove the `drop` owners') into what the file holds now:
+        other processes' entries stay."""
+        try:
+            with locked(self._pending):
+                data = self._read()
+                for owner in drop:
+                    data.pop(owner, None)
+                data.pop(self._owner, None)
+                if self._alive:
+                    data[self._owner] = sorted(self._alive)
+                if data:
+                    write_atomic(self._pending, json.dumps(data).encode("utf-8"))
+                else:
+                    self._pending.unlink(missing_ok=True)
         except OSError:
             log.warning("could not write %s", self._pending, exc_info=True)
+
+
+def _owner_id() -> str:
+    """"pid:start time:n": the running process (a pid alone may be a later program's) and which of
+    its servers."""
+    me = psutil.Process()
+    return f"{me.pid}:{me.create_time():.3f}:{next(_owners)}"
+
+
+def _running(owner: str) -> bool:
+    """The owner's process still runs (an entry it wrote is live, not a crash's leftover)."""
+    try:
+        pid, start, _ = owner.split(":")
+        return abs(psutil.Process(int(pid)).create_time() - float(start)) < 0.5
+    except (ValueError, psutil.NoSuchProcess):  # NoSuchProcess: a zombie too
+        return False
+    except psutil.Error:  # another user's process: not ours to judge
+        return True
