@@ -121,3 +121,23 @@ def test_the_queue_takes_clients_in_turn_and_refuses_past_its_depth():
     q.put("a", "x")
     assert q.remove("a", "x") and len(q) == 0 and not q.remove("a", "x")
     assert q.close() == [] and q.get(0) is None
+
+
+def test_a_client_fills_at_most_half_the_queue_and_a_job_in_turns_goes_back_behind_the_others():
+    q: FairQueue[str] = FairQueue(depth=6)
+    for item in ("a1", "a2", "a3"):
+        q.put("a", item)
+    with pytest.raises(QueueFull) as own:
+        q.put("a", "a4")  # its own 429: half the queue is a's
+    assert own.value.code == "client_queue_full"
+    q.put("b", "b1")  # another client still gets in
+    assert q.get(0) == "a1"
+    q.put_back("a", "a1")  # not finished: first in a's line, after b's turn
+    assert [q.get(0) for _ in range(5)] == ["b1", "a1", "a2", "a3", None]
+    for item in ("c1", "c2", "c3", "d1", "d2", "d3"):
+        q.put(item[0], item)
+    with pytest.raises(QueueFull) as full:
+        q.put("e", "e1")
+    assert full.value.code == "queue_full"
+    q.put_back("c", "c0")  # a job let in before is never refused for room; c's turn is after d's
+    assert len(q) == 7 and [q.get(0) for _ in range(3)] == ["d1", "c0", "d2"]

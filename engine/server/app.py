@@ -6,8 +6,11 @@
     POST /v1/completions         the prompt answered as one user message
     POST /v1/embeddings          the memory's embedding model
 
-Turns go through the fair queue to the engine thread; this side only translates. A request that
-waits longer than `request_timeout_s`, or whose client disconnects, has its job cancelled.
+Turns and embeddings go through the fair queue to the engine thread; this side only translates.
+A request that waits longer than `request_timeout_s`, or whose client disconnects, has its job
+cancelled. An embeddings request is a job like a turn, `EMBED_SLICE` texts a turn on the engine
+(engine/server/engine_thread.py), so that 2 048 long inputs neither hold the engine nor go on for
+a client that left.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from starlette.routing import Route
 
 from engine.api import Chunk, TurnDone
 from engine.server import errors
-from engine.server.engine_thread import END, Job, turn_work
+from engine.server.engine_thread import END, Job, embed_work, turn_work
 from engine.server.guard import BodyLimit, HostGuard, KeyGuard, OriginGuard
+from engine.server.peers import Peers
 from engine.server.schema import RequestError, parse_embedding_input, parse_json, parse_turn
 from engine.server.shapes import Shape
 
@@ -54,10 +58,9 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(errors.body(exc), status_code=status, headers=headers)
 
 
-def _client(request: Request) -> str:
-    """The fairness key without a `user` field: a remote machine, or on loopback one connection."""
-    host, port = request.client or ("?", 0)
-    return f"{host}:{port}" if host in ("127.0.0.1", "::1") else host
+def _user(body: dict) -> str | None:
+    user = body.get("user") if isinstance(body, dict) else None
+    return f"user:{user}" if isinstance(user, str) and user else None
 
 
 async def _watch_disconnect(request: Request, job: Job, server: "ApiServer") -> None:
@@ -84,6 +87,7 @@ class Endpoints:
     def __init__(self, server: "ApiServer"):
         self.server = server
         self.created = int(time.time())
+        self.peers = Peers()  # the fairness key without a `user` field (engine/server/peers.py)
 
     @property
     def config(self):
@@ -126,7 +130,7 @@ class Endpoints:
             body = parse_json(await request.body())
             turn = parse_turn(body, tiers=dict(server.assistant.tiers), installed=server.installed,
                               max_messages=self.config.max_messages, repetition_guard=server.repetition_guard,
-                              client=_client(request), completion=not chat, key=server.key_tag,
+                              client=await self.peers.client(request.scope), completion=not chat, key=server.key_tag,
                               allow_memory=self.config.allow_memory)
             job = Job(turn.client, turn_work(turn, server.conversations), asyncio.get_running_loop())
             server.queue.put(job.client, job)
@@ -220,27 +224,55 @@ class Endpoints:
                 job.stop("disconnected")  # the client left mid-answer (or the server is stopping)
 
     async def embeddings(self, request: Request) -> Response:
+        deadline = time.monotonic() + self.config.request_timeout_s
+        server = self.server
         try:
             body = parse_json(await request.body())
             texts = parse_embedding_input(body)
-            assistant = self.server.assistant
-            model = assistant.embedding_model()
+            model = server.assistant.embedding_model()
             if model is None:
                 raise RequestError("there is no embedding model: the memory is off (setting memory.enabled)",
                                    "model", 400, "no_embedding_model")
-            vectors = await run_in_threadpool(assistant.embed, texts)
+            client = _user(body) or await self.peers.client(request.scope)
+            job = Job(client, embed_work(texts, self.config.max_embedding_tokens), asyncio.get_running_loop())
+            server.queue.put(job.client, job)
+        except Exception as exc:  # noqa: BLE001 - every refusal is an HTTP answer
+            return error_response(exc)
+        watcher = asyncio.create_task(_watch_disconnect(request, job, server))
+        vectors = None
+        try:
+            item = await _next(job, deadline)
+            while item is not END:
+                if isinstance(item, BaseException):
+                    return error_response(item)
+                vectors = item
+                item = await _next(job, deadline)
+        except Timeout:
+            job.stop("timeout")
+            if server.queue.remove(job.client, job):  # between two turns: it takes no more
+                job.events.put_nowait(END)
+            return self._timed_out()
+        finally:
+            watcher.cancel()
+        if vectors is None or job.why is not None:
+            return self._failed(job, item)
+        try:
             dims = body.get("dimensions")
             if dims is not None and dims != vectors.shape[1]:
                 raise RequestError(f"this model gives {vectors.shape[1]} dimensions", "dimensions")
         except Exception as exc:  # noqa: BLE001 - every refusal is an HTTP answer
             return error_response(exc)
-        as_base64 = body.get("encoding_format") == "base64"
-        data = [{"object": "embedding", "index": i,
-                 "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()}
-                for i, v in enumerate(vectors)]
-        # The embedder's word pieces are not counted (its tokenizer is not behind the front door).
-        return JSONResponse({"object": "list", "data": data, "model": model,
-                             "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+        # 2 048 vectors as JSON take ~0.5 s to write: off the event loop, which serves everyone.
+        return await run_in_threadpool(_embeddings_response, vectors, model, body.get("encoding_format") == "base64")
+
+
+def _embeddings_response(vectors, model: str, as_base64: bool) -> JSONResponse:
+    data = [{"object": "embedding", "index": i,
+             "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()}
+            for i, v in enumerate(vectors)]
+    # The embedder's word pieces are not counted (its tokenizer is not behind the front door).
+    return JSONResponse({"object": "list", "data": data, "model": model,
+                         "usage": {"prompt_tokens": 0, "total_tokens": 0}})
 
 
 def _json(obj: dict) -> str:

@@ -107,10 +107,15 @@ class ServerConfig:
         allow_memory: clients may use the user's memory (x_memory); off: x_memory gets 403. The
             user grants it (Settings), never a client.
         max_body_bytes, max_messages: a larger request gets 413 / 400.
-        queue_depth: requests waiting for the engine; one more gets 429.
+        queue_depth: requests waiting for the engine; one more gets 429, and so does a client's
+            request past half of them (engine/server/fair_queue.py).
+        max_embedding_tokens: tokens one embeddings request may cost, each input counted up to the
+            model's limit (256); more get 400 (~1-2 min of one core at this limit).
         request_timeout_s: a request's whole time, queue included; then its turn is cancelled.
         header_timeout_s, body_timeout_s: time to send the request headers / the body (slowloris).
-        max_connections: open connections at once; more get 503 from uvicorn.
+        max_connections: open connections at once; at the limit a new one closes the oldest that
+            is not in a request (engine/server/protocol.py), and only when every one is in a
+            request does uvicorn answer 503.
     """
 
     host: str = "127.0.0.1"
@@ -127,6 +132,7 @@ class ServerConfig:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     max_connections: int = 256
+    max_embedding_tokens: int = 131_072  # 512 inputs of 256 tokens, or 2 048 of 64
     extra_hosts: tuple[str, ...] = field(default=())  # more Host names to accept (a network bind's own)
 
     @classmethod

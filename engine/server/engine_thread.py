@@ -22,11 +22,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
 from engine.api import TurnDone
 from engine.server.errors import EXPECTED
 from engine.server.fair_queue import FairQueue, QueueClosed
 from engine.server.history import ApiConversations
-from engine.server.schema import Turn
+from engine.server.schema import RequestError, Turn
 
 if TYPE_CHECKING:
     from engine.api import Assistant
@@ -42,11 +44,12 @@ class Job:
 
     Args:
         client: the fairness key (engine/server/fair_queue.py).
-        work: runs on the engine thread: work(assistant, job), emitting events with job.emit.
+        work: runs on the engine thread: work(assistant, job), emitting events with job.emit; True
+            when it is not finished: it goes back to the queue and runs again in its next turn.
         loop: the event loop of the request waiting for the events.
     """
 
-    def __init__(self, client: str, work: Callable[["Assistant", "Job"], None], loop: asyncio.AbstractEventLoop):
+    def __init__(self, client: str, work: Callable[["Assistant", "Job"], bool | None], loop: asyncio.AbstractEventLoop):
         self.client, self.work, self._loop = client, work, loop
         self.cancel = threading.Event()
         self.why: str | None = None  # why it was cancelled: "disconnected" | "timeout" | "shutdown"
@@ -90,6 +93,39 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
                 conversations.answered(assistant, cid, turn.history, final.text, final.message_id, turn.domain)
             else:
                 conversations.failed(assistant, cid)
+
+    return work
+
+
+EMBED_SLICE = 16  # texts embedded per turn on the engine: a few seconds at 256 tokens each on one core
+COUNT_SLICE = 256  # texts counted per turn (the tokenizer only: ~1 s of 3 900-character texts)
+
+
+def embed_work(texts: list[str], max_tokens: int) -> Callable[["Assistant", Job], bool]:
+    """An embeddings job in turns: first it counts the tokens the model will read, `COUNT_SLICE`
+    texts a turn, and refuses the request once they pass `max_tokens`; then it embeds
+    `EMBED_SLICE` texts a turn. Between turns it waits behind the other clients' requests, and
+    stops there if its client left or its time ran out; the last turn emits every text's vector,
+    one float32 array."""
+    counted, tokens = 0, 0
+    done: list[np.ndarray] = []
+
+    def work(assistant: "Assistant", job: Job) -> bool:
+        nonlocal counted, tokens
+        if counted < len(texts):
+            tokens += sum(assistant.embedding_tokens(texts[counted:counted + COUNT_SLICE]))
+            counted += COUNT_SLICE
+            if tokens > max_tokens:
+                raise RequestError(f"these inputs come to at least {tokens} tokens (each counted up to the embedding "
+                                   f"model's limit); one request may cost at most {max_tokens}: send fewer or shorter "
+                                   "inputs per request", "input", code="too_many_tokens")
+            return True
+        start = EMBED_SLICE * len(done)
+        done.append(assistant.embed(texts[start:start + EMBED_SLICE]))
+        if start + EMBED_SLICE < len(texts):
+            return True
+        job.emit(np.concatenate(done))
+        return False
 
     return work
 
@@ -177,10 +213,11 @@ class EngineThread:
     def _execute(self, job: Job) -> None:
         t0 = time.monotonic()
         job.started = True  # before looking at cancel: `shutdown` sets cancel before it reads this
+        again = False
         try:
             if job.cancel.is_set():
                 return  # its client left (or the server is stopping) while it waited
-            job.work(self.assistant, job)
+            again = bool(job.work(self.assistant, job))
         except Exception as exc:  # noqa: BLE001 - handed to the request, which says it in HTTP
             if isinstance(exc, EXPECTED):
                 log.info("API request refused: %s", exc)
@@ -188,9 +225,22 @@ class EngineThread:
                 log.exception("API job failed")
             job.emit(exc)
         finally:
-            self.jobs_done += 1
             self.queue.record(time.monotonic() - t0)
-            job.emit(END)
+            if not (again and self._put_back(job)):
+                self.jobs_done += 1
+                job.emit(END)
+
+    def _put_back(self, job: Job) -> bool:
+        """Queue a job that has more to do for its next turn; False when it ends here instead."""
+        if job.cancel.is_set():
+            return False  # a request that left mid-job (or a timeout) takes no more turns
+        try:
+            self.queue.put_back(job.client, job)
+            return True
+        except QueueClosed as exc:
+            job.stop("shutdown")
+            job.emit(exc)
+            return False
 
     def _close_conversations(self) -> None:
         try:

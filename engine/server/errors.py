@@ -17,7 +17,7 @@ def describe(exc: BaseException) -> tuple[int, str, str | None, dict[str, str]]:
     if isinstance(exc, RequestError):
         return exc.status, exc.kind, exc.code, {}
     if isinstance(exc, QueueFull):
-        return 429, "rate_limit_error", "queue_full", {"Retry-After": str(exc.retry_after_s)}
+        return 429, "rate_limit_error", exc.code, {"Retry-After": str(exc.retry_after_s)}
     if isinstance(exc, QueueClosed):
         return 503, "server_error", "shutting_down", {}
     if isinstance(exc, MessageTooLong):

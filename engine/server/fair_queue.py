@@ -3,6 +3,11 @@
 One client sending ten requests does not make another wait for all ten: each client has its own
 line, and the engine takes the head of each line in turn. When `depth` requests wait, the next
 one is refused at once (the HTTP layer answers 429 with Retry-After) rather than queued.
+
+A client (the program or machine behind the requests, engine/server/peers.py) may fill at most
+`per_client` places, half the queue by default: a program holding 17 streams gets its own 429s,
+and every other client still finds room. A long job that runs in turns (an embeddings request,
+a slice at a time) goes back with `put_back`, behind the other clients, and is never refused.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ T = TypeVar("T")
 
 
 class QueueFull(Exception):
-    """No room: `retry_after_s` is a guess from the measured time per job and the queue length."""
+    """No room: `retry_after_s` is a guess from the measured time per job and the queue length.
+    `code` "queue_full": the whole queue; "client_queue_full": this client's share of it."""
 
-    def __init__(self, retry_after_s: int):
-        super().__init__(f"the server is busy; retry after {retry_after_s} s")
-        self.retry_after_s = retry_after_s
+    def __init__(self, retry_after_s: int, message: str = "the server is busy", code: str = "queue_full"):
+        super().__init__(f"{message}; retry after {retry_after_s} s")
+        self.retry_after_s, self.code = retry_after_s, code
 
 
 class QueueClosed(Exception):
@@ -28,8 +34,9 @@ class QueueClosed(Exception):
 
 
 class FairQueue(Generic[T]):
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, per_client: int | None = None):
         self.depth = depth
+        self.per_client = per_client or math.ceil(depth / 2)
         self._lines: OrderedDict[Hashable, deque[T]] = OrderedDict()  # client -> its waiting jobs, in turn order
         self._size = 0
         self._closed = False
@@ -43,21 +50,44 @@ class FairQueue(Generic[T]):
         """Queue `item` at the end of `client`'s line; returns how many wait before it overall.
 
         Raises:
-            QueueFull: `depth` items are waiting already.
+            QueueFull: `depth` items are waiting already, or `per_client` of this client's.
             QueueClosed: after `close`.
         """
         with self._cond:
             if self._closed:
                 raise QueueClosed("the server is shutting down")
+            retry = min(60, max(1, math.ceil(self.job_s * (self._size + 1))))
             if self._size >= self.depth:
-                raise QueueFull(min(60, max(1, math.ceil(self.job_s * (self._size + 1)))))
-            line = self._lines.get(client)
-            if line is None:
-                line = self._lines[client] = deque()
-            line.append(item)
-            self._size += 1
-            self._cond.notify()
+                raise QueueFull(retry)
+            if len(self._lines.get(client, ())) >= self.per_client:
+                raise QueueFull(retry, f"this client has {self.per_client} requests waiting already, the most one "
+                                "client may (half the queue: setting server.queue_depth)", "client_queue_full")
+            self._add(client, item, front=False)
             return self._size - 1
+
+    def put_back(self, client: Hashable, item: T) -> None:
+        """Queue a job that has had its turn and is not finished: first in `client`'s line, whose
+        turn comes after every other client's. Never refused for room: it was let in already.
+
+        Raises:
+            QueueClosed: after `close`.
+        """
+        with self._cond:
+            if self._closed:
+                raise QueueClosed("the server is shutting down")
+            self._add(client, item, front=True)
+
+    def _add(self, client: Hashable, item: T, front: bool) -> None:
+        line = self._lines.get(client)
+        if line is None:
+            line = self._lines[client] = deque()
+        if front:
+            self._lines.move_to_end(client)
+            line.appendleft(item)
+        else:
+            line.append(item)
+        self._size += 1
+        self._cond.notify()
 
     def get(self, timeout: float | None = None) -> T | None:
         """The next item, round-robin across clients; None once closed and empty, or on timeout."""

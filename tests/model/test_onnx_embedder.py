@@ -7,7 +7,7 @@ import numpy as np
 
 from engine.memory import DEFAULT_MODEL, Embedder
 from engine.memory.embedder import bundled_model_dir
-from engine.memory.onnx_encoder import onnx_path, usable_export
+from engine.memory.onnx_encoder import RUN_TOKENS, onnx_path, usable_export
 
 TEXTS = ["Who fixed the broken window?", "我的猫叫米索，今年三岁。", "مرحبا", "🙂" * 50, "tax " * 400, "x"]
 
@@ -22,6 +22,7 @@ def test_onnx_and_torch_give_the_same_vectors(model_paths):
     assert float(np.abs(a - b).max()) < 1e-5
     # Batches are padded per batch: a text embeds the same alone as beside a long one.
     assert float(np.abs(onnx.embed([TEXTS[0]])[0] - a[0]).max()) < 1e-5
+    assert onnx.count_tokens(TEXTS) == torch.count_tokens(TEXTS)  # both cut at 256, [CLS] and [SEP] counted
 
 
 def test_an_export_of_other_weights_or_a_damaged_sidecar_is_not_used(tmp_path, monkeypatch):
@@ -47,3 +48,18 @@ def test_an_export_of_other_weights_or_a_damaged_sidecar_is_not_used(tmp_path, m
     assert usable_export(DEFAULT_MODEL.id, src) is None
     failed = Embedder(runtime="onnx").start()
     assert not failed.wait(30) and "no ONNX export" in failed.state
+
+
+def test_many_long_texts_run_in_pieces_with_the_vectors_of_single_runs(model_paths):
+    onnx = Embedder(runtime="onnx").start()
+    assert onnx.wait(120), onnx.state
+    try:
+        texts = ["tax " * 400, "x", "我的猫叫米索。" * 60, "Who fixed the broken window?"] * 6
+        counts = onnx.count_tokens(texts)
+        assert counts[:4] == [256, 3, 256, 8]  # cut at the model's 256
+        assert len(texts) * max(counts) > 2 * RUN_TOKENS  # padded to 256: three runs of the graph at least
+        together = onnx.embed(texts)
+        alone = np.stack([onnx.embed([t])[0] for t in texts[:4]] * 6)
+        assert float(np.abs(together - alone).max()) < 1e-5
+    finally:
+        onnx.close()
