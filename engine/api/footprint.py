@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 ROWS = {"db conversations": "SELECT count(*) FROM conversations",
         "db messages": "SELECT count(*) FROM messages",
         "db summaries": "SELECT count(*) FROM summaries",
-        "db message memories": "SELECT count(*) FROM memories WHERE kind = 'message'"}
+        "db message memories": "SELECT count(*) FROM memories WHERE kind = 'message'",
+        # FTS5's blocks of the messages' keyword index: deleted messages' entries stay in them
+        # until a merge meets their delete markers (engine/storage/db.py tidy_fts)
+        "db message index blocks": "SELECT count(*) FROM messages_fts_data"}
 
 
 def footprint(assistant: "Assistant") -> dict[str, int]:
