@@ -3,8 +3,10 @@ server.enabled is on, with its jobs on the window's engine thread (`EngineWorker
 
 Starting and stopping run on one short-lived "api-control" thread, never on the GUI thread: a stop
 waits for a running API turn to notice its cancel and for the engine thread to finish what it is
-doing (a window turn), and the first start imports the web stack. The state comes back to the GUI
-thread as a queued signal (JSON text, as everywhere between the app's threads).
+doing (a window turn), and the first start imports the web stack. The control thread touches none
+of the worker's state: it asks the engine thread for the Assistant and posts the chat list's
+filter there (`EngineWorker.post`). The state comes back to the GUI thread as a queued signal (JSON
+text, as everywhere between the app's threads).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
@@ -22,6 +25,8 @@ from engine.api import ServerConfigError, Settings, client_url, serve_in_backgro
 log = logging.getLogger(__name__)
 
 CLOSE_S = 40.0  # the longest the window's close waits for the server to stop
+POLL_S = 0.2  # how often a wait for the engine thread (a window turn finishing first) looks at close
+T = TypeVar("T")
 
 
 class ApiServerControl(QObject):
@@ -84,8 +89,42 @@ class ApiServerControl(QObject):
             log.exception("the local API server could not be started or stopped")
             self._report(error=tr("internal error (see the log)"))
 
+    def _on_engine(self, fn: Callable[[EngineWorker], T]) -> T:
+        """fn(worker) on the engine thread, which owns the worker and its Assistant, waited for
+        (behind a window turn, if one runs) until the window closes.
+
+        Raises:
+            RuntimeError: the engine or the window has closed.
+        """
+        done: Future = Future()
+
+        def call() -> None:
+            try:
+                done.set_result(fn(self.worker))
+            except BaseException as exc:  # noqa: BLE001 - raised on this thread
+                done.set_exception(exc)
+
+        self.worker.post(call)
+        while True:
+            try:
+                return done.result(POLL_S)
+            except TimeoutError:
+                if self._closed:  # the engine may drop what is queued as it shuts down
+                    raise RuntimeError("the window is closing") from None
+
+    def _set_hidden(self, hidden) -> None:
+        """The chat list's filter, set on the engine thread (after what is queued there); a closed
+        engine lists nothing any more."""
+        try:
+            self.worker.post(lambda: setattr(self.worker, "hidden", hidden))
+        except RuntimeError:
+            pass
+
     def _start(self) -> None:
-        assistant = self.worker.assistant
+        try:
+            assistant = self._on_engine(lambda worker: worker.assistant)
+        except RuntimeError:
+            return  # the window is closing: nothing to serve
         if assistant is None:
             return  # no engine: nothing to serve (the window says why)
         settings = Settings.shared()
@@ -100,7 +139,7 @@ class ApiServerControl(QObject):
                                   "another port").format(port=settings.get("server.port")))
             return
         self._server = server
-        self.worker.hidden = server.unlisted  # unstored API chats stay out of the chat list
+        self._set_hidden(server.unlisted)  # unstored API chats stay out of the chat list
         log.info("local API server at %s", server.url)
         self._report(url=client_url(server.config.host, server.port))
 
@@ -108,7 +147,7 @@ class ApiServerControl(QObject):
         server, self._server = self._server, None
         if server is not None:
             server.stop()
-            self.worker.hidden = tuple
+            self._set_hidden(tuple)
             log.info("local API server stopped")
         self._report()
 

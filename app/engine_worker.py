@@ -29,13 +29,15 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
                         ModelNotFound, SamplingParams, StorageError, TurnDone)
+from engine.ownership import adopt, check_owner
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
 
 
 class EngineWorker(QObject):
-    """Owns the engine; every slot runs on the engine thread."""
+    """Owns the engine; every slot runs on the engine thread, which owns the worker's state
+    (engine/ownership.py): another thread changes it with `post`."""
 
     ready = Signal(str)              # JSON {"model", "tiers", "demo", "memory", "degraded", "documents"}
     failed = Signal(str)             # the engine could not start (message for the user)
@@ -59,7 +61,7 @@ class EngineWorker(QObject):
         self.cancel = threading.Event()  # set from the GUI thread: stops the answer being written
         self._posted: deque[Callable[[], None]] = deque()  # the API server's jobs (any thread appends)
         self._closed = False
-        self.hidden: Callable[[], Collection[int]] = tuple  # conversations the chat list leaves out
+        self._hidden: Callable[[], Collection[int]] = tuple
         self.jobs_posted.connect(self._run_posted, Qt.QueuedConnection)
 
     # ---- lifecycle
@@ -67,8 +69,21 @@ class EngineWorker(QObject):
         """The engine this worker owns (on the engine thread)."""
         return Assistant.from_settings(model=self.model, n_ctx=self.n_ctx, memory=self.use_memory)
 
+    @property
+    def hidden(self) -> Callable[[], Collection[int]]:
+        """Conversations the chat list leaves out (the API server's unstored ones): the engine
+        thread's; the API server's control thread sets it with `post`."""
+        check_owner(self)
+        return self._hidden
+
+    @hidden.setter
+    def hidden(self, hidden: Callable[[], Collection[int]]) -> None:
+        check_owner(self)
+        self._hidden = hidden
+
     @Slot()
     def start(self) -> None:
+        adopt(self)  # the engine thread: from here on its slots and posted calls change this worker
         try:
             self.assistant = self.open_assistant()
         except (ModelNotFound, ModelLoadError, ValueError, OSError) as exc:  # OSError: StorageError too

@@ -1,8 +1,9 @@
 """The Assistant every front-end uses: built from settings in one place, owning what it opens.
 
 Threads (docs/architecture.md): a front-end calls `send`/`regenerate`/… from its own engine thread
-(never a GUI thread); each loaded model runs on its own thread; `count_tokens` and `status` are the
-two calls a GUI thread may make, and neither touches a model nor waits on an engine lock.
+(never a GUI thread), the Assistant's owner (engine/ownership.py); each loaded model runs on its own
+thread. `stop`, `count_tokens`, `status` and `published_tiers` are for any thread (a GUI, an
+event loop): none touches a model, waits on an engine lock or blocks.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from engine.inference.remote import RemoteClient, RemoteError, config_from_setti
 from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
+from engine.ownership import check_owner
 from engine.storage import Database, clean_text
 
 log = logging.getLogger(__name__)
@@ -252,31 +254,35 @@ class Assistant(AssistantCore, DocumentsApi):
 
     def embed(self, texts: list[str], wait_s: float = 60.0) -> np.ndarray:
         """Sentence embeddings of `texts` from the memory's model: float32, (len(texts), dim), each
-        row L2-normalised. Runs on the embedder's own thread (any thread may call this); waits up
-        to `wait_s` for a model still loading.
+        row L2-normalised, computed on the embedder's own thread; waits up to `wait_s` for a model
+        still loading. The owner's call, like a turn (the API server runs it as a job on its
+        engine thread).
 
         Raises:
             InputError: memory and documents are both off (there is no embedding model).
             EmbedderNotReady: the model failed to load, or is still loading after `wait_s`.
         """
-        embedder = self._embedder()
-        if embedder is None:
-            raise InputError("there is no embedding model: turn on the memory (setting memory.enabled)")
+        check_owner(self)
+        embedder = self._require_embedder()
         embedder.wait(wait_s)
         return embedder.embed(list(texts))
 
     def embedding_tokens(self, texts: list[str]) -> list[int]:
         """How many tokens the embedding model reads of each text (cut at its limit): what an
-        `embed` of them costs. Called like `embed` (it waits for the embedder's thread).
+        `embed` of them costs. The owner's call, like `embed` (it waits for the embedder's thread).
 
         Raises:
             InputError: memory and documents are both off (there is no embedding model).
             EmbedderNotReady: the model failed to load, or the embedder is closed.
         """
+        check_owner(self)
+        return self._require_embedder().count_tokens(list(texts))
+
+    def _require_embedder(self):
         embedder = self._embedder()
         if embedder is None:
             raise InputError("there is no embedding model: turn on the memory (setting memory.enabled)")
-        return embedder.count_tokens(list(texts))
+        return embedder
 
     def _embedder(self):
         for owner in (self.memory, self.docs):
@@ -306,6 +312,7 @@ class Assistant(AssistantCore, DocumentsApi):
         return self._observe(super().regenerate(conversation_id, params, self._stop_for(cancel), route, flush_s))
 
     def _stop_for(self, cancel: threading.Event | None) -> threading.Event:
+        check_owner(self)  # every turn starts here: on the thread that drives this Assistant
         if cancel is not None:
             return cancel
         self._stop.clear()
@@ -349,7 +356,7 @@ class Assistant(AssistantCore, DocumentsApi):
         elif key.startswith("l3."):
             self._reconnect_remote()
         elif key in ("tier.L1", "tier.L2") and not self.single_model:
-            self.tiers[key[5:]] = value  # loaded on the next turn that needs it
+            self.set_tier(key[5:], value)  # loaded on the next turn that needs it
             if key == "tier.L1":
                 self.load_tokenizer()
         return True

@@ -50,10 +50,11 @@ class StatusPublisher:
     def refresh(self) -> None:
         a = self.assistant
         workers = a.manager.published
+        tiers = a.published_tiers  # the engine thread's own `tiers` is not this thread's to read
         models = []
         for w in workers:
             v = w.view
-            levels = [lvl for lvl, name in a.tiers.items() if name and _names(name, w)]
+            levels = [lvl for lvl, name in tiers.items() if name and _names(name, w)]
             models.append({"id": w.model.id, "identity": v.identity, "levels": levels, "n_ctx": v.n_ctx,
                            "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
                            "offload": w.plan.offload if w.plan else None,
@@ -67,7 +68,7 @@ class StatusPublisher:
         self.latest = {"ready": True, "time": time.time(), "models": models, "kv": kv,
                        "devices": devices.as_dict(), "gpu": asdict(gpu) if gpu else None, "memory": memory, "documents": documents,
                        "degraded": a.degraded,
-                       "tiers": dict(a.tiers), "remote": a.remote.model_name if a.remote else None,
+                       "tiers": dict(tiers), "remote": a.remote.model_name if a.remote else None,
                        "water": dict(a.water), "warnings": list(a.warnings) + [n for w in workers if (n := w.load_note)]}
 
 

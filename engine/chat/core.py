@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 from dataclasses import replace
-from typing import Iterator
+from types import MappingProxyType
+from typing import Iterator, Mapping
 
 import psutil
 
@@ -34,6 +35,7 @@ from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.memory.service import MemoryService
 from engine.models.catalog import Catalog, ModelNotFound
 from engine.models.instruct import is_instruct
+from engine.ownership import adopt, check_owner
 from engine.routing.router import RouteDecision, apply_stickiness, classify
 from engine.storage import Database, clean_text
 
@@ -82,6 +84,10 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
 
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
+
+    It belongs to the thread that drives it (engine/ownership.py): the one that built it, or the
+    one it was handed to (the API server's "api-engine"). Turns and `tiers` are that thread's; other
+    threads read what it publishes (`published_tiers`, each model's view, the status snapshot).
     """
 
     def __init__(self, db: Database, model: str | None = None, load: LoadParams = LoadParams(),
@@ -94,6 +100,7 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
                  warn_threshold: float | None = None, gpu_device: str = "auto", n_gpu_layers: int | None = None,
                  base_models: bool = False, n_ctx_max: int | None = None, docs=None,
                  docs_allow_remote: bool = False, retrieval_max_tokens: int = 256):
+        adopt(self)
         self.db = db
         self.docs = docs  # a DocumentService (engine/docs), or None: no documents
         self.docs_allow_remote = docs_allow_remote  # a turn with documents may go to L3
@@ -133,9 +140,28 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
             # everything, and the user is told why (window banner, CLI stderr).
             self.degraded = f"L1 model unavailable ({exc}); the L2 model answers everything"
             log.warning("%s", self.degraded)
-            self.tiers["L1"] = self.tiers["L2"]
+            self.set_tier("L1", self.tiers["L2"])
             self._local("L1")  # L2 broken too: that error is the one the user sees
         self.configure_cascade(cascade, cascade_threshold)
+
+    @property
+    def tiers(self) -> dict[str, str]:
+        """Level → model (catalog id or .gguf path) for L1 and L2: the owner's (the thread that
+        drives turns); any other thread reads `published_tiers`."""
+        check_owner(self)
+        return self._tiers
+
+    @tiers.setter
+    def tiers(self, tiers: dict[str, str]) -> None:
+        check_owner(self)
+        self._tiers = dict(tiers)
+        # Replaced whole, never changed in place: a reader on another thread (the server's event
+        # loop, the status thread) takes the reference and has one consistent pair.
+        self.published_tiers: Mapping[str, str] = MappingProxyType(dict(tiers))
+
+    def set_tier(self, level: str, model: str) -> None:
+        """Use `model` for `level` from the next turn on, and publish the change."""
+        self.tiers = self.tiers | {level: model}
 
     def configure_cascade(self, enabled: bool, threshold: float | None = None) -> None:
         """Re-ask auto-routed L1 answers below `threshold` on L2 (None: the L1 model's catalog
@@ -156,7 +182,14 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
 
     @property
     def backend(self):
+        """The L1 model's backend: its facts (identity, n_ctx, params) for any thread; what touches
+        its context only on the model's thread (engine/ownership.py)."""
         return self._primary.backend
+
+    @property
+    def vocab(self):
+        """The L1 model's vocabulary (`VocabTokenizer`): tokenize and detokenize on any thread."""
+        return self._primary.vocab
 
     @property
     def template(self):
@@ -165,7 +198,7 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
     def session(self, conversation_id: int) -> Session:
         """The conversation rendered for the primary (L1) model."""
         conv = self.conversation(conversation_id)
-        return Session(self.backend, self.template, conv.history())
+        return Session(self.vocab, self.template, conv.history())
 
     def close(self) -> None:
         """Unload the models (each context's conversation state goes to the KV tiers, and every

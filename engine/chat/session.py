@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.inference.backend import Backend
+from engine.inference.backend import Backend, VocabTokenizer
 from engine.inference.templates import ChatTemplate
 
 
@@ -29,9 +29,13 @@ class Message:
 
 
 class Session:
-    """Renders messages to token ids for one backend and template."""
+    """Renders messages to token ids for one model and template.
 
-    def __init__(self, backend: Backend, template: ChatTemplate, messages: list[Message] | None = None):
+    `backend` tokenizes: a model's `Backend` on that model's own thread, or its `VocabTokenizer`
+    (`Worker.vocab`) on any thread; both give the same ids under the same identity."""
+
+    def __init__(self, backend: Backend | VocabTokenizer, template: ChatTemplate,
+                 messages: list[Message] | None = None):
         self.backend = backend
         self.template = template
         self.messages: list[Message] = list(messages or [])

@@ -51,6 +51,10 @@ class MessageTooLong(InputError):
 
 
 class LocalTarget:
+    """A local tier's model. The caller's thread (a front-end's engine thread) renders and counts
+    with the model's `vocab` and reads its published `view`; what touches the context runs as a
+    job on the model's thread."""
+
     remote = False
 
     def __init__(self, level: str, worker: Worker):
@@ -65,12 +69,13 @@ class LocalTarget:
         return self.worker.backend.identity
 
     def session(self, history: list[Message]) -> Session:
-        return Session(self.worker.backend, self.worker.template, history)
+        """`history` rendered with the vocabulary alone: any thread, beside the model's decoding."""
+        return Session(self.worker.vocab, self.worker.template, history)
 
     def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
             first_kept: int = 0) -> Window:
         """The window for this turn, its max_answer capped to the room the prompt leaves.
-        Tokenizing reads only the vocabulary, so it is safe beside the model's thread.
+        Tokenizing reads only the vocabulary (`vocab`), so it is safe beside the model's thread.
 
         Raises:
             MessageTooLong: the message does not fit even with the answer floor (window.py).
@@ -88,7 +93,7 @@ class LocalTarget:
 
     def count_text(self, text: str) -> int:
         """Tokens of `text` as message content for this model (the vocabulary only)."""
-        return len(self.worker.backend.tokenize(text, special=False))
+        return len(self.worker.vocab.tokenize(text, special=False))
 
     def summarise(self, text: str, fits: int, cancel: threading.Event | None = None) -> str:
         """`text` summarised part by part on this model, within about `fits` tokens: the overflow
@@ -99,9 +104,9 @@ class LocalTarget:
         Raises:
             InputError: `fits` is too small for a useful summary of every part, or Stop.
         """
-        backend = self.worker.backend
-        ids = backend.tokenize(text, special=False)
-        part = max(64, backend.n_ctx // 2)
+        vocab = self.worker.vocab
+        ids = vocab.tokenize(text, special=False)
+        part = max(64, self.worker.backend.n_ctx // 2)
         n = math.ceil(len(ids) / part)
         header = f"[a long message ({group(len(ids))} tokens) summarised in {n} parts]"
         out = min(SUMMARY_PIECE_MAX, (fits - self.count_text(header) - MARKER_ROOM) // n - 8)
@@ -111,7 +116,7 @@ class LocalTarget:
         params = GenerateParams(_SUMMARISE.sampling, max_tokens=out)
         summaries = []
         for k in range(n):
-            piece = backend.detokenize(ids[k * part:(k + 1) * part])
+            piece = vocab.detokenize(ids[k * part:(k + 1) * part])
             ask = (f"Part {k + 1} of {n} of a long text. Summarise it in at most {max(10, out * 2 // 3)} words:"
                    f"\n\n{piece}")
             summaries.append(self._complete([Message("system", _SUMMARISE_SYSTEM), Message("user", ask)],
@@ -140,9 +145,10 @@ class LocalTarget:
 
     def uncached_tokens(self, history: list[Message], user: Message, shared: bool = True) -> int:
         """Tokens this model would evaluate for the next turn: the prompt minus its cached prefix
-        (none when the context's state may not serve this turn: `shared` False, another domain's)."""
+        (none when the context's state may not serve this turn: `shared` False, another domain's).
+        The cache is read as its thread published it after its last job: the context may be in use."""
         prompt = self.session(history).prompt(user)
-        kv = self.worker.backend.kv_tokens
+        kv = self.worker.view.kv_tokens
         return len(prompt) - (common_prefix(kv, prompt) if shared else 0)
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,

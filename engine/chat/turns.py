@@ -366,7 +366,7 @@ class Turns:
             warn = entry.warn_threshold if entry and temperature == 0.0 else 0.0  # 0 flags nothing
             if self.warn_threshold:  # the user's own threshold applies to every answer
                 warn = self.warn_threshold
-            pieces = [target.worker.backend.token_bytes(t) for t in item.token_ids]
+            pieces = [target.worker.vocab.token_bytes(t) for t in item.token_ids]  # not the model's: it may be busy
             report = confidence_report(pieces, item.logprobs, warn)
         flags = risk_flags(user_text, item.text)
         risk = {"flags": flags, "caution": caution_text(flags, "zh" if _CJK.search(user_text) else "en")}

@@ -34,6 +34,7 @@ from llama_cpp import _logger as llama_logger  # noqa: E402
 from llama_cpp import llama_cpp as _LLAMA_C  # noqa: E402 - the ctypes module Llama() calls into
 
 from engine.inference.load_log import device_out_of_memory, parse_memory_report  # noqa: E402
+from engine.ownership import adopt, owned  # noqa: E402
 from engine.inference.placement import NoSuchDevice, device_list, model_devices, offload_facts  # noqa: E402
 from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
@@ -143,6 +144,12 @@ def _quiet_llama_logs(debug: bool) -> None:
 class Backend:
     """One loaded GGUF model with one context.
 
+    Its context, KV cache, sampler and token caches belong to one thread (engine/ownership.py): the
+    thread that built it, until it hands it over (a model's thread takes it from the loader). The
+    owned methods below raise WrongThread from any other thread while the check is on. Its facts
+    (path, params, identity, n_ctx, bos_id, ...) are plain values any thread may read, and `vocab`
+    is a tokenizer of its own (the vocabulary alone) for every other thread.
+
     Args:
         path: the .gguf file.
         params: load parameters.
@@ -153,6 +160,7 @@ class Backend:
     """
 
     def __init__(self, path: str | Path, params: LoadParams = LoadParams(), debug: bool = False):
+        adopt(self)
         self.path = Path(path)
         self.params = params
         try:
@@ -203,25 +211,23 @@ class Backend:
         self._on_device = self.offload["n_gpu_layers"] > 0
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = self._llama._ctx
+        self.n_ctx = self._llama.n_ctx()  # a fact fixed at load: read by any thread without the context
         self.n_vocab = self._llama.n_vocab()
         self.n_swa = int(llama_cpp.llama_model_n_swa(model))
         self.bos_id = self._llama.token_bos()
         self.eos_id = self._llama.token_eos()
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        # Other threads tokenize with this (the read-only vocabulary, caches and a lock of its own),
+        # never with this backend, whose context and caches are its owner's.
+        self.vocab = VocabTokenizer.of_model(self.path, self._vocab)
         self._kv: list[int] = []  # exact ids in the KV cache, seq 0, positions 0..n-1
-        self._control_cache: dict[str, list[int]] = {}
+        self._control_cache: dict[str, list[int]] = {}  # the owner's: other threads use `vocab`
         self._piece_cache: dict[int, bytes] = {}
         self._lse_buf = np.empty(self.n_vocab, dtype=np.float32)
-        stat = self.path.stat()
-        # Token ids are valid across processes for the same file; name + size identifies it cheaply.
-        self.identity = f"{self.path.name}:{stat.st_size}"
+        self.identity = model_identity(self.path)
         log.info("loaded %s (n_ctx=%d, swa=%d)", self.path.name, self.n_ctx, self.n_swa)
 
     # ---- facts
-    @property
-    def n_ctx(self) -> int:
-        return self._llama.n_ctx()
-
     @property
     def memory_report(self) -> dict:
         """What llama.cpp allocated at load: bytes by kind ("weights", "kv", "compute", "output") and
@@ -237,19 +243,23 @@ class Backend:
     def chat_template_source(self) -> str | None:
         return self.gguf.chat_template
 
+    @owned
     def token_text(self, token: int) -> str:
         return self._llama._model.token_get_text(token)
 
+    @owned
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     # ---- tokens
+    @owned
     def tokenize(self, text: str, special: bool) -> list[int]:
         """Tokenize without adding BOS. `special=False` treats control-token text as plain text."""
         if not text:
             return []
         return self._llama.tokenize(text.encode("utf-8", errors="replace"), add_bos=False, special=special)
 
+    @owned
     def tokenize_control(self, text: str) -> list[int]:
         """Tokenize template control text (special tokens parsed); cached, the same few strings recur."""
         ids = self._control_cache.get(text)
@@ -257,6 +267,7 @@ class Backend:
             ids = self._control_cache[text] = self.tokenize(text, special=True)
         return ids
 
+    @owned
     def token_bytes(self, token: int) -> bytes:
         """The bytes one token stands for (control tokens render empty); may be a partial UTF-8 char."""
         piece = self._piece_cache.get(token)
@@ -269,19 +280,23 @@ class Backend:
             piece = self._piece_cache[token] = buf.raw[:n]
         return piece
 
+    @owned
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
     # ---- KV cache
     @property
+    @owned
     def kv_tokens(self) -> list[int]:
         return list(self._kv)
 
+    @owned
     def reset(self) -> None:
         self._ctx.kv_cache_clear()
         self._llama.n_tokens = 0
         self._kv.clear()
 
+    @owned
     def keep_prefix(self, n: int) -> bool:
         """Drop KV entries from position n on. Returns False (and clears) when the cache cannot
         roll back to n, e.g. sliding-window layers have already forgotten tokens before n."""
@@ -298,6 +313,7 @@ class Backend:
         del self._kv[n:]
         return True
 
+    @owned
     def shift_out(self, n_keep: int, n_discard: int) -> bool:
         """Remove KV positions [n_keep, n_keep + n_discard) and slide the rest down (RoPE shift),
         so a window that dropped its oldest turns keeps the rest without re-evaluation.
@@ -314,6 +330,7 @@ class Backend:
         self._llama.n_tokens = len(self._kv)
         return True
 
+    @owned
     def save_sequence(self) -> tuple[bytearray, list[int]]:
         """Sequence 0's KV state (llama.cpp's per-sequence state: the cache cells only, no logits)
         and its token ids. One copy, straight into the returned buffer."""
@@ -325,6 +342,7 @@ class Backend:
         del data[n:]
         return data, list(self._kv)
 
+    @owned
     def restore_sequence(self, saved: tuple[bytes | bytearray, list[int]]) -> bool:
         """Put back what `save_sequence` took; False (and a cleared cache) if llama.cpp refuses it.
         A bytearray is read in place (no copy)."""
@@ -347,6 +365,7 @@ class Backend:
         self._llama.n_tokens = len(tokens)
         return True
 
+    @owned
     def eval(self, tokens: list[int], piece: int | None = None, stop: Callable[[], bool] | None = None) -> int:
         """Evaluate tokens after the current KV contents, `piece` tokens per decode (default n_batch).
 
@@ -389,6 +408,7 @@ class Backend:
         self._llama.n_tokens = n
 
     # ---- sampling
+    @owned
     def make_sampler(self, p: SamplingParams):
         if p.seed is not None:
             self._llama.set_seed(p.seed)
@@ -398,6 +418,7 @@ class Backend:
             top_k=p.top_k, top_p=p.top_p, min_p=p.min_p, temp=p.temperature, repeat_penalty=p.repeat_penalty,
         )
 
+    @owned
     def sample(self, sampler) -> tuple[int, float]:
         """Sample the next token from the last evaluated position; return (token, its log-probability
         under the model's raw distribution). Only the last logits row is read: no logits_all."""
@@ -414,35 +435,75 @@ class Backend:
             total = float(buf.sum(dtype=np.float64))
         return token, float(row[token]) - peak - math.log(total)
 
+    @owned
     def first_logits(self) -> np.ndarray:
         """A copy of the last evaluated position's logits (for equivalence checks)."""
         return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, -1), shape=(self.n_vocab,)).copy()
 
+    @owned
     def close(self) -> None:
+        self.vocab.close()  # first: it waits for a call in progress on another thread, then refuses more
         self._llama.close()
 
 
-class VocabTokenizer:
-    """A model's vocabulary alone (no weights, no context): exact token counts from any thread.
+def model_identity(path: str | Path) -> str:
+    """What a model's token ids are stored under: valid across processes for the same file, whose
+    name and size identify it cheaply."""
+    path = Path(path)
+    return f"{path.name}:{path.stat().st_size}"
 
-    It shares nothing with the model's `Backend`, so counting never waits for, or races with, the
-    model's own thread; llama.cpp's tokenizer only reads the vocabulary. Loading reads the GGUF's
-    vocabulary (tens of ms): do it off the GUI thread.
+
+class VocabTokenizer:
+    """A model's vocabulary alone (no weights, no context): exact tokens from any thread.
+
+    It shares no state with a model's `Backend` (no context, no caches), so tokenizing never waits
+    for, or races with, the model's own thread. Every call holds one lock: close() must not free
+    the vocabulary under a call, and the caches are shared.
+
+    `VocabTokenizer(path)` loads the GGUF's vocabulary alone (the GUI's token counter, before and
+    across model loads): a few hundred ms for a 262k-token vocabulary, do it off the GUI thread.
+    `Backend.vocab` is `of_model`: the loaded model's own `llama_vocab`, no second load (that
+    doubled a demo model's load time). llama.cpp's model, vocabulary included, is read-only once
+    loaded and made to be shared across threads (its contexts are not: those stay the model
+    thread's); llama-server tokenizes on its HTTP threads while its loop decodes, the same way.
 
     Raises:
         ModelLoadError: the file cannot be read as a GGUF vocabulary.
     """
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         with _LoadLogCapture():  # keeps llama.cpp's load chatter off stdout/stderr
-            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode("utf-8"), params)
-        if not self._model:
-            raise ModelLoadError(f"could not read the vocabulary of {self.path.name}")
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self._lock = threading.Lock()  # close() must not free the vocabulary under a count
+            model = llama_cpp.llama_model_load_from_file(str(Path(path)).encode("utf-8"), params)
+        if not model:
+            raise ModelLoadError(f"could not read the vocabulary of {Path(path).name}")
+        self._setup(path, model, llama_cpp.llama_model_get_vocab(model))
+
+    @classmethod
+    def of_model(cls, path: str | Path, vocab) -> "VocabTokenizer":
+        """The vocabulary of a model already loaded from `path` (its `llama_vocab`), not freed by
+        close(): the model's owner closes this first, then frees the model."""
+        self = cls.__new__(cls)
+        self._setup(path, None, vocab)
+        return self
+
+    def _setup(self, path: str | Path, model, vocab) -> None:
+        self.path = Path(path)
+        self._model = model  # ours to free, or None: the vocabulary is a loaded model's
+        self._vocab = vocab
+        self._lock = threading.Lock()
+        self.identity = model_identity(self.path)
+        self.bos_id = int(llama_cpp.llama_vocab_bos(vocab))
+        self.eos_id = int(llama_cpp.llama_vocab_eos(vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
+        self._control_cache: dict[str, list[int]] = {}
+        self._piece_cache: dict[int, bytes] = {}
+
+    def _open(self):
+        if self._vocab is None:
+            raise ValueError("tokenizer closed")
+        return self._vocab
 
     def count(self, text: str) -> int:
         """Tokens of `text` as message content (control-token text counts as plain text)."""
@@ -450,16 +511,61 @@ class VocabTokenizer:
         if not data:
             return 0
         with self._lock:
-            if not self._model:
-                raise ValueError("tokenizer closed")
-            n = llama_cpp.llama_tokenize(self._vocab, data, len(data), None, 0, False, False)
+            n = llama_cpp.llama_tokenize(self._open(), data, len(data), None, 0, False, False)
             return -n if n < 0 else n
+
+    def tokenize(self, text: str, special: bool) -> list[int]:
+        """As `Backend.tokenize`: no BOS added; `special=False` treats control-token text as plain text."""
+        data = text.encode("utf-8", errors="replace")
+        if not data:
+            return []
+        with self._lock:
+            return self._tokenize(data, special)
+
+    def _tokenize(self, data: bytes, special: bool) -> list[int]:
+        size = len(data) + 1  # a token covers at least one byte
+        while True:
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self._open(), data, len(data), buf, size, False, special)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def tokenize_control(self, text: str) -> list[int]:
+        """Template control text (special tokens parsed); cached, the same few strings recur."""
+        with self._lock:
+            ids = self._control_cache.get(text)
+            if ids is None:
+                data = text.encode("utf-8", errors="replace")
+                ids = self._control_cache[text] = self._tokenize(data, True) if data else []
+            return list(ids)
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes one token stands for (control tokens render empty); may be a partial UTF-8 char."""
+        with self._lock:
+            piece = self._piece_cache.get(token)
+            if piece is None:
+                vocab = self._open()
+                buf = ctypes.create_string_buffer(64)
+                n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+                if n < 0:  # buffer too small: -n is the size needed
+                    buf = ctypes.create_string_buffer(-n)
+                    n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+                piece = self._piece_cache[token] = buf.raw[:n]
+            return piece
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        with self._lock:
+            return bool(llama_cpp.llama_vocab_is_eog(self._open(), token))
 
     def close(self) -> None:
         with self._lock:
             if self._model:
                 llama_cpp.llama_model_free(self._model)
-                self._model = None
+            self._model = self._vocab = None
 
 
 class ContextFull(RuntimeError):

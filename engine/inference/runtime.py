@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from engine.inference.backend import Backend, LoadParams, ModelLoadError
 from engine.models.catalog import ResolvedModel
 from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
+from engine.ownership import hand_over
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,11 @@ class ContextView:
 
 @dataclass
 class Worker:
-    """One loaded model: its backend, chat template and inference thread."""
+    """One loaded model: its backend, chat template and inference thread.
+
+    The backend belongs to the model's thread (engine/ownership.py): only jobs touch it. Other
+    threads read `view` (what the context holds, published after each job), the backend's plain
+    facts (identity, n_ctx, params), and tokenize with `vocab`, the vocabulary alone."""
 
     model: ResolvedModel
     backend: Backend
@@ -190,7 +195,9 @@ class Worker:
         # tiers keep the context's conversation state).
         self.before_close: Callable[["Worker"], None] | None = None
         self.view = ContextView(self.backend.identity, self.backend.n_ctx, ())
+        self.vocab = self.backend.vocab  # any thread: a tokenizer of its own, not the context's
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
+        hand_over(self.backend, self._thread)  # from here on only jobs touch it
         self._thread.start()
 
     @classmethod
@@ -205,8 +212,14 @@ class Worker:
         Raises:
             ModelLoadError: the file or its chat template cannot be used.
         """
-        backend = _on_a_yielding_thread(lambda: (backend_factory or Backend)(model.path, params, debug=debug),
-                                        f"load:{model.id}")
+        caller = threading.current_thread()
+
+        def build() -> Backend:
+            backend = (backend_factory or Backend)(model.path, params, debug=debug)
+            hand_over(backend, caller)  # the loader is done with it; the caller reads its template
+            return backend
+
+        backend = _on_a_yielding_thread(build, f"load:{model.id}")
         hint = model.entry.chat_template if model.entry else "gguf"
         try:
             template = template_for(backend, hint)
@@ -280,6 +293,10 @@ class Worker:
                         self.before_close(self)
                     except Exception:  # noqa: BLE001 - unloading must go on
                         log.exception("before-close hook of %s failed", self.model.id)
+                try:
+                    self.backend.close()  # freed by its owner, after its last job
+                except Exception:  # noqa: BLE001 - the thread ends either way
+                    log.exception("closing %s failed", self.model.id)
                 return
             with self._lock:
                 self.pending -= 1
@@ -305,7 +322,7 @@ class Worker:
 
     def close(self) -> None:
         """Stop the running job within one prompt piece or token; pending jobs fail with
-        ModelUnloaded; free the model once its thread has ended."""
+        ModelUnloaded; returns once the model's thread has freed the model and ended."""
         with self._lock:
             if self._closed:
                 return
@@ -324,5 +341,4 @@ class Worker:
             if job is not None:
                 job._finish(ModelUnloaded(f"model {self.model.id} was unloaded"))
         self._thread.join()
-        self.backend.close()
         log.info("unloaded %s", self.model.id)

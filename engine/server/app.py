@@ -10,7 +10,8 @@ Turns and embeddings go through the fair queue to the engine thread; this side o
 A request that waits longer than `request_timeout_s`, or whose client disconnects, has its job
 cancelled. An embeddings request is a job like a turn, `EMBED_SLICE` texts a turn on the engine
 (engine/server/engine_thread.py), so that 2 048 long inputs neither hold the engine nor go on for
-a client that left.
+a client that left. The event loop never drives the Assistant: it reads what the engine thread
+publishes (`published_tiers`).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Endpoints:
         return JSONResponse(self._model(name))
 
     def _model(self, name: str) -> dict:
-        tiers = self.server.assistant.tiers
+        tiers = self.server.assistant.published_tiers
         on = [level for level, model in tiers.items() if model == name]
         return {"id": name, "object": "model", "created": self.created, "owned_by": "local",
                 "x_tiers": on if name not in LEVELS else [name]}
@@ -128,7 +129,7 @@ class Endpoints:
         server = self.server
         try:
             body = parse_json(await request.body())
-            turn = parse_turn(body, tiers=dict(server.assistant.tiers), installed=server.installed,
+            turn = parse_turn(body, tiers=dict(server.assistant.published_tiers), installed=server.installed,
                               max_messages=self.config.max_messages, repetition_guard=server.repetition_guard,
                               client=await self.peers.client(request.scope), completion=not chat, key=server.key_tag,
                               allow_memory=self.config.allow_memory)

@@ -6,7 +6,10 @@ named "api-engine". A front-end that already drives the Assistant from a thread 
 window's engine QThread) passes `post`, a function that runs a callable on that thread after what
 is queued there and returns at once; then an "api-dispatch" thread takes one job at a time from the
 fair queue, posts it and waits for it to end before taking the next. Two threads never drive the
-Assistant at once, and the front-end's own work and API jobs take turns.
+Assistant at once, and the front-end's own work and API jobs take turns. The thread that runs the
+jobs owns the Assistant while the server runs (engine/ownership.py): "api-engine" takes it over from
+the thread that started the server and hands it back at the end; with `post`, the front-end's thread
+is its owner. The HTTP side reads only what the Assistant publishes for any thread.
 
 A job's events (Chunk …, TurnDone, or the exception that ended it, then END) cross to the HTTP
 event loop with `call_soon_threadsafe`: the loop never waits on the engine and the engine never
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from engine.api import TurnDone
+from engine.ownership import adopt, hand_over, owner
 from engine.server.errors import EXPECTED
 from engine.server.fair_queue import FairQueue, QueueClosed
 from engine.server.history import ApiConversations
@@ -150,12 +154,18 @@ class EngineThread:
                  post: Post | None = None):
         self.assistant, self.queue, self.conversations = assistant, queue, conversations
         self._post = post
+        self._previous = None  # the Assistant's owner before the server started
         self.running: Job | None = None  # taken from the queue and not finished (waiting for `post`'s thread too)
         self.jobs_done = 0
         name = "api-engine" if post is None else "api-dispatch"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> "EngineThread":
+        """Start taking jobs (on the thread that owns the Assistant, which hands it over to
+        "api-engine" until the server ends; with `post` it stays the front-end's)."""
+        self._previous = owner(self.assistant)
+        if self._post is None:
+            hand_over(self.assistant, self._thread)
         self._thread.start()
         return self
 
@@ -181,7 +191,7 @@ class EngineThread:
 
     def _run(self) -> None:
         try:
-            self._on_engine(self._recover)
+            self._on_engine(self._adopt_and_recover)
         except RuntimeError:
             log.exception("the front-end's engine thread refused the API server's start")
         while True:
@@ -201,6 +211,13 @@ class EngineThread:
             self._on_engine(self._close_conversations)
         except RuntimeError:
             log.error("the API conversations could not be deleted: the front-end's engine has closed")
+        if self._post is None:
+            hand_over(self.assistant, self._previous)  # its last job is done: back to who started the server
+
+    def _adopt_and_recover(self) -> None:
+        if self._post is not None:
+            adopt(self.assistant)  # `post` runs on the front-end's engine thread: the one that drives it
+        self._recover()
 
     def _recover(self) -> None:
         try:
