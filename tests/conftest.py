@@ -9,6 +9,14 @@ import pytest
 # registry loads (once per process, at the first model load or device query).
 os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
 
+# Each owned object (a model's backend, an Assistant, the window's engine worker) raises WrongThread
+# when a thread other than its owner calls it (engine/ownership.py): the test that makes a slip fails
+# the day it is written. The environment carries the check into the CLI and app processes tests start.
+os.environ["ASSISTANT_CHECK_OWNERS"] = "1"
+from engine import ownership  # noqa: E402 - after the environment it reads
+
+ownership.enable()
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {
     "demo-small": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf",

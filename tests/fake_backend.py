@@ -37,6 +37,7 @@ from engine.inference.backend import (ContextFull, DecodeError, DeviceMemoryErro
 from engine.inference.generate import GenerateParams
 from engine.inference.manager import ModelManager
 from engine.models.devices import DeviceSnapshot, GPUInfo
+from engine.ownership import adopt, owned
 from engine.storage import Database
 
 BOS, EOS, IM_START, IM_END = 256, 257, 258, 259
@@ -159,10 +160,66 @@ class Gate:
 
 # ---- the backend
 
+def _tokenize(text: str, special: bool) -> list[int]:
+    if not text:
+        return []
+    if not special:
+        return list(text.encode("utf-8", errors="replace"))
+    ids: list[int] = []
+    for part in _SPECIAL_RE.split(text):
+        ids.extend([SPECIAL[part]] if part in SPECIAL else part.encode("utf-8", errors="replace"))
+    return ids
+
+
+def _token_bytes(token: int) -> bytes:
+    return bytes([token]) if 0 <= token < 256 else b""  # control tokens render empty
+
+
+def _detokenize(tokens: list[int]) -> str:
+    return b"".join(_token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+class FakeVocab:
+    """Duck-types `VocabTokenizer`: the fake vocabulary, for any thread (`FakeBackend.vocab`)."""
+
+    def __init__(self, identity: str, add_bos: bool):
+        self.identity, self.add_bos, self.bos_id, self.eos_id = identity, add_bos, BOS, EOS
+
+    @staticmethod
+    def tokenize(text: str, special: bool) -> list[int]:
+        return _tokenize(text, special)
+
+    @staticmethod
+    def tokenize_control(text: str) -> list[int]:
+        return _tokenize(text, special=True)
+
+    @staticmethod
+    def token_bytes(token: int) -> bytes:
+        return _token_bytes(token)
+
+    @staticmethod
+    def detokenize(tokens: list[int]) -> str:
+        return _detokenize(tokens)
+
+    @staticmethod
+    def is_eog(token: int) -> bool:
+        return token in (EOS, IM_END)
+
+    def count(self, text: str) -> int:
+        return len(_tokenize(text, special=False))
+
+    def close(self) -> None:
+        pass
+
+
 class FakeBackend:
     """Duck-types `Backend` for the engine. Counters are exact: `history` holds every piece
     evaluated (one entry per decode call), `prompts` the KV contents each answer was sampled
     from, `calls` every cache operation in order.
+
+    Like a real backend it belongs to one thread (engine/ownership.py): the methods a `Backend`
+    guards raise WrongThread from any other while the check is on (the suite turns it on). A test
+    reads `kv` (the cache's ids), `text`, the counters, and tokenizes with `vocab`.
 
     Args:
         path: the model file (its name and size make the identity, as for a real backend).
@@ -183,6 +240,7 @@ class FakeBackend:
                  arch: str = "llama", chat_template: str | None = None, n_swa: int = 0,
                  load_error: str | None = None, gpu_layers_fit: int | None = None,
                  gpu_error: str | None = None):
+        adopt(self)
         self.path = Path(path)
         if load_error is not None:
             raise ModelLoadError(load_error)
@@ -199,6 +257,7 @@ class FakeBackend:
         self.add_bos, self.arch, self.chat_template_source, self.n_swa = add_bos, arch, chat_template, n_swa
         self.bos_id, self.eos_id, self.n_vocab = BOS, EOS, N_VOCAB
         self.identity = f"{self.path.name}:{self.path.stat().st_size}"
+        self.vocab = FakeVocab(self.identity, add_bos)
         self.memory_report = {"weights": {}, "kv": {}, "compute": {}, "output": {}, "kv_caches": [],
                               "weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 0, "output_bytes": 0,
                               "weights_repack_bytes": 0, "model_size_bytes": 0}
@@ -229,41 +288,48 @@ class FakeBackend:
         """Tokens as text with control tokens spelled out (for assertions and hooks)."""
         return "".join(SPECIAL_TEXT.get(t) or chr(t) for t in tokens)
 
+    @property
+    def kv(self) -> list[int]:
+        """The cache's ids, for a test's assertions (the engine reads `kv_tokens`, on the model's thread)."""
+        return list(self._kv)
+
+    @owned
     def token_text(self, token: int) -> str:
         return SPECIAL_TEXT.get(token) or bytes([token]).decode("latin-1")
 
+    @owned
     def is_eog(self, token: int) -> bool:
         return token in (EOS, IM_END)
 
     # ---- tokens
+    @owned
     def tokenize(self, text: str, special: bool) -> list[int]:
-        if not text:
-            return []
-        if not special:
-            return list(text.encode("utf-8", errors="replace"))
-        ids: list[int] = []
-        for part in _SPECIAL_RE.split(text):
-            ids.extend([SPECIAL[part]] if part in SPECIAL else part.encode("utf-8", errors="replace"))
-        return ids
+        return _tokenize(text, special)
 
+    @owned
     def tokenize_control(self, text: str) -> list[int]:
-        return self.tokenize(text, special=True)
+        return _tokenize(text, special=True)
 
+    @owned
     def token_bytes(self, token: int) -> bytes:
-        return bytes([token]) if 0 <= token < 256 else b""  # control tokens render empty
+        return _token_bytes(token)
 
+    @owned
     def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+        return _detokenize(tokens)
 
     # ---- KV cache
     @property
+    @owned
     def kv_tokens(self) -> list[int]:
         return list(self._kv)
 
+    @owned
     def reset(self) -> None:
         self.calls.append(("reset",))
         self._kv.clear()
 
+    @owned
     def keep_prefix(self, n: int) -> bool:
         if n >= len(self._kv):
             return True
@@ -275,6 +341,7 @@ class FakeBackend:
         del self._kv[n:]
         return True
 
+    @owned
     def shift_out(self, n_keep: int, n_discard: int) -> bool:
         if n_discard <= 0 or n_keep + n_discard > len(self._kv) or not self.can_shift:
             self.calls.append(("shift_out", n_keep, n_discard, False))
@@ -283,11 +350,13 @@ class FakeBackend:
         self.calls.append(("shift_out", n_keep, n_discard, True))
         return True
 
+    @owned
     def save_sequence(self) -> tuple[bytearray, list[int]]:
         self.calls.append(("save", len(self._kv)))
         data = bytearray(b"FAKEKV" + struct.pack(f"<{len(self._kv)}i", *self._kv))
         return data, list(self._kv)
 
+    @owned
     def restore_sequence(self, saved) -> bool:
         data, tokens = saved
         self.calls.append(("restore", len(tokens)))
@@ -304,6 +373,7 @@ class FakeBackend:
         raises FakeDecodeError; the cache keeps what the earlier pieces evaluated."""
         self._fail_in = pieces
 
+    @owned
     def eval(self, tokens: list[int], piece: int | None = None, stop: Callable[[], bool] | None = None) -> int:
         if self.closed:
             raise RuntimeError("backend closed")
@@ -333,11 +403,13 @@ class FakeBackend:
         return done
 
     # ---- sampling
+    @owned
     def make_sampler(self, p: SamplingParams) -> _Sampler:
         self.prompts.append(list(self._kv))
         answer = self.script.next(self.text(self._kv))
-        return _Sampler(answer, self.tokenize(answer.text, special=False))
+        return _Sampler(answer, _tokenize(answer.text, special=False))
 
+    @owned
     def sample(self, sampler: _Sampler) -> tuple[int, float]:
         for hook in list(self.on_sample):
             hook(self, sampler.n)
@@ -354,6 +426,7 @@ class FakeBackend:
         self.samples += 1
         return token, a.logprob_at(i)
 
+    @owned
     def close(self) -> None:
         self.closed = True
 

@@ -34,7 +34,7 @@ def test_excerpts_ride_in_the_user_turn_and_the_next_turn_still_extends_the_cach
     src = done.sources
     assert src and src[0]["n"] == 1 and Path(src[0]["path"]).name == "manual.pdf" and src[0]["page"] == 3
     assert {"path", "page", "text", "score"} <= set(src[0])
-    prompt = fake.detokenize(fake.prompts[-1])
+    prompt = fake.vocab.detokenize(fake.prompts[-1])
     assert "[1] manual.pdf, page 3: The warranty of the Zephyr kettle lasts three years." in prompt
     assert prompt.index("[1] manual.pdf") < prompt.index("How long is the Zephyr kettle warranty?")
     r = done.stats["retrieval"]
@@ -42,7 +42,7 @@ def test_excerpts_ride_in_the_user_turn_and_the_next_turn_still_extends_the_cach
     # What the model read is stored, so the next turn's prompt extends the KV cache exactly.
     stored = a.transcript(cid)[0]
     assert stored["content"] == "How long is the Zephyr kettle warranty?"
-    kv = fake.kv_tokens
+    kv = fake.kv
     (done2,) = dones(send(a, cid, "thanks", docs=False))
     assert done2.stats["cache_mode"] == "append" and fake.prompts[-1][:len(kv)] == kv
     assert done2.sources == [] and done2.stats["documents"] == "off"

@@ -20,7 +20,7 @@ FLOOR = answer_floor(N_CTX)  # 64: n_ctx/16 is below 256
 
 
 def tokens(fake, text: str) -> list[int]:
-    return fake.tokenize(text, special=True)
+    return fake.vocab.tokenize(text, special=True)
 
 
 def paste(n: int) -> str:
@@ -98,7 +98,7 @@ def test_head_tail_answers_and_the_stored_message_says_what_was_cut(fakes, make_
     assert done.stats["context"]["overflow"] == {"mode": "head_tail", "tokens": 3000, "kept": len(read.encode())}
     assert done.stats["finish_reason"] == "stop"
     # The next turn extends the cache: the ids stored are those of the text the model read.
-    kv = fake.kv_tokens
+    kv = fake.kv
     (nxt,) = dones(send(a, cid, "and?", max_tokens=16))
     assert nxt.stats["prompt_tokens_cached"] == len(kv)
 
@@ -110,7 +110,7 @@ def test_summarise_asks_the_model_part_by_part_and_restores_the_cache(fakes, mak
         script.when(f"Part {k} of 3 of a long text", Answer(word))
     cid = a.new_conversation()
     dones(send(a, cid, "hi", max_tokens=32))
-    kv_before = fake.kv_tokens
+    kv_before = fake.kv
     text = paste(1500)  # three parts of n_ctx/2 tokens
     n_prompts = len(fake.prompts)
     (done,) = dones(send(a, cid, text, max_tokens=256, overflow="summarise"))
@@ -122,7 +122,7 @@ def test_summarise_asks_the_model_part_by_part_and_restores_the_cache(fakes, mak
     # came back after each part, so the turn reads only its own new tokens.
     assert fake.prompts[-1] == kv_before + tokens(fake, "<|im_end|>\n" + FIRST.format(read))
     assert done.stats["prompt_tokens_cached"] == common_prefix(kv_before, fake.prompts[-1]) == len(kv_before)
-    assert fake.kv_tokens == fake.prompts[-1] + done.token_ids
+    assert fake.kv == fake.prompts[-1] + done.token_ids
     assert done.stats["context"]["overflow"]["mode"] == "summarise"
 
 

@@ -129,7 +129,7 @@ def test_small_talk_recalls_nothing_and_a_question_gets_what_earns_its_tokens(re
     added = len(user.model_text.encode()) - len(PET.encode())
     assert done.stats["retrieval"]["memory_tokens"] == added > 0
     # Evaluated: exactly the new turn with its memories (the cache held everything before it).
-    assert done.stats["prompt_tokens_evaluated"] == len(fake.tokenize(NEXT.format(user.model_text), special=True))
+    assert done.stats["prompt_tokens_evaluated"] == len(fake.vocab.tokenize(NEXT.format(user.model_text), special=True))
     assert done.stats["cache_mode"] == "append"
 
 

@@ -37,7 +37,7 @@ def client(server) -> OpenAI:
 
 
 def tokens(fake, text: str) -> int:
-    return len(fake.tokenize(text, special=True))
+    return len(fake.vocab.tokenize(text, special=True))
 
 
 def post(server, path: str, body: dict, **kw) -> httpx.Response:
@@ -144,7 +144,7 @@ def test_a_conversation_made_from_earlier_turns_reads_them_on_its_next_turn(fake
     cid = a.new_conversation_from([("user", "hi"), ("assistant", "Hello there.")], "Be brief.")
     assert [(m["role"], m["content"]) for m in a.transcript(cid)] == [("user", "hi"), ("assistant", "Hello there.")]
     assert list(a.send(cid, "and?"))[-1].text == "Answer 1."
-    assert fake.prompts[-1] == fake.tokenize(SYSTEM + FIRST.format("hi") + "Hello there." + NEXT.format("and?"),
+    assert fake.prompts[-1] == fake.vocab.tokenize(SYSTEM + FIRST.format("hi") + "Hello there." + NEXT.format("and?"),
                                              special=True)
     with pytest.raises(InputError, match="tool"):
         a.new_conversation_from([("tool", "42")])
@@ -156,9 +156,9 @@ def test_a_resent_history_evaluates_only_its_new_turn_across_clients_taking_turn
     history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     r1 = c.chat.completions.create(model="L1", messages=history)
     assert r1.usage.prompt_tokens_details.cached_tokens == 0
-    kv = fake.kv_tokens  # the first prompt, its answer and the next turn's opening, read ahead
+    kv = fake.kv  # the first prompt, its answer and the next turn's opening, read ahead
     assert len(kv) == r1.usage.prompt_tokens + r1.usage.completion_tokens + tokens(fake, AHEAD)
-    assert fake.detokenize(kv).endswith("Answer 1." + AHEAD.replace("<|im_end|>", "").replace("<|im_start|>", ""))
+    assert fake.vocab.detokenize(kv).endswith("Answer 1." + AHEAD.replace("<|im_end|>", "").replace("<|im_start|>", ""))
 
     history += [{"role": "assistant", "content": r1.choices[0].message.content},
                 {"role": "user", "content": "how are you?"}]
@@ -170,7 +170,7 @@ def test_a_resent_history_evaluates_only_its_new_turn_across_clients_taking_turn
     # the rest of the new turn, the answer, then the opening of the turn after
     assert fake.evaluated - start == new - tokens(fake, AHEAD) + r2.usage.completion_tokens + tokens(fake, AHEAD)
     assert len(a.conversations()) == 1 and len(a.transcript(a.conversations()[0]["id"])) == 4
-    kv = fake.kv_tokens
+    kv = fake.kv
 
     # Another client takes the model's context; the first one's next request still reads only its new turn.
     other = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "tell me about cats"}]
@@ -225,7 +225,7 @@ def test_x_docs_answers_from_the_documents_with_sources(serve, fakes, make_assis
     ask = {"model": "L1", "messages": [{"role": "user", "content": "How long is the Zephyr kettle warranty?"}]}
     r = post(server, "/chat/completions", ask | {"x_docs": True}).json()
     assert Path(r["x_sources"][0]["path"]).name == "manual.pdf" and r["x_sources"][0]["page"] == 3
-    assert "[1] manual.pdf, page 3" in fakes.backend("m").detokenize(fakes.backend("m").prompts[-1])
+    assert "[1] manual.pdf, page 3" in fakes.backend("m").vocab.detokenize(fakes.backend("m").prompts[-1])
     assert r["x_documents"] == "ok"
     r = post(server, "/chat/completions", ask | {"x_docs": "no-such-collection"}).json()
     assert r["x_sources"] == []
@@ -241,7 +241,7 @@ def test_embeddings_come_from_the_memory_model(serve, fakes, make_assistant):
         r = client(server).embeddings.create(model="text-embedding-3-small", input=texts)  # base64 on the wire
         got = np.array([d.embedding for d in r.data], dtype=np.float32)
         assert got.shape == (2, 384) and r.model == "all-MiniLM-L6-v2"
-        assert np.allclose(got, a.embed(texts), atol=1e-6)
+        assert np.allclose(got, a.memory.embedder.embed(texts), atol=1e-6)  # `a` is the server's thread's now
         plain = post(server, "/embeddings", {"input": texts[0], "encoding_format": "float"}).json()
         assert np.allclose(plain["data"][0]["embedding"], got[0], atol=1e-6)
         assert post(server, "/embeddings", {"input": [[1, 2, 3]]}).status_code == 400
@@ -268,12 +268,12 @@ def test_the_memory_stays_out_of_api_turns_unless_x_memory_asks(serve, fakes, ma
         a.memory.add("My cat is called Miso.", pin=True)
         server = serve(a, store_conversations=True, allow_memory=True)  # the user lets clients ask (issue 22)
         plain = chat(4)  # 4 turns: 1 summarised + 2 recent would make a summary (summary_every=1)
-        assert all("Miso" not in fake.detokenize(p) for p in fake.prompts)  # memories not sent unasked
+        assert all("Miso" not in fake.vocab.detokenize(p) for p in fake.prompts)  # memories not sent unasked
         assert a.memory.flush(30)
         assert [row.kind for row in a.memory.list(kinds=("pinned", "note", "message"))] == ["pinned"]  # none kept
         before = len(fake.prompts)
         asked = chat(4, x_memory=True)
-        turns = [t for t in map(fake.detokenize, fake.prompts[before:]) if "summarise" not in t]
+        turns = [t for t in map(fake.vocab.detokenize, fake.prompts[before:]) if "summarise" not in t]
         assert turns and all("Miso" in t for t in turns)
         assert a.memory.flush(30)
         assert {row.kind for row in a.memory.list(kinds=("message",))} == {"message"}  # asked: kept too

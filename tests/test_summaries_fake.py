@@ -8,6 +8,7 @@ import time
 from engine.chat.summaries import MAX_PREEMPTIONS
 from engine.inference.generate import common_prefix
 from engine.inference.runtime import FOREGROUND
+from engine.ownership import hand_over
 from tests.fake_backend import Answer, Gate, dones, fakes, make_assistant, send, wait_until  # noqa: F401
 
 SUMMARY_MARK = "You summarise conversations"  # in every summary prompt (engine/chat/summaries.py)
@@ -37,16 +38,22 @@ def summary_setup(fakes, make_assistant):
     return a, fake, a.manager.loaded()[0], runs
 
 
-def in_background(fn):
+def in_background(a, fn):
+    """fn() on a thread of its own that drives `a` meanwhile (its owner: engine/ownership.py) and
+    hands it back to this one when it ends."""
     result = {}
+    here = threading.current_thread()
 
     def run():
         try:
             result["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test
             result["error"] = exc
+        finally:
+            hand_over(a, here)
 
     t = threading.Thread(target=run)
+    hand_over(a, t)
     t.start()
     return t, result
 
@@ -58,10 +65,10 @@ def test_a_turn_pre_empts_a_summary_within_one_prompt_piece(fakes, make_assistan
     cid = a.new_conversation()
     for text in ("hello", "how are you", "fine thanks"):  # the third turn queues a summary of the first
         send(a, cid, text)
-    kv = fake.kv_tokens
+    kv = fake.kv
     handle = a._summary_jobs[cid]
     assert gate.reached.wait(5)  # the summary is reading its third piece
-    thread, result = in_background(lambda: send(a, cid, "one more question"))
+    thread, result = in_background(a, lambda: send(a, cid, "one more question"))
     wait_until(lambda: worker.current is not None and worker.current.preempt.is_set())
     gate.release()
     thread.join(5)
@@ -92,7 +99,7 @@ def test_a_summary_pre_empted_twice_runs_to_the_end(fakes, make_assistant):
     for k in range(MAX_PREEMPTIONS + 1):
         assert gate.reached.wait(5), f"summary run {k + 1} never started"
         n_prompts = len(fake.prompts)
-        thread, result = in_background(lambda: send(a, cid, f"question {k}"))
+        thread, result = in_background(a, lambda: send(a, cid, f"question {k}"))
         wait_until(lambda: worker.current is not None and worker.current.preempt.is_set())
         gate.release()
         thread.join(5)
@@ -169,7 +176,7 @@ def test_stop_ends_a_turns_wait_for_its_summary(fakes, make_assistant):
     held = Gate(lambda b, piece, part, call: SUMMARY_MARK in b.text(call))
     fake.on_piece.append(held)
     stop = threading.Event()
-    thread, result = in_background(lambda: a.catch_up_summary(a.conversation(cid), cancel=stop))
+    thread, result = in_background(a, lambda: a.catch_up_summary(a.conversation(cid), cancel=stop))
     assert held.reached.wait(5)  # the summary it queued runs, held mid-piece
     handle = a._summary_jobs[cid]
     assert handle.urgent.is_set() and thread.is_alive()
@@ -192,6 +199,6 @@ def test_a_turn_stopped_before_the_model_was_asked_ends_without_queuing(fakes, m
     stop.set()  # pressed while memories were retrieved or the window fitted
     (done,) = dones(send(a, cid, "Another question", cancel=stop))
     assert done.stats["finish_reason"] == "cancelled" and done.stats["prompt_tokens_evaluated"] == 0
-    assert done.stats["prompt_tokens_cached"] == len(fake.kv_tokens) and len(fake.prompts) == asked
+    assert done.stats["prompt_tokens_cached"] == len(fake.kv) and len(fake.prompts) == asked
     (after,) = dones(send(a, cid, "And now?"))  # the next turn reads only what is new
     assert after.stats["prompt_tokens_cached"] >= len(fake.prompts[asked - 1]) - 1

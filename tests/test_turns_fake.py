@@ -19,7 +19,7 @@ NEXT = "<|im_end|>\n" + FIRST
 
 
 def tokens(fake, text: str) -> list[int]:
-    return fake.tokenize(text, special=True)
+    return fake.vocab.tokenize(text, special=True)
 
 
 
@@ -45,7 +45,7 @@ def test_each_turn_evaluates_only_its_new_tokens(fakes, make_assistant):
         assert s["cache_mode"] == ("fresh" if i == 0 else "append")
         # prompt pieces + every answer token but the end-of-turn one, which is sampled, never read
         assert fake.evaluated - start == new + len(done.token_ids) == new + s["completion_tokens"]
-        kv = fake.kv_tokens
+        kv = fake.kv
         assert kv == prompt + done.token_ids
     assert [len(tokens(fake, NEXT.format(t))) for t in texts[1:]] == [len(t) + 21 for t in texts[1:]]
 
@@ -156,7 +156,7 @@ def test_overflow_drops_the_oldest_whole_turns_and_reads_only_what_changed(fakes
                 assert common == len(system) + len(tokens(fake, "<|im_start|>user\nQuestion "))
                 assert s["prompt_tokens_cached"] == common
                 assert s["prompt_tokens_evaluated"] == len(prompt) - common
-        kv = fake.kv_tokens
+        kv = fake.kv
         assert kv == prompt + done.token_ids
     assert len(moves) >= 1 and moves[0][1] > 0
     assert [mv for _, mv in moves] == sorted(mv for _, mv in moves)  # the window only moves forward
@@ -182,9 +182,9 @@ def test_stop_during_decode_keeps_what_was_evaluated_and_the_next_turn_reuses_it
     assert done.stats["finish_reason"] == "cancelled" and done.stats["completion_tokens"] == 6
     assert done.text == "This a" and len(done.token_ids) == 6
     # the sixth token was sampled (and shown) but never read back: at most the last one is missing
-    assert fake.kv_tokens == prompt + done.token_ids[:-1]
+    assert fake.kv == prompt + done.token_ids[:-1]
     assert a.transcript(cid)[-1]["content"] == "This a"
-    kv = fake.kv_tokens
+    kv = fake.kv
     (nxt,) = dones(send(a, cid, "go on"))
     assert nxt.stats["cache_mode"] == "append" and nxt.stats["prompt_tokens_cached"] == len(kv)
     assert nxt.stats["prompt_tokens_evaluated"] == 1 + len(tokens(fake, NEXT.format("go on")))
@@ -206,7 +206,7 @@ def test_stop_during_prefill_keeps_the_pieces_read_and_the_next_turn_reuses_them
     prompt = tokens(fake, FIRST.format(long_text))
     assert done.stats["finish_reason"] == "cancelled" and done.text == "" and done.token_ids == []
     assert done.stats["prompt_tokens_evaluated"] == 96 and fake.evaluated == 96
-    assert fake.kv_tokens == prompt[:96] and fake.prompts == []  # nothing was sampled
+    assert fake.kv == prompt[:96] and fake.prompts == []  # nothing was sampled
     (nxt,) = dones(send(a, cid, "short one"))
     assert nxt.stats["prompt_tokens_cached"] == 96 and nxt.stats["cache_mode"] == "append"
     assert nxt.stats["prompt_tokens_evaluated"] == len(fake.prompts[-1]) - 96
@@ -224,12 +224,12 @@ def test_a_prefill_failing_part_way_keeps_whole_pieces_and_the_next_turn_resyncs
     with pytest.raises(InputError, match="the model stopped with an error"):
         send(a, cid, long_text)
     prompt = tokens(fake, FIRST.format(long_text))
-    assert fake.kv_tokens == prompt[:96]  # three whole pieces; the failed one left nothing
+    assert fake.kv == prompt[:96]  # three whole pieces; the failed one left nothing
     assert [m["role"] for m in a.transcript(cid)] == ["user"]  # no answer row: nothing was shown
     (done,) = dones(send(a, cid, "still there?"))
     assert done.stats["prompt_tokens_cached"] == 96
     assert done.stats["prompt_tokens_evaluated"] == len(fake.prompts[-1]) - 96
-    assert fake.kv_tokens == fake.prompts[-1] + done.token_ids
+    assert fake.kv == fake.prompts[-1] + done.token_ids
 
 
 def test_a_decode_failing_mid_answer_keeps_the_shown_part_and_the_next_turn_extends_it(fakes, make_assistant):
@@ -246,8 +246,8 @@ def test_a_decode_failing_mid_answer_keeps_the_shown_part_and_the_next_turn_exte
     assert "".join(e.text for e in events) == "Inte"
     row = a.transcript(cid)[-1]
     assert (row["content"], row["stats"]["finish_reason"]) == ("Inte", "interrupted")
-    assert fake.kv_tokens == prompt + tokens(fake, "Int")  # the fourth token was sampled, not read
-    kv = fake.kv_tokens
+    assert fake.kv == prompt + tokens(fake, "Int")  # the fourth token was sampled, not read
+    kv = fake.kv
     (done,) = dones(send(a, cid, "and?"))
     assert done.stats["cache_mode"] == "append" and done.stats["prompt_tokens_cached"] == len(kv)
     assert done.stats["prompt_tokens_evaluated"] == 1 + len(tokens(fake, NEXT.format("and?")))

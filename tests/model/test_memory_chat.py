@@ -9,7 +9,7 @@ from engine.memory import Embedder, MemoryService
 from engine.config.paths import db_path
 from engine.storage import Database
 
-from .helpers import THREADS, turn
+from .helpers import THREADS, kv_tokens, turn
 
 OVERHEAD = 16  # template tokens around a new user turn (measured ≤ 11 in bench/kv_reuse.py)
 CAT = "My cat is called Miso and she is three years old."
@@ -27,7 +27,7 @@ def chat(model_paths, ready_embedder):
 
 
 def kv_text(a: Assistant) -> str:
-    return b"".join(a.backend.token_bytes(t) for t in a.backend.kv_tokens).decode("utf-8", errors="replace")
+    return a.vocab.detokenize(kv_tokens(a))
 
 
 def test_recalled_memory_is_inside_the_user_turn_and_the_cache_still_extends(chat):
@@ -46,7 +46,7 @@ def test_recalled_memory_is_inside_the_user_turn_and_the_cache_still_extends(cha
     row = [m for m in a.db.messages(cid) if m["role"] == "user"][-1]
     assert row["content"] == ask  # what the user typed is what is shown and stored as content
     assert CAT in row["model_text"] and row["model_text"].endswith(ask)
-    assert row["token_ids"] == a.backend.tokenize(row["model_text"], special=False)
+    assert row["token_ids"] == a.vocab.tokenize(row["model_text"], special=False)
     # The memory sits after the cached prefix: only the new turn is evaluated...
     assert done.stats["cache_mode"] == "append"
     assert done.stats["prompt_tokens_evaluated"] <= len(row["token_ids"]) + OVERHEAD
@@ -54,7 +54,7 @@ def test_recalled_memory_is_inside_the_user_turn_and_the_cache_still_extends(cha
     # ...and the next turn extends exactly what the cache holds.
     nxt = turn(a, cid, "Thanks!", max_tokens=8)
     assert nxt.stats["cache_mode"] == "append"
-    assert nxt.stats["prompt_tokens_evaluated"] <= len(a.backend.tokenize("Thanks!", special=False)) + OVERHEAD
+    assert nxt.stats["prompt_tokens_evaluated"] <= len(a.vocab.tokenize("Thanks!", special=False)) + OVERHEAD
 
     # A new process sees the same turn: the stored model text and ids, not a re-retrieval.
     b = Assistant(a.db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), manager=a.manager)

@@ -27,7 +27,7 @@ def test_hundred_turns_at_n_ctx_1024(model_id, model_paths):
             s, ctx = done.stats, done.stats["context"]
             assert s["prompt_tokens"] <= ctx["budget"] <= N_CTX - MAX_TOKENS
             assert ctx["used"] == s["prompt_tokens"] and 0 < ctx["water_level"] <= 1
-            n_new = len(a.backend.tokenize(text, special=False))
+            n_new = len(a.vocab.tokenize(text, special=False))
             if ctx["context_shift"]:
                 shifts.append((i, ctx["context_shift"], s["prompt_tokens_evaluated"]))
             elif i > 0 and s["prompt_tokens_evaluated"] > n_new + OVERHEAD + 1:

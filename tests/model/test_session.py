@@ -24,7 +24,7 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
         fresh._conversations.clear()
         s = fresh.session(cid)
         assert fresh.backend.identity not in s.messages[-1].ids  # ids of another model are never trusted
-        assert s.content_ids(s.messages[-1]) == fresh.backend.tokenize("XYZ", special=False)
+        assert s.content_ids(s.messages[-1]) == fresh.vocab.tokenize("XYZ", special=False)
     finally:
         fresh.close()
 
@@ -32,7 +32,7 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
 def test_bos_once_when_the_model_wants_one(assistant):
     """A model that wants BOS (Gemma) gets exactly one at the start, whether its template writes it
     or not; a model that does not (SmolLM2) gets exactly what the template wrote, nothing added."""
-    b = assistant.backend
+    b = assistant.vocab  # what turns render with (the model's own tokenizer, any thread)
     assert b.add_bos == {"demo-int4": True, "demo-small": False}[assistant.model_id]  # both cases covered
     user = Message("user", "hi")
     for template in (assistant.template, ChatTemplate(CHATML_TEMPLATE, "chatml")):  # ChatML writes no BOS

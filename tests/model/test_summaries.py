@@ -23,7 +23,7 @@ def test_background_summary_chain_keeps_foreground_kv(model_paths):
         assert first["model"] == "demo-small" and first["text"] and first["previous_id"] is None
         # The summary borrowed the context and gave it back: the next turn evaluates only new tokens.
         after = turn(a, cid, USER_TURNS[4], max_tokens=16)
-        n_new = len(a.backend.tokenize(USER_TURNS[4], special=False))
+        n_new = len(a.vocab.tokenize(USER_TURNS[4], special=False))
         assert after.stats["cache_mode"] == "append"
         assert after.stats["prompt_tokens_evaluated"] <= n_new + OVERHEAD + 1
         # A foreground turn right after scheduling pre-empts the summary; the chain still grows.

@@ -71,7 +71,7 @@ def chat(request, model_paths, tmp_path_factory):
 @pytest.mark.model
 def test_control_token_text_stays_text_and_never_changes_roles(chat):
     model, a = chat
-    backend = a.backend
+    backend = a.vocab  # what turns tokenize with (the model's vocabulary, any thread)
     control = control_ids(backend)
     marker_text, expected_markers = ROLE_MARKERS[model]
     [marker] = backend.tokenize(marker_text, special=True)
@@ -124,7 +124,7 @@ def test_nul_and_lone_surrogates_are_cleaned_the_same_everywhere(model_paths):
         row = a.db.conversation(cid)
         assert (row["system_prompt"], row["title"]) == ("Be brief.?", "title ?")
         user = a.db.messages(cid)[0]
-        assert user["content"] == text and user["token_ids"] == a.backend.tokenize(text, special=False)
+        assert user["content"] == text and user["token_ids"] == a.vocab.tokenize(text, special=False)
         # The search box passes raw text: a NUL or a lone surrogate used to raise inside SQLite.
         for query in ("split\x00 pair", "lone \ud800", "\x00", "\ud83d\ude00"):
             assert a.db.search_conversations(query) in ([cid], [])
