@@ -73,3 +73,34 @@ def test_a_snapshot_parked_after_the_delete_is_not_written(tmp_path):
     kv.warm.put(snap(4))  # the model thread parks the context's conversation, deleted meanwhile
     kv.close()  # every warm snapshot goes to disk at exit, the deleted one excepted
     assert files_of(kv, 4) == [] and files_of(kv, 5)
+
+
+class _Context:
+    """A model's context as `park` sees it; copying its state waits until the test says go."""
+
+    identity = IDENT
+
+    def __init__(self, tokens: list[int]):
+        self.kv_tokens = tokens
+        self.copying, self.go = threading.Event(), threading.Event()
+
+    def save_sequence(self):
+        self.copying.set()
+        assert self.go.wait(10), "the test never let the copy finish"
+        return bytearray(50_000), list(self.kv_tokens)
+
+
+def test_a_park_racing_the_delete_leaves_no_snapshot_in_ram(tmp_path):
+    kv = KVTiers(tmp_path / "kv", warm_budget_bytes=10**9, cold_budget_bytes=10**9)
+    kv._facts[IDENT] = FACTS
+    context = _Context(list(range(300)))
+    kv.hot[IDENT] = 6  # its turn just ended; the model's thread parks it in the background
+    parking = threading.Thread(target=kv.park, args=(context, 6))
+    parking.start()
+    assert context.copying.wait(10)
+    kv.forget(6)  # the API server deletes the conversation while its state is being copied
+    context.go.set()
+    parking.join(10)
+    assert [s.conversation_id for s in kv.warm.entries()] == []  # not kept in RAM until the budget evicts it
+    kv.close()
+    assert files_of(kv, 6) == []

@@ -40,7 +40,7 @@ def footprint(assistant: "Assistant") -> dict[str, int]:
         out |= {"kv hot": sum(cid is not None for cid in list(kv.hot.values())), "kv warm": len(kv.warm.entries()),
                 "kv cold files": len(kv.cold.files()), "kv cold headers": len(kv.cold._counts),
                 "kv deleted runs": len(kv._forgotten)}
-    out["db readers"] = len(a.db._readers)
     for name, sql in ROWS.items():
         out[name] = a.db.read(sql)[0][0]
+    out["db readers"] = len(a.db._readers)  # after this thread's own reads: it counts from the first call
     return out

@@ -111,7 +111,7 @@ class KVTiers:
             # Not parked after its last turn (the usual case parks then, off this path): copy it now.
             t_park = time.perf_counter()
             # One memcpy; its disk write, if any, is queued. An unknown domain ("") serves no other chat.
-            self.warm.put(take_snapshot(backend, hot, self.hot_domain.get(ident) or ""))
+            self._put_warm(take_snapshot(backend, hot, self.hot_domain.get(ident) or ""))
             park_ms = (time.perf_counter() - t_park) * 1000
         if snap is not None:
             if source == "warm" and snap.conversation_id == conversation_id:
@@ -141,7 +141,7 @@ class KVTiers:
         kv = backend.kv_tokens
         if len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, conversation_id, kv):
             self.facts(backend)
-            self.warm.put(take_snapshot(backend, conversation_id, self.hot_domain.get(backend.identity) or ""))
+            self._put_warm(take_snapshot(backend, conversation_id, self.hot_domain.get(backend.identity) or ""))
 
     def release(self, backend: Backend) -> None:
         """The model is being unloaded (evicted, or the app exits): its conversation's state moves
@@ -150,7 +150,7 @@ class KVTiers:
         kv = backend.kv_tokens
         if cid is not None and len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, cid, kv):
             self.facts(backend)
-            self.warm.put(take_snapshot(backend, cid, self.hot_domain.get(backend.identity) or ""))
+            self._put_warm(take_snapshot(backend, cid, self.hot_domain.get(backend.identity) or ""))
 
     def forget(self, conversation_id: int) -> None:
         """A deleted conversation: drop its warm snapshots, the cold writes queued or under way for
@@ -164,6 +164,14 @@ class KVTiers:
                 self.hot[ident] = None
                 self.hot_domain[ident] = None  # what is left of it in the context serves no other chat
         self.cold.delete(conversation_id)
+
+    def _put_warm(self, snap: Snapshot) -> None:
+        """Park a snapshot in RAM unless its conversation was deleted meanwhile (a park on the
+        model's thread races a delete on the engine's). `forget` marks the id, then takes the
+        id's snapshots out: asked after the put, one of the two sees the other, whichever ran first."""
+        self.warm.put(snap)
+        if not self._wanted(snap.conversation_id):
+            self.warm.take(snap)
 
     def _wanted(self, conversation_id: int | None) -> bool:
         return conversation_id not in self._forgotten
