@@ -28,8 +28,7 @@ from typing import Callable, Collection
 from PySide6.QtCore import QCoreApplication, QObject, Qt, Signal, Slot
 
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
-                        ModelNotFound, SamplingParams, StorageError, TurnDone)
-from engine.ownership import adopt, check_owner
+                        ModelNotFound, SamplingParams, StorageError, TurnDone, adopt, check_owner)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -37,7 +36,7 @@ TOKEN_BATCH_MS = 30
 
 class EngineWorker(QObject):
     """Owns the engine; every slot runs on the engine thread, which owns the worker's state
-    (engine/ownership.py): another thread changes it with `post`."""
+    (engine/config/ownership.py): another thread changes it with `post`."""
 
     ready = Signal(str)              # JSON {"model", "tiers", "demo", "memory", "degraded", "documents"}
     failed = Signal(str)             # the engine could not start (message for the user)

@@ -10,10 +10,10 @@ import pytest
 os.environ.setdefault("GGML_VK_VISIBLE_DEVICES", "0")
 
 # Each owned object (a model's backend, an Assistant, the window's engine worker) raises WrongThread
-# when a thread other than its owner calls it (engine/ownership.py): the test that makes a slip fails
+# when a thread other than its owner calls it (engine/config/ownership.py): the test that makes a slip fails
 # the day it is written. The environment carries the check into the CLI and app processes tests start.
 os.environ["ASSISTANT_CHECK_OWNERS"] = "1"
-from engine import ownership  # noqa: E402 - after the environment it reads
+from engine.config import ownership  # noqa: E402 - after the environment it reads
 
 ownership.enable()
 

@@ -37,7 +37,7 @@ from engine.inference.backend import (ContextFull, DecodeError, DeviceMemoryErro
 from engine.inference.generate import GenerateParams
 from engine.inference.manager import ModelManager
 from engine.models.devices import DeviceSnapshot, GPUInfo
-from engine.ownership import adopt, owned
+from engine.config.ownership import adopt, owned
 from engine.storage import Database
 
 BOS, EOS, IM_START, IM_END = 256, 257, 258, 259
@@ -217,7 +217,7 @@ class FakeBackend:
     evaluated (one entry per decode call), `prompts` the KV contents each answer was sampled
     from, `calls` every cache operation in order.
 
-    Like a real backend it belongs to one thread (engine/ownership.py): the methods a `Backend`
+    Like a real backend it belongs to one thread (engine/config/ownership.py): the methods a `Backend`
     guards raise WrongThread from any other while the check is on (the suite turns it on). A test
     reads `kv` (the cache's ids), `text`, the counters, and tokenizes with `vocab`.
 

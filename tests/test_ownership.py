@@ -1,4 +1,4 @@
-"""Each native object has one owner thread (engine/ownership.py), and the suite checks it: a call from
+"""Each native object has one owner thread (engine/config/ownership.py), and the suite checks it: a call from
 another thread raises WrongThread naming both. The slips issue 22 found, each as the call that used
 to be made from the wrong thread: routing read a busy model's live KV list, the engine thread
 tokenized on the model's own context, the server's event loop read the Assistant's tiers and a
@@ -11,14 +11,14 @@ import threading
 import numpy as np
 import pytest
 
-from engine import ownership
+from engine.config import ownership
 from engine.chat.session import Message
 from engine.chat.targets import LocalTarget
 from engine.inference.backend import Backend, SamplingParams
 from engine.inference.generate import common_prefix
 from engine.inference.runtime import BACKGROUND
 from engine.memory.embedder import Embedder
-from engine.ownership import WrongThread, check_owner, hand_over, owned
+from engine.config.ownership import WrongThread, check_owner, hand_over, owned
 from tests.fake_backend import Gate, dones, fakes, make_assistant, send, wait_until  # noqa: F401
 from tests.server_util import KEY, serve  # noqa: F401
 
@@ -203,9 +203,9 @@ def test_the_servers_event_loop_reads_only_the_published_tiers(serve, fakes):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "Answer 1.", r.text
     # While the server runs its engine thread owns the Assistant; the thread that started it, again after.
     assert isinstance(on_thread(lambda: server.assistant.tiers), WrongThread)
-    assert ownership.owner(server.assistant) is server.engine._thread
+    assert ownership.owner_of(server.assistant) is server.engine._thread
     server.stop()
-    assert ownership.owner(server.assistant) is threading.main_thread() and server.assistant.tiers
+    assert ownership.owner_of(server.assistant) is threading.main_thread() and server.assistant.tiers
 
 
 # ---- embeddings: the owner's call (the API server runs them as jobs on its engine thread)

@@ -88,7 +88,7 @@ def test_jobs_run_on_the_front_ends_thread_taking_turns_with_its_own(front, fake
         wait_until(lambda: server.engine.running is not None)  # posted, waiting behind the front-end's work
         threads.append(ask(server, "api two", results))
         wait_until(lambda: len(server.queue) == 1)  # not posted: one API job at a time
-        # The front-end's own turn, on its thread (the Assistant's owner, engine/ownership.py).
+        # The front-end's own turn, on its thread (the Assistant's owner, engine/config/ownership.py).
         front.post(lambda: list(assistant.send(assistant.new_conversation(), "window", GenerateParams(max_tokens=8))))
         busy.set()
         for t in threads:

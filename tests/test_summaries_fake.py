@@ -8,7 +8,7 @@ import time
 from engine.chat.summaries import MAX_PREEMPTIONS
 from engine.inference.generate import common_prefix
 from engine.inference.runtime import FOREGROUND
-from engine.ownership import hand_over
+from engine.config.ownership import hand_over
 from tests.fake_backend import Answer, Gate, dones, fakes, make_assistant, send, wait_until  # noqa: F401
 
 SUMMARY_MARK = "You summarise conversations"  # in every summary prompt (engine/chat/summaries.py)
@@ -39,7 +39,7 @@ def summary_setup(fakes, make_assistant):
 
 
 def in_background(a, fn):
-    """fn() on a thread of its own that drives `a` meanwhile (its owner: engine/ownership.py) and
+    """fn() on a thread of its own that drives `a` meanwhile (its owner: engine/config/ownership.py) and
     hands it back to this one when it ends."""
     result = {}
     here = threading.current_thread()

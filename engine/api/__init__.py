@@ -47,6 +47,12 @@ _EXPORTS: dict[str, str] = {
     "db_path": "engine.config.paths",
     "locked": "engine.config.locked_file",  # a file other processes write too: read-merge-write under it
     "write_atomic": "engine.config.locked_file",
+    # which thread owns what (engine/config/ownership.py): a front-end's engine thread adopts what it drives
+    "WrongThread": "engine.config.ownership",
+    "adopt": "engine.config.ownership",
+    "hand_over": "engine.config.ownership",
+    "owner_of": "engine.config.ownership",
+    "check_owner": "engine.config.ownership",
     # stateless helpers: catalog, plans, devices, downloads, model files, the L3 connection test
     "ModelEntry": "engine.models.catalog",
     "load_catalog": "engine.models.catalog",

@@ -1,7 +1,7 @@
 """The Assistant every front-end uses: built from settings in one place, owning what it opens.
 
 Threads (docs/architecture.md): a front-end calls `send`/`regenerate`/… from its own engine thread
-(never a GUI thread), the Assistant's owner (engine/ownership.py); each loaded model runs on its own
+(never a GUI thread), the Assistant's owner (engine/config/ownership.py); each loaded model runs on its own
 thread. `stop`, `count_tokens`, `status` and `published_tiers` are for any thread (a GUI, an
 event loop): none touches a model, waits on an engine lock or blocks.
 """
@@ -29,7 +29,7 @@ from engine.inference.remote import RemoteClient, RemoteError, config_from_setti
 from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
-from engine.ownership import check_owner
+from engine.config.ownership import check_owner
 from engine.storage import Database, clean_text
 
 log = logging.getLogger(__name__)

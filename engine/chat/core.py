@@ -35,7 +35,7 @@ from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.memory.service import MemoryService
 from engine.models.catalog import Catalog, ModelNotFound
 from engine.models.instruct import is_instruct
-from engine.ownership import adopt, check_owner
+from engine.config.ownership import adopt, check_owner
 from engine.routing.router import RouteDecision, apply_stickiness, classify
 from engine.storage import Database, clean_text
 
@@ -85,7 +85,7 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
     Raises:
         ModelNotFound, ModelLoadError: the first model cannot be loaded (messages for the user).
 
-    It belongs to the thread that drives it (engine/ownership.py): the one that built it, or the
+    It belongs to the thread that drives it (engine/config/ownership.py): the one that built it, or the
     one it was handed to (the API server's "api-engine"). Turns and `tiers` are that thread's; other
     threads read what it publishes (`published_tiers`, each model's view, the status snapshot).
     """
@@ -183,7 +183,7 @@ class AssistantCore(Turns, TurnMemory, TurnDocs):
     @property
     def backend(self):
         """The L1 model's backend: its facts (identity, n_ctx, params) for any thread; what touches
-        its context only on the model's thread (engine/ownership.py)."""
+        its context only on the model's thread (engine/config/ownership.py)."""
         return self._primary.backend
 
     @property

@@ -34,7 +34,7 @@ from llama_cpp import _logger as llama_logger  # noqa: E402
 from llama_cpp import llama_cpp as _LLAMA_C  # noqa: E402 - the ctypes module Llama() calls into
 
 from engine.inference.load_log import device_out_of_memory, parse_memory_report  # noqa: E402
-from engine.ownership import adopt, owned  # noqa: E402
+from engine.config.ownership import adopt, owned  # noqa: E402
 from engine.inference.placement import NoSuchDevice, device_list, model_devices, offload_facts  # noqa: E402
 from engine.models.gguf_info import GGUFError, read_gguf  # noqa: E402
 
@@ -144,7 +144,7 @@ def _quiet_llama_logs(debug: bool) -> None:
 class Backend:
     """One loaded GGUF model with one context.
 
-    Its context, KV cache, sampler and token caches belong to one thread (engine/ownership.py): the
+    Its context, KV cache, sampler and token caches belong to one thread (engine/config/ownership.py): the
     thread that built it, until it hands it over (a model's thread takes it from the loader). The
     owned methods below raise WrongThread from any other thread while the check is on. Its facts
     (path, params, identity, n_ctx, bos_id, ...) are plain values any thread may read, and `vocab`

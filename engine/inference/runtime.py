@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 from engine.inference.backend import Backend, LoadParams, ModelLoadError
 from engine.models.catalog import ResolvedModel
 from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
-from engine.ownership import hand_over
+from engine.config.ownership import hand_over
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class ContextView:
 class Worker:
     """One loaded model: its backend, chat template and inference thread.
 
-    The backend belongs to the model's thread (engine/ownership.py): only jobs touch it. Other
+    The backend belongs to the model's thread (engine/config/ownership.py): only jobs touch it. Other
     threads read `view` (what the context holds, published after each job), the backend's plain
     facts (identity, n_ctx, params), and tokenize with `vocab`, the vocabulary alone."""
 

@@ -7,7 +7,7 @@ window's engine QThread) passes `post`, a function that runs a callable on that 
 is queued there and returns at once; then an "api-dispatch" thread takes one job at a time from the
 fair queue, posts it and waits for it to end before taking the next. Two threads never drive the
 Assistant at once, and the front-end's own work and API jobs take turns. The thread that runs the
-jobs owns the Assistant while the server runs (engine/ownership.py): "api-engine" takes it over from
+jobs owns the Assistant while the server runs (engine/config/ownership.py): "api-engine" takes it over from
 the thread that started the server and hands it back at the end; with `post`, the front-end's thread
 is its owner. The HTTP side reads only what the Assistant publishes for any thread.
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from engine.api import TurnDone
-from engine.ownership import adopt, hand_over, owner
+from engine.api import adopt, hand_over, owner_of
 from engine.server.errors import EXPECTED
 from engine.server.fair_queue import FairQueue, QueueClosed
 from engine.server.history import ApiConversations
@@ -163,7 +163,7 @@ class EngineThread:
     def start(self) -> "EngineThread":
         """Start taking jobs (on the thread that owns the Assistant, which hands it over to
         "api-engine" until the server ends; with `post` it stays the front-end's)."""
-        self._previous = owner(self.assistant)
+        self._previous = owner_of(self.assistant)
         if self._post is None:
             hand_over(self.assistant, self._thread)
         self._thread.start()

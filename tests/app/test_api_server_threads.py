@@ -1,6 +1,6 @@
 """The window's API server is started and stopped on an "api-control" thread, which touches none of
 the engine worker's state: it asks the engine thread for the Assistant and posts the chat list's
-filter there (issue 22). The worker's `hidden` is the engine thread's (engine/ownership.py)."""
+filter there (issue 22). The worker's `hidden` is the engine thread's (engine/config/ownership.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from engine.ownership import WrongThread
+from engine.config.ownership import WrongThread
 from tests.fake_backend import fakes, make_assistant  # noqa: F401
 
 from .test_api_server_setting import enable, free_port, through_settings, window  # noqa: F401

@@ -29,7 +29,7 @@ def run_prompt(backend, prompt, max_tokens=24) -> TurnResult:
 
 def on_model(assistant: Assistant, fn):
     """fn(backend) run as a job on the L1 model's own thread, which owns its backend
-    (engine/ownership.py), and what it returned: a test touches a loaded model's context this way."""
+    (engine/config/ownership.py), and what it returned: a test touches a loaded model's context this way."""
     from engine.inference.runtime import FOREGROUND
 
     worker = assistant.manager.find_loaded(assistant.tiers["L1"])

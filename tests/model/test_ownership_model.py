@@ -1,4 +1,4 @@
-"""A loaded model's backend is its thread's (engine/ownership.py), and the vocabulary every other
+"""A loaded model's backend is its thread's (engine/config/ownership.py), and the vocabulary every other
 thread tokenizes with gives the model's own ids: a turn renders its prompt with `Worker.vocab` on
 the engine thread, the model reads it with its backend."""
 
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from engine.chat.session import Message
-from engine.ownership import WrongThread
+from engine.config.ownership import WrongThread
 
 from .helpers import on_model, turn
 

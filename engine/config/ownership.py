@@ -50,7 +50,7 @@ def hand_over(obj: Any, thread: threading.Thread | None) -> None:
     setattr(obj, _OWNER, thread)
 
 
-def owner(obj: Any) -> threading.Thread | None:
+def owner_of(obj: Any) -> threading.Thread | None:
     return getattr(obj, _OWNER, None)
 
 
