@@ -24,6 +24,18 @@ MODELS = {
 }
 
 
+def pytest_report_header(config):
+    """Which CPU kernels llama.cpp runs here: the numerics tests hold for any (make test runs them
+    under two; tests/second_variant.py). A variant asked for and not loaded is a failed run."""
+    from engine.models.ggml_registry import CPU_VARIANT_ENV, registry
+
+    loaded = registry().cpu_variant()
+    wanted = os.environ.get(CPU_VARIANT_ENV)
+    if wanted and loaded != wanted:
+        raise pytest.UsageError(f"{CPU_VARIANT_ENV}={wanted}, but ggml loaded the {loaded} CPU variant")
+    return f"ggml CPU kernels: {loaded or 'built in (no variants)'}" + (f" (as {CPU_VARIANT_ENV} asks)" if wanted else "")
+
+
 def pytest_collection_modifyitems(items):
     """Everything under tests/model/ loads a real GGUF: mark it so `-m "not model"` stays fast."""
     for item in items:

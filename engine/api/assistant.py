@@ -144,6 +144,9 @@ class Assistant(AssistantCore, DocumentsApi):
                 docs_service.watch()
         assistant._owned = owned
         assistant.warnings = warnings + settings.problems()
+        # The first snapshot was taken before memory and documents started: a reader must never see
+        # a state already left behind ("not started"), even for the half second until the next one.
+        assistant._status.refresh()
         assistant.settings = settings
         assistant.load_tokenizer()
         return assistant

@@ -59,11 +59,15 @@ USER_TURNS = [
 # llama.cpp's sums round differently with the batch split (a prompt in one batch vs turn by turn) and
 # with the CPU kernel ggml loads (x64, haswell, zen4, ...), so free-running greedy text from two
 # evaluation orders is no invariant: one near-tie and the texts part. What holds is that the logits,
-# fed the same tokens, agree within a bound. Measured with bench/logit_agreement.py under the x64,
-# sandybridge, haswell and zen4 variants (README "Tests on any CPU"); the bounds below leave ~2x room.
-LOGIT_TOLERANCE = 2.0       # max |Δlogit| at any position (measured ≤ 0.59 SmolLM2, ≤ 1.15 Gemma-3)
+# fed the same tokens, agree within a bound. Measured with bench/logit_agreement.py under the zen4,
+# haswell, sandybridge and x64 variants (README "Tests on any CPU"): reused vs fresh, max |Δlogit|
+# ≤ 1.32 (SmolLM2) and ≤ 2.66 (Gemma-3, over its 262k-token vocabulary), mean ≤ 0.28, top-1 agreement
+# ≥ 0.93, and where the argmaxes differ the reference's gap between them ≤ 0.45. A wrong KV (a token
+# at the wrong position, a stale cell) moves every logit: the mean and the top-1 rate catch it.
+LOGIT_TOLERANCE = 4.0       # max |Δlogit| at any position, any token
 MEAN_LOGIT_TOLERANCE = 0.5  # mean |Δlogit| over positions and vocabulary
-MIN_TOP1_AGREEMENT = 0.9    # share of positions whose argmax agrees; the rest must be near-ties
+MIN_TOP1_AGREEMENT = 0.85   # share of positions whose argmax agrees (checked from 10 positions on)
+TIE_GAP = 1.0               # where the argmaxes differ, the reference's logit gap between the two
 TOP_K = 40                  # "max_top": max |Δlogit| over the reference's 40 likeliest tokens
 
 
@@ -104,5 +108,5 @@ def assert_logits_agree(ref, got, what: str = "") -> dict:
     stats = logit_agreement(ref, got)
     assert stats["max"] < LOGIT_TOLERANCE and stats["mean"] < MEAN_LOGIT_TOLERANCE, (what, stats)
     assert stats["top1"] >= MIN_TOP1_AGREEMENT or len(ref) < 10, (what, stats)
-    assert stats["tie_gap"] < LOGIT_TOLERANCE, (what, stats)  # a differing argmax: only at a near-tie
+    assert stats["tie_gap"] < TIE_GAP, (what, stats)  # a differing argmax: only at a near-tie
     return stats

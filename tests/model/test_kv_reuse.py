@@ -11,7 +11,8 @@ from engine.inference.backend import Backend, LoadParams
 from engine.inference.generate import prefill
 
 from .conftest import open_backend
-from .helpers import THREADS, USER_TURNS, assert_logits_agree, forced_logits, greedy, kv_tokens, on_model, turn
+from .helpers import (THREADS, USER_TURNS, assert_logits_agree, forced_logits, greedy, kv_tokens, logit_agreement,
+                      on_model, turn)
 
 pytestmark = pytest.mark.numerics  # logits and ids across evaluation orders
 
@@ -94,6 +95,27 @@ def test_reuse_matches_from_scratch(assistant, model_paths, model_id):
         scratch.close()
     stats = assert_logits_agree(fresh, reused, "reused KV vs a fresh context")
     print(f"{model_id}: {stats}")
+
+
+def test_the_bound_catches_a_wrong_kv(model_paths, model_id):
+    """The bound has teeth: a KV that differs from the prompt by one early token (what a reuse bug
+    looks like: a stale cell, a token at the wrong position) fails it."""
+    backend = open_backend(model_paths[model_id])
+    try:
+        prompt = backend.tokenize("<start>The user asks about the history of the city of Lyon and its food.", special=False)
+        answer = backend.tokenize(" Lyon is known for its bouchons, silk weaving and the meeting of two rivers.",
+                                  special=False)
+        right = forced_logits(backend, prompt, answer)
+        wrong_prompt = list(prompt)
+        wrong_prompt[3] = backend.tokenize(" Paris", special=False)[0]
+        backend.reset()
+        wrong = forced_logits(backend, wrong_prompt, answer)
+    finally:
+        backend.close()
+    stats = logit_agreement(right, wrong)
+    with pytest.raises(AssertionError):
+        assert_logits_agree(right, wrong)
+    print(f"{model_id}, one token changed: {stats}")
 
 
 class CancelAfter(threading.Event):
