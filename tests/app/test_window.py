@@ -226,4 +226,6 @@ def test_settings_changed_in_the_dialog_apply_live_or_say_they_wait(qtbot, windo
     assert "memory.k" not in window.status_label.text()  # applied, not waiting
     a = window.worker.assistant
     assert (a.memory_k, a.max_switch_s) == (1, 4.0)
-    assert a.backend.n_ctx == 2048  # the context size waits for a restart
+    # The context size waits for a restart (the loaded model as its thread published it: `a.backend`
+    # is the engine thread's to look up).
+    assert [m["n_ctx"] for m in a.status()["models"]] == [2048]
