@@ -75,11 +75,11 @@ def answer_all(model: str, prompts: list[tuple[str, str]], params: GenerateParam
     assistant = Assistant(Database(Path(os.environ[HOME_ENV]) / f"{model}.sqlite"), model,
                           LoadParams(n_ctx=2048))
     try:
-        backend = assistant.backend
+        vocab = assistant.vocab  # any thread; the backend is its model thread's (engine/config/ownership.py)
         for kind, prompt in prompts:
             cid = assistant.new_conversation()
             done = [x for x in assistant.send(cid, prompt, params) if isinstance(x, TurnDone)][-1]
-            pieces = [backend.token_bytes(t) for t in done.token_ids]
+            pieces = [vocab.token_bytes(t) for t in done.token_ids]
             report = confidence_report(pieces, done.logprobs, 0.0)
             first = report["sentences"][0]["geo_mean_prob"] if report["sentences"] else None
             out.append(Answer(kind, prompt, done.text, len(done.token_ids), report["geo_mean_prob"], first))

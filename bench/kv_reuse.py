@@ -55,7 +55,7 @@ def kv_reuse_table(model: str, turns: int, answer_tokens: int) -> list[str]:
             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i, question in enumerate(QUESTIONS[:turns], start=1):
         prompt = assistant.session(cid).prompt(Message("user", question))
-        n_new = len(assistant.backend.tokenize(question, special=False))
+        n_new = len(assistant.vocab.tokenize(question, special=False))
         done = next(x for x in assistant.send(cid, question, params) if isinstance(x, TurnDone))
         ours = done.stats
         naive.reset()  # a fresh context: the whole prompt is evaluated again

@@ -123,13 +123,13 @@ def run_model(model: str, target: int, rounds: int) -> list[str]:
     os.environ["ASSISTANT_HOME"] = str(home)
     db = Database(db_path())
     a = Assistant(db, model, LoadParams(n_ctx=N_CTX))
-    count = lambda text: len(a.backend.tokenize(text, special=False))  # noqa: E731
+    count = lambda text: len(a.vocab.tokenize(text, special=False))  # noqa: E731
     cid_a, cid_b = build_history(db, count, target, 0), build_history(db, count, target, 1)
 
     # (a) scratch, with tiers off: the whole history is evaluated (averaged over both chats)
     scratch = Assistant(db, model, LoadParams(n_ctx=N_CTX), manager=a.manager, kv_tiers=False)
     s_a = ask(scratch, cid_a, "First question: what was the first topic?")
-    scratch.backend.reset()
+    list(a.manager.loaded()[0].submit(lambda w, job: w.backend.reset()))  # on the model's thread, its owner
     # (b) warm: A in the context, then B takes it (A is parked in RAM), then A comes back
     ask(a, cid_a, "And the second topic?")
     ask(a, cid_b, "First question: what was the first topic?")
@@ -145,7 +145,7 @@ def run_model(model: str, target: int, rounds: int) -> list[str]:
             ours.append(s)
     path = a.backend.path
     history_a = [{"role": m["role"], "content": m["content"]} for m in db.messages(cid_a)]
-    kv_tokens = a.backend.kv_tokens
+    kv_tokens = list(a.manager.loaded()[0].view.kv_tokens)  # as the model's thread published it
     a.close()  # (c) the exit writes the snapshots
     db.close()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
