@@ -1,14 +1,15 @@
 """Soak: thousands of stateless API requests with distinct histories; the server must not grow.
 
     .venv/bin/python bench/soak_api.py --backend fake --requests 5000
-    .venv/bin/python bench/soak_api.py --backend demo-small --requests 2000
+    .venv/bin/python bench/soak_api.py --backend demo-small --requests 800 --every 100 --index 32 --threads 1
 
 The local API server runs in this process (so its maps can be counted) on 127.0.0.1 with a fresh
 ASSISTANT_HOME and the defaults (API conversations not stored). One client sends the requests one
 after another, opening a new connection every CONNECTION_REQUESTS, in a fixed cycle of four: a new
 chat whose history holds an earlier turn (a new conversation), that chat continued (the same
 conversation), another new chat, and a one-off /v1/completions (deleted at once). Every
-conversation the index of 128 lets go is deleted. Every `--every` requests, once the model's
+conversation the index (128 conversations; `--index` sets fewer, so that a short run reaches its
+steady state: two new conversations every four requests fill it) lets go is deleted. Every `--every` requests, once the model's
 thread is idle, a row: the process's RSS, every per-conversation map (engine.api.footprint, plus
 the server's index, unstored conversations and client lines), the database file with its WAL,
 and the median request time of the rows' window. The last line says whether it stayed flat:
@@ -95,8 +96,8 @@ def fake_assistant(home: Path):
     return assistant, trim
 
 
-def real_assistant(model: str):
-    return Assistant.from_settings(Settings(), model=model), lambda: None
+def real_assistant(model: str, threads: int | None):
+    return Assistant.from_settings(Settings(), model=model, n_threads=threads), lambda: None
 
 
 def settle(assistant, timeout: float = SETTLE_S) -> None:
@@ -155,16 +156,22 @@ def main() -> int:
     ap.add_argument("--backend", choices=["fake", "demo-small"], default="fake")
     ap.add_argument("--requests", type=int, default=5000)
     ap.add_argument("--every", type=int, default=1000, help="requests between rows")
+    ap.add_argument("--index", type=int, help="conversations the server can continue (default: its own, 128)")
+    ap.add_argument("--threads", type=int, help="llama.cpp threads for demo-small (default: the settings')")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="# %(message)s", stream=sys.stderr)
 
     home = Path(tempfile.mkdtemp(prefix="bench-soak-"))
     os.environ["ASSISTANT_HOME"] = str(home)  # before anything reads the data dir
-    assistant, trim = fake_assistant(home) if args.backend == "fake" else real_assistant(args.backend)
+    assistant, trim = (fake_assistant(home) if args.backend == "fake"
+                       else real_assistant(args.backend, args.threads))
     key = secrets.token_urlsafe(24)
     server = ApiServer(assistant, ServerConfig(host="127.0.0.1", port=0, api_key=key)).start()
-    print(f"# {args.backend}, {args.requests} requests, ASSISTANT_HOME={home}", flush=True)
+    if args.index:
+        server.conversations.size = args.index
+    print(f"# {args.backend}, {args.requests} requests, index {server.conversations.size}, "
+          f"ASSISTANT_HOME={home}", flush=True)
     print("| " + " | ".join(title for _, title in COLUMNS) + " |")
     print("|" + "---:|" * len(COLUMNS), flush=True)
     rows, times, previous, http = [], [], [], None

@@ -119,22 +119,27 @@ def test_deleting_conversations_drops_summaries_memories_and_water(fakes, make_a
 
 def test_the_database_keeps_its_size_while_conversations_come_and_go(tmp_path):
     db = Database(tmp_path / "churn.db")
-    live, marks = [], []
-    for i in range(1, 401):
+    live, blocks, pages = [], [], []
+    for i in range(1, 1501):  # 64 conversations alive, one made and one deleted per round
         cid = db.create_conversation(model="m")
         for j in range(4):
-            db.add_message(cid, ("user", "assistant")[j % 2], f"Chat {i}, message {j}: river lantern {i * 7919 % 1000}")
+            db.add_message(cid, ("user", "assistant")[j % 2],
+                           f"Chat {i}, message {j}: tell me about the river lantern {i * 7919 % 1000} and copper {i % 97}")
         live.append(cid)
-        if len(live) > 8:
+        if len(live) > 64:
             db.delete_conversation(live.pop(0))
         if i % 100 == 0:
-            used = db.read("PRAGMA page_count")[0][0] - db.read("PRAGMA freelist_count")[0][0]
-            marks.append((db.read("SELECT count(*) FROM messages_fts_data")[0][0], used))
+            blocks.append(db.read("SELECT count(*) FROM messages_fts_data")[0][0])
+            pages.append(db.read("PRAGMA page_count")[0][0])
+    with db.transaction() as conn:
+        conn.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+    merged = db.read("SELECT count(*) FROM messages_fts_data")[0][0]  # the live messages' index alone
     db.close()
-    blocks, pages = zip(*marks)
-    # Deleted messages' entries leave the keyword index as they go (left to FTS5's automerge, its
-    # blocks went 18 → 23 here, and on with the requests), and freed pages are reused.
-    assert max(blocks) <= min(blocks) + 1 and max(pages) <= min(pages) + 4, marks
+    # Deleted messages' entries stay in the keyword index until a merge meets their delete markers:
+    # at most twice what is live, give or take (FTS5's default merging let it reach 5x, 83 blocks
+    # for 16), and the file stops growing once the index stops (free pages are reused).
+    assert max(blocks[3:]) <= 3 * merged, (blocks, merged)
+    assert pages[-1] <= pages[4] * 1.1, pages  # page_count only grows: it stopped
 
 
 def test_deleted_ids_cost_one_run_per_gap():

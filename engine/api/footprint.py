@@ -19,7 +19,7 @@ ROWS = {"db conversations": "SELECT count(*) FROM conversations",
         "db summaries": "SELECT count(*) FROM summaries",
         "db message memories": "SELECT count(*) FROM memories WHERE kind = 'message'",
         # FTS5's blocks of the messages' keyword index: deleted messages' entries stay in them
-        # until a merge meets their delete markers (engine/storage/db.py tidy_fts)
+        # until a merge meets their delete markers (migration 0010_fts_automerge)
         "db message index blocks": "SELECT count(*) FROM messages_fts_data"}
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from engine.memory.vector_index import NumpyIndex, SqliteVecIndex, VectorIndex
-from engine.storage import Database, tidy_fts
+from engine.storage import Database
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +251,6 @@ class MemoryStore:
             conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", found)
             self.index.remove(conn, found)
             removed.extend(found)
-        if removed:
-            tidy_fts(conn, "memories_fts")  # the delete markers go with what they delete (engine/storage/db.py)
         return removed
 
     def message_chunk_ids(self, message_id: int) -> list[int]:

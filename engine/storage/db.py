@@ -63,20 +63,6 @@ def _storage_errors(path: Path, doing: str):
                            "folder read-only? Free some space or fix its permissions, then try again") from exc
 
 
-# Pages of an FTS5 index merged after a delete. A deleted row leaves a delete marker in the index,
-# and its entries stay beside it, until a merge brings the marker and the row's segment together;
-# left to FTS5's automerge, the trigram index of messages grew with every API request (the server
-# deletes a conversation per request). Merging all levels a few pages at a time keeps it at the
-# size of what is live (bench/soak_api.py).
-FTS_MERGE_PAGES = 16
-
-
-def tidy_fts(conn, table: str) -> None:
-    """Merge up to FTS_MERGE_PAGES pages of the FTS5 table `table` (a constant name), every level
-    together, so delete markers meet what they delete; inside the caller's write transaction."""
-    conn.execute(f"INSERT INTO {table} ({table}, rank) VALUES ('merge', ?)", (-FTS_MERGE_PAGES,))
-
-
 def clean_text(text: str) -> str:
     """Text that SQLite and the tokenizer accept: lone surrogates replaced, NULs dropped."""
     return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "")
@@ -299,8 +285,6 @@ class Database:
             ids = [r[0] for r in self._conn.execute("SELECT id FROM messages WHERE conversation_id = ?",
                                                     (conversation_id,))]
             self._conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
-            if ids:
-                tidy_fts(self._conn, "messages_fts")
             return ids
 
     # ---- messages

@@ -270,6 +270,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- A conversation's "Use my documents": NULL off, '*' every collection, else one collection.
         ALTER TABLE conversations ADD COLUMN docs TEXT;
     """),
+    ("0010_fts_automerge", """
+        -- Keyword indexes of rows that come and go (the API server deletes a conversation per
+        -- request): FTS5 keeps a deleted row's entries, and its delete marker, until a merge brings
+        -- them together. Merging segments two at a time (the default waits for four) keeps about
+        -- half as much of them, for about the same time per write (tests/test_server_soak.py).
+        INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 2);
+        INSERT INTO memories_fts (memories_fts, rank) VALUES ('automerge', 2);
+    """),
 ]
 
 
