@@ -11,10 +11,11 @@ already installs, rather than per-OS locking code of our own.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -59,6 +60,23 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             file_lock.release()
     finally:
         thread_lock.release()
+
+
+@contextmanager
+def locked_for_reading(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """`locked(path)` for a read, except in a folder no one can write in (a read-only disk, a folder
+    without write permission): the lock file cannot be made there, and no writer can run either, so
+    the read goes ahead unlocked and the caller's own error (the database's, say) is the one shown."""
+    stack = ExitStack()
+    try:
+        stack.enter_context(locked(path, timeout))
+    except FileBusy:
+        raise
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+    with stack:
+        yield
 
 
 def _busy(path: Path, timeout: float) -> FileBusy:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from engine.config.locked_file import FileBusy, locked, write_atomic
+from engine.config.locked_file import FileBusy, locked, locked_for_reading, write_atomic
 from engine.config.paths import user_dir
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class Settings:
 
     def _load(self) -> None:
         """Read the file (under its lock: on Windows a reader would make a writer's rename fail)."""
-        with self._lock, locked(self.path):
+        with self._lock, locked_for_reading(self.path):
             try:
                 with open(self.path, "rb") as f:
                     self._seen = _identity(os.fstat(f.fileno()))  # of what is read, not of a later file
