@@ -14,8 +14,6 @@ from .conftest import open_backend
 from .helpers import (THREADS, USER_TURNS, assert_logits_agree, forced_logits, greedy, kv_tokens, logit_agreement,
                       on_model, turn)
 
-pytestmark = pytest.mark.numerics  # logits and ids across evaluation orders
-
 OVERHEAD = 16  # template tokens allowed on top of the new user message
 
 
@@ -73,6 +71,7 @@ def test_incremental_rendering_equals_full_rendering(assistant):
         assert rebuilt.render(rebuilt.messages, False) == live.render(live.messages, False)
 
 
+@pytest.mark.numerics  # logits across evaluation orders
 def test_reuse_matches_from_scratch(assistant, model_paths, model_id):
     """What reuse guarantees: the KV holds the rendered tokens exactly, and the logits it gives agree
     with a fresh context's within the measured bound (helpers.LOGIT_TOLERANCE), teacher-forced."""
@@ -97,6 +96,7 @@ def test_reuse_matches_from_scratch(assistant, model_paths, model_id):
     print(f"{model_id}: {stats}")
 
 
+@pytest.mark.numerics  # logits across evaluation orders
 def test_the_bound_catches_a_wrong_kv(model_paths, model_id):
     """The bound has teeth: a KV that differs from the prompt by one early token (what a reuse bug
     looks like: a stale cell, a token at the wrong position) fails it."""
@@ -131,6 +131,7 @@ class CancelAfter(threading.Event):
         return self.left < 0 or super().is_set()
 
 
+@pytest.mark.numerics  # logits across evaluation orders
 def test_cancel_keeps_state_consistent(assistant, model_paths, model_id):
     cid = assistant.new_conversation()
     turn(assistant, cid, USER_TURNS[0])
@@ -184,6 +185,7 @@ def _long_prompt(backend, n_items=700):
     return ([backend.bos_id] if backend.add_bos else []) + ids
 
 
+@pytest.mark.numerics  # logits across evaluation orders
 def test_sliding_window_rollback_is_exact_or_honestly_reevaluated(model_paths):
     backend = open_backend(model_paths["demo-int4"], n_ctx=4096)
     try:
