@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.inference.backend import Backend
+from engine.kv.allocator import pin_mmap_threshold
 from engine.kv.cold import MAGIC, MIN_COLD_TOKENS, ColdStats, ColdTier
 from engine.kv.id_ranges import IdRanges
 from engine.kv.snapshot import (WINDOW_DOMAIN, Snapshot, cache_facts, common_prefix, take_snapshot,
@@ -58,6 +59,7 @@ class KVTiers:
 
     def __init__(self, folder: Path, warm_budget_bytes: int, cold_budget_bytes: int,
                  min_cold_tokens: int = MIN_COLD_TOKENS):
+        pin_mmap_threshold()  # snapshots are MB-sized and short-lived: freed ones go back to the OS
         self.cold = ColdTier(folder, cold_budget_bytes, min_cold_tokens)
         self.warm = WarmTier(warm_budget_bytes, on_evict=self._to_cold_later)
         self.hot: dict[str, int | None] = {}  # backend identity -> conversation in its context
