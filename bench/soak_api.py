@@ -119,6 +119,7 @@ def measure(server: ApiServer, n: int, times: list[float]) -> dict:
                              "api alive": len(server.conversations._alive),
                              "queue lines": len(server.queue._lines)}
     row |= counts
+    row["KV warm MiB"] = a.kv.warm.nbytes / 2**20 if a.kv is not None else 0.0  # snapshots kept in RAM
     row["DB KiB"] = sum(p.stat().st_size for p in (db, db.with_name(db.name + "-wal")) if p.exists()) / 1024
     pages, free = a.db.read("PRAGMA page_count")[0][0], a.db.read("PRAGMA freelist_count")[0][0]
     row["DB pages used"] = pages - free
@@ -131,14 +132,15 @@ COLUMNS = [("requests", "requests"), ("RSS MiB", "RSS MiB"), ("DB KiB", "DB KiB 
            ("db conversations", "live convs"), ("db messages", "messages"),
            ("api index", "index"), ("api alive", "unstored"), ("water", "water"), ("summary jobs", "summaries"),
            ("conversation cache", "conv cache"), ("warm level", "last level"), ("kv hot", "KV hot"),
-           ("kv warm", "KV warm"), ("kv cold files", "KV cold"), ("kv cold headers", "cold headers"),
+           ("kv warm", "KV warm"), ("KV warm MiB", "KV warm MiB"), ("kv cold files", "KV cold"), ("kv cold headers", "cold headers"),
            ("kv deleted runs", "deleted runs"), ("db readers", "DB readers"), ("queue lines", "queue lines"),
            ("p50 ms", "p50 ms")]
 # What must not grow at all. The keyword index's blocks and the pages in use rise and fall as FTS5
 # merges its segments (deleted rows' entries go when a merge meets their delete markers): the
 # database is judged by its file, which stops growing once they stop.
 COUNTS = [key for key, _ in COLUMNS
-          if key not in ("requests", "RSS MiB", "DB KiB", "DB pages used", "db message index blocks", "p50 ms")]
+          if key not in ("requests", "RSS MiB", "DB KiB", "DB pages used", "db message index blocks", "KV warm MiB",
+                         "p50 ms")]
 
 
 def fmt(value) -> str:
