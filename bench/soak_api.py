@@ -1,7 +1,7 @@
 """Soak: thousands of stateless API requests with distinct histories; the server must not grow.
 
     .venv/bin/python bench/soak_api.py --backend fake --requests 5000
-    .venv/bin/python bench/soak_api.py --backend demo-small --requests 800 --every 100 --index 32 --threads 1
+    .venv/bin/python bench/soak_api.py --backend demo-small --requests 1500 --every 300 --threads 1
 
 The local API server runs in this process (so its maps can be counted) on 127.0.0.1 with a fresh
 ASSISTANT_HOME and the defaults (API conversations not stored). One client sends the requests one
