@@ -194,7 +194,7 @@ class Registry:
             # The GPU modules are in already: load_all would add them twice. ggml's own pick instead.
             log.warning("%s=%s: ggml could not load %s; loading the best CPU variant", CPU_VARIANT_ENV,
                         variant, path.name)
-            best = max(cpu_variants(directory, runnable=True)[:1] or [variant])
+            best = (cpu_variants(directory, runnable=True) or [variant])[0]
             path = directory / _lib_name(f"ggml-cpu-{best}")
             lib.ggml_backend_load(str(path).encode())
         self._cpu_module = path
