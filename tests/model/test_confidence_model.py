@@ -16,7 +16,7 @@ from engine.routing.confidence import confidence_report
 from engine.chat.session import Message, Session
 
 from .conftest import open_backend
-from .helpers import on_model, run_prompt
+from .helpers import forced_logits, on_model, run_prompt
 
 PROMPTS = ["Write two short sentences about rain.", "用两句话介绍一下北京。"]
 
@@ -24,17 +24,15 @@ PROMPTS = ["Write two short sentences about rain.", "用两句话介绍一下北
 def _reference_logprobs(path, prompt: list[int], answer: list[int]) -> list[float]:
     b = open_backend(path)
     try:
-        b.eval(prompt)
-        out = []
-        for token in answer:
-            logits = b.first_logits().astype(np.float64)
-            peak = logits.max()
-            out.append(float(logits[token] - peak - math.log(np.exp(logits - peak).sum())))
-            assert logits[token] >= peak - 1e-4  # greedy: the sampled token is the most likely one
-            b.eval([token])
-        return out
+        rows = forced_logits(b, prompt, answer).astype(np.float64)  # the prompt in one go, then token by token
     finally:
         b.close()
+    out = []
+    for logits, token in zip(rows, answer):
+        peak = logits.max()
+        out.append(float(logits[token] - peak - math.log(np.exp(logits - peak).sum())))
+        assert logits[token] >= peak - 1e-4  # greedy: the sampled token is the most likely one
+    return out
 
 
 @pytest.mark.parametrize("text", PROMPTS)
