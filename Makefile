@@ -21,7 +21,7 @@ $(BIN)/.installed: pyproject.toml $(LLAMA_WHEEL)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -U pip
 	$(BIN)/pip install --disable-pip-version-check -q --force-reinstall --no-deps $(dir $(LLAMA_WHEEL))llama_cpp_python-*.whl
-	$(BIN)/pip install --disable-pip-version-check -e '.[memory,test]'
+	$(BIN)/pip install --disable-pip-version-check -e '.[gui,memory,test]'
 	touch $@
 
 venv $(VENV): $(BIN)/.installed

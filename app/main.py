@@ -6,6 +6,7 @@ QApplication the caller made (tests and automation use it)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -15,6 +16,17 @@ from engine.api import Settings, install_dir
 log = logging.getLogger("assistant.gui")
 ASSETS = install_dir() / "assets"
 CJK_FAMILY = "Noto Sans SC"
+
+
+# The window's own packages: the `gui` extra of pyproject.toml, left out of a headless install.
+GUI_MODULES = ("PySide6", "markdown_it", "pygments")
+GUI_MISSING = ("error: the desktop window needs the gui extra, and {missing} is not installed here: "
+               "pip install 'offline-assistant[gui]' (from a checkout: pip install '.[gui]'). "
+               "The terminal chat (assistant chat) and the local API server (assistant serve) run without it.\n")
+
+
+def missing_gui_modules() -> list[str]:
+    return [name for name in GUI_MODULES if importlib.util.find_spec(name) is None]
 
 
 def has_display() -> bool:
@@ -73,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if missing := missing_gui_modules():
+        sys.stderr.write(GUI_MISSING.format(missing=", ".join(missing)))
+        return 2
     if args.selftest:
         from app.selftest import run_selftest
 

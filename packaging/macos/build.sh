@@ -30,7 +30,7 @@ if [ -z "$WHEEL" ]; then
     WHEEL=$(ls build/wheels/"$BACKEND"/llama_cpp_python-"$LLAMA_VERSION"-*.whl | head -1)
 fi
 "$PY" -m pip install --disable-pip-version-check --force-reinstall --no-deps "$WHEEL"
-"$PY" -m pip install --disable-pip-version-check -e '.[memory,dist]' pillow   # pillow: PyInstaller makes the .icns from icon.png
+"$PY" -m pip install --disable-pip-version-check -e '.[gui,memory,dist]' pillow   # pillow: PyInstaller makes the .icns from icon.png
 "$PY" -m engine.models.fetch
 "$PY" -m engine.memory.export
 "$PY" -m PyInstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/assistant.spec

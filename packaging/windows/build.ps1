@@ -49,7 +49,7 @@ if (-not $wheel) {
     $wheel = Get-ChildItem "build\wheels\$backend\llama_cpp_python-$version-*.whl" | Select-Object -First 1
 }
 Invoke-Native $py -m pip install --disable-pip-version-check --force-reinstall --no-deps $wheel.FullName
-Invoke-Native $py -m pip install --disable-pip-version-check -e ".[memory,dist]" pillow   # pillow: PyInstaller makes the .ico from icon.png
+Invoke-Native $py -m pip install --disable-pip-version-check -e ".[gui,memory,dist]" pillow   # pillow: PyInstaller makes the .ico from icon.png
 
 Invoke-Native $py -m engine.models.fetch          # the demo models (ASSISTANT_BUNDLE_DEMO=0 leaves them out)
 Invoke-Native $py -m engine.memory.export         # the embedder's ONNX graph
