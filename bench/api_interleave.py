@@ -12,7 +12,7 @@ TTFT = request sent → first non-empty content delta. Round 1 is each client's 
 whole history is evaluated by both); later rounds are switch-backs (N-1 other chats ran since).
 Then the N clients fire at once (throughput), and server RSS is read from /proc. Last, one answer
 is streamed through our server and through `Assistant.send` in-process: the HTTP layer's cost per
-token. Prints markdown tables (the README quotes them).
+token. Prints markdown tables (docs/benchmarks.md quotes them).
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def http_overhead(model: str, threads: int, memory: bool, summary: bool, tokens:
                                 times.append(time.perf_counter())
                             elif isinstance(item, TurnDone):
                                 done = item
-                        n = done.stats["completion_tokens"]
+                        n = done.stats.completion_tokens
                         local.append(per_token_ms(times, n))
                     counts.add((who, n))
     finally:

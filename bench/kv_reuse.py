@@ -1,7 +1,7 @@
 """KV reuse across turns vs a naive baseline, and engine decode speed vs a bare llama-cpp-python loop.
 
 Run: `make bench` (or `.venv/bin/python bench/kv_reuse.py [--turns 10] [--answer-tokens 96]`).
-Prints markdown tables; the README quotes them.
+Prints markdown tables; docs/benchmarks.md quotes them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from llama_cpp import Llama  # noqa: E402 - the bare baseline, deliberately outs
 
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
 from engine.models.catalog import resolve_model  # noqa: E402
-from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
 from engine.chat.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402
@@ -46,7 +46,7 @@ N_CTX = 4096
 
 def kv_reuse_table(model: str, turns: int, answer_tokens: int) -> list[str]:
     home = tempfile.mkdtemp(prefix="bench-")
-    assistant = Assistant(Database(Path(home) / "bench.db"), model, LoadParams(n_ctx=N_CTX))
+    assistant = Assistant(Database(Path(home) / "bench.db"), EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX)))
     naive = Backend(assistant.backend.path, LoadParams(n_ctx=N_CTX))
     params = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=answer_tokens)
     cid = assistant.new_conversation("You are a knowledgeable, concise assistant.")
@@ -102,8 +102,7 @@ def decode_speed_table(model: str, n_tokens: int, repeats: int) -> list[str]:
                  n_threads_batch=threads, swa_full=False, verbose=False)
     prompt = engine.tokenize("Write a long, detailed story about a dragon who learns to paint.", special=False)
     sampling = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
-    facade = Assistant(Database(Path(tempfile.mkdtemp(prefix="bench-")) / "bench.db"), model,
-                       LoadParams(n_ctx=2048, n_threads=threads))
+    facade = Assistant(Database(Path(tempfile.mkdtemp(prefix="bench-")) / "bench.db"), EngineConfig(model=model, load=LoadParams(n_ctx=2048, n_threads=threads)))
     ours_tps, bare_tps, facade_tps = [], [], []
     text = "Write a long, detailed story about a dragon who learns to paint."
     for i in range(repeats):  # interleaved, rotating who goes first, so machine noise hits all alike
@@ -119,7 +118,7 @@ def decode_speed_table(model: str, n_tokens: int, repeats: int) -> list[str]:
                 cid = facade.new_conversation()
                 done = [x for x in facade.send(cid, text, GenerateParams(sampling, max_tokens=n_tokens))
                         if isinstance(x, TurnDone)][-1]
-                facade_tps.append(done.stats["decode_tps"])
+                facade_tps.append(done.stats.decode_tps)
     facade.close()
     sample_us, with_logprob_us = _logprob_cost_us(engine, sampling)
     engine.close()

@@ -3,7 +3,7 @@ against re-evaluating it, and interleaving two chats against plain llama-cpp-pyt
 
     .venv/bin/python bench/kv_tiers.py [--tokens 2000] [--models demo-small demo-int4]
 
-For each model one run prints a markdown table (the README quotes it):
+For each model one run prints a markdown table (docs/benchmarks.md quotes it):
   (a) scratch: a fresh process-equivalent (no tiers) evaluates the whole history, then answers;
   (b) warm: the chat comes back from the RAM tier after another chat used the context;
   (c) cold: a new *process* (subprocess) restores the chat's snapshot file written at exit;
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from llama_cpp import Llama  # noqa: E402 - the bare baseline, deliberately outside the engine
 
 from engine.inference.backend import LoadParams, SamplingParams  # noqa: E402
-from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.inference.generate import GenerateParams  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402
@@ -70,7 +70,7 @@ def ask(a: Assistant, cid: int, text: str) -> dict:
 
 def child_cold(model: str, cid: int) -> None:
     """In a new process: resume `cid` (its snapshot was written when the parent exited)."""
-    a = Assistant(Database(db_path()), model, LoadParams(n_ctx=N_CTX))
+    a = Assistant(Database(db_path()), EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX)))
     try:
         s = ask(a, cid, "One more question about it, briefly?")
         print(json.dumps({k: s[k] for k in ("ttft_ms", "restore_ms", "park_ms", "restored_from", "prompt_tokens",
@@ -122,12 +122,12 @@ def run_model(model: str, target: int, rounds: int) -> list[str]:
     home = Path(tempfile.mkdtemp(prefix="bench-kv-"))
     os.environ["ASSISTANT_HOME"] = str(home)
     db = Database(db_path())
-    a = Assistant(db, model, LoadParams(n_ctx=N_CTX))
+    a = Assistant(db, EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX)))
     count = lambda text: len(a.vocab.tokenize(text, special=False))  # noqa: E731
     cid_a, cid_b = build_history(db, count, target, 0), build_history(db, count, target, 1)
 
     # (a) scratch, with tiers off: the whole history is evaluated (averaged over both chats)
-    scratch = Assistant(db, model, LoadParams(n_ctx=N_CTX), manager=a.manager, kv_tiers=False)
+    scratch = Assistant(db, EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX), kv_tiers=False), manager=a.manager)
     s_a = ask(scratch, cid_a, "First question: what was the first topic?")
     list(a.manager.loaded()[0].submit(lambda w, job: w.backend.reset()))  # on the model's thread, its owner
     # (b) warm: A in the context, then B takes it (A is parked in RAM), then A comes back

@@ -16,7 +16,7 @@ def greedy(max_tokens=24) -> GenerateParams:
 
 def turn(assistant: Assistant, cid: int, text: str, max_tokens=24, cancel=None, params=None) -> TurnDone:
     done = None
-    for item in assistant.send(cid, text, params or greedy(max_tokens), cancel):
+    for item in assistant.send(cid, text, params or greedy(max_tokens), cancel=cancel):
         if isinstance(item, TurnDone):
             done = item
     assert done is not None
@@ -60,7 +60,7 @@ USER_TURNS = [
 # with the CPU kernel ggml loads (x64, haswell, zen4, ...), so free-running greedy text from two
 # evaluation orders is no invariant: one near-tie and the texts part. What holds is that the logits,
 # fed the same tokens, agree within a bound. Measured with bench/logit_agreement.py under the zen4,
-# haswell, sandybridge and x64 variants (README "Tests on any CPU"): reused vs fresh, max |Δlogit|
+# haswell, sandybridge and x64 variants (docs/testing.md): reused vs fresh, max |Δlogit|
 # ≤ 1.32 (SmolLM2) and ≤ 2.66 (Gemma-3, over its 262k-token vocabulary), mean ≤ 0.28, top-1 agreement
 # ≥ 0.93, and where the argmaxes differ the reference's gap between them ≤ 0.45. A wrong KV (a token
 # at the wrong position, a stale cell) moves every logit: the mean and the top-1 rate catch it.
