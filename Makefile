@@ -48,7 +48,7 @@ test: venv models
 	@$(BIN)/python -m pytest; rc=$$?; [ $$rc -ne 5 ] || echo "make test: no tests were collected" >&2; exit $$rc
 	@$(BIN)/python tests/second_variant.py; rc=$$?; [ $$rc -ne 5 ] || echo "make test: no numerics tests were collected" >&2; exit $$rc
 
-# The fast suite, about a minute on 2 cores: pure-Python tests and the turn logic on the scripted
+# The fast suite, about 3 minutes on 2 cores: pure-Python tests and the turn logic on the scripted
 # fake backend (tests/fake_backend.py); no model loads, no Qt windows. The demo files are read for
 # their metadata only (planner tests).
 test-fast: venv $(DEMO_MODELS)
