@@ -32,7 +32,7 @@ def send(qtbot, w, text, timeout=120_000):
 
 
 def screenshot_dir(tmp_path: Path) -> Path:
-    """Where screenshots go: ASSISTANT_SCREENSHOTS (docs/screenshots refreshes the README's), else tmp."""
+    """Where screenshots go: ASSISTANT_SCREENSHOTS (docs/screenshots refreshes the docs' copies), else tmp."""
     out = Path(os.environ["ASSISTANT_SCREENSHOTS"]) if os.environ.get("ASSISTANT_SCREENSHOTS") else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     return out

@@ -3,7 +3,7 @@ embedder: the Documents panel (add a folder into a collection, per-file status w
 progress, remove), a GUI loop that keeps ticking while a folder is indexed, the per-chat "Use my
 documents" switch, and citations under an answer that open the file at its page. Screenshots of
 the panel and of an answer with citations in English and Chinese (ASSISTANT_SCREENSHOTS=docs/screenshots
-to refresh the README's)."""
+to refresh the docs' copies)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Looks: the bundled CJK font renders Chinese, widgets carry their stable names, and screenshots
 of the main window in both themes are not blank. They are saved in the test's tmp folder; to
-refresh the README's, run with ASSISTANT_SCREENSHOTS=docs/screenshots."""
+refresh the docs' copies, run with ASSISTANT_SCREENSHOTS=docs/screenshots."""
 
 import os
 from pathlib import Path
