@@ -260,7 +260,8 @@ def test_start_drops_chunks_of_deleted_conversations(tmp_path, fake_model):
     cid, (mid,) = conversation_with(svc.db, "the owl hoots at midnight")
     svc.index_message(cid, mid, "user", "the owl hoots at midnight")
     assert svc.flush(20)
-    svc.db.db.execute("DELETE FROM conversations WHERE id = ?", [cid])  # the cascade bypasses the store
+    with svc.db.transaction() as conn:  # the cascade bypasses the store
+        conn.execute("DELETE FROM conversations WHERE id = ?", [cid])
     assert svc.search("owl midnight", min_score=-1) == []  # filtered at once
     svc.close()
     svc.db.close()

@@ -3,6 +3,11 @@
 The connection comes from `sqlean` (SQLite built with extension loading, the `memory` extra) when it
 is installed, so sqlite-vec can be loaded; otherwise from the standard library's `sqlite3`, whose
 builds often cannot load extensions. `Database.driver` and `Database.vec_version` say which is active.
+
+Plain DB-API calls and SQL, no wrapper library: sqlite-utils was a dependency for three calls
+(`enable_wal`, a single PRAGMA; one INSERT; one UPDATE) and brought six more distributions to every
+install (tabulate, python-dateutil, pluggy, sqlite-fts4, click-default-group, pip) and ~150 ms of
+import time.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlite_utils
 
 from engine.config.paths import private_file
 from engine.storage.migrations import apply_migrations
@@ -148,8 +152,12 @@ class Database:
             # of the WAL too). Every write goes through this connection, so it covers them all.
             conn.execute("PRAGMA secure_delete = ON")
             conn.execute("PRAGMA busy_timeout = 5000")
-            self.db = sqlite_utils.Database(conn)
-            self.db.enable_wal()
+            # WAL: readers on their own connections never wait for the writer (see the class).
+            # SQLite answers with the mode it could set: a file system without shared memory for
+            # the WAL index (some network mounts) keeps the old journal, which still works, slower.
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                log.warning("SQLite kept journal_mode=%s for %s (no WAL here): reads wait for writes", mode, self.path)
             # WAL + NORMAL: a committed transaction survives a killed process (not a power cut).
             conn.execute("PRAGMA synchronous = NORMAL")
             apply_migrations(conn)
@@ -241,9 +249,9 @@ class Database:
     def create_conversation(self, model: str | None = None, system_prompt: str = "", title: str = "") -> int:
         now = _now()
         with self._lock, _storage_errors(self.path, "write to"):
-            return self.db["conversations"].insert(
-                {"title": title, "created": now, "updated": now, "model": model, "system_prompt": system_prompt}
-            ).last_pk
+            return self._conn.execute(
+                "INSERT INTO conversations (title, created, updated, model, system_prompt) VALUES (?, ?, ?, ?, ?)",
+                (title, now, now, model, system_prompt)).lastrowid
 
     def conversation(self, conversation_id: int) -> dict[str, Any] | None:
         rows = self._q("SELECT * FROM conversations WHERE id = ?", (conversation_id,))
@@ -253,9 +261,18 @@ class Database:
         return self._q("SELECT * FROM conversations ORDER BY updated DESC, id DESC")
 
     def update_conversation(self, conversation_id: int, **fields: Any) -> None:
+        """Set columns of one conversation (names from this module's callers, never from users).
+
+        Raises:
+            LookupError: no conversation has this id (callers check first: a bug).
+        """
         fields["updated"] = _now()
+        sets = ", ".join(f'"{name}" = ?' for name in fields)
         with self._lock, _storage_errors(self.path, "write to"):
-            self.db["conversations"].update(conversation_id, fields)
+            cursor = self._conn.execute(f"UPDATE conversations SET {sets} WHERE id = ?",
+                                        (*fields.values(), conversation_id))
+        if cursor.rowcount == 0:
+            raise LookupError(f"no conversation {conversation_id}")
 
     def search_conversations(self, query: str, limit: int = 200) -> list[int]:
         """Ids of conversations whose title or messages contain `query` (case-insensitive
