@@ -86,7 +86,7 @@ def _logprob_cost_us(engine: Backend, sampling: SamplingParams, calls: int = 300
     sampler = engine.make_sampler(sampling)
     t0 = time.perf_counter()
     for _ in range(calls):
-        sampler.sample(engine._ctx, -1)
+        sampler.sample()
     t1 = time.perf_counter()
     for _ in range(calls):
         engine.sample(sampler)

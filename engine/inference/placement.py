@@ -1,10 +1,9 @@
 """Where a model's layers go: the one ggml device a load is given, and what llama.cpp reports it
-offloaded. Talks to ggml through the registry (engine/models/ggml_registry.py); the llama_cpp
-ctypes module is handed in by engine/inference/backend.py, the only module that imports it."""
+offloaded. Talks to ggml through the registry (engine/models/ggml_registry.py); the device pointers
+go into llama_model_params.devices in engine/inference/llama_seam.py, the only llama_cpp import."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 
 from engine.models.ggml_registry import choose_gpu, registry
@@ -52,35 +51,3 @@ def offload_facts(report: dict, gpu_device: str | None, n_layers: int) -> dict:
                        re.sub(r"\d+$", "", device).lower())
     return {"backend": backend, "device": device, "n_gpu_layers": on_device,
             "n_layers": report.get("layers_total", n_layers)}
-
-
-class model_devices:
-    """Sets llama_model_params.devices for the Llama() built inside (llama-cpp-python has no
-    argument for it): wraps `llama_c.llama_model_default_params`, which Llama.__init__ calls first.
-    The caller serialises loads, so the wrapper is never seen by another load.
-
-    Args:
-        llama_c: llama-cpp-python's ctypes module (`llama_cpp.llama_cpp`).
-        devices: from device_list; None changes nothing.
-    """
-
-    def __init__(self, llama_c, devices: list[int] | None):
-        self.llama_c, self.devices = llama_c, devices
-
-    def __enter__(self) -> None:
-        if self.devices is None:
-            return
-        array = (ctypes.c_void_p * (len(self.devices) + 1))(*self.devices, None)  # NULL-terminated
-        self._array = array  # alive until the load is done
-        self._original = original = self.llama_c.llama_model_default_params
-
-        def with_devices():
-            params = original()
-            params.devices = ctypes.cast(array, ctypes.c_void_p)
-            return params
-
-        self.llama_c.llama_model_default_params = with_devices
-
-    def __exit__(self, *exc) -> None:
-        if self.devices is not None:
-            self.llama_c.llama_model_default_params = self._original

@@ -7,7 +7,7 @@ import hashlib
 import struct
 from dataclasses import dataclass
 
-from engine.inference.backend import LLAMA_CPP_VERSION, Backend
+from engine.inference.backend import Backend, llama_version
 from engine.inference.generate import common_prefix
 
 __all__ = ["Snapshot", "WINDOW_DOMAIN", "cache_facts", "common_prefix", "take_snapshot", "tokens_digest"]
@@ -51,5 +51,5 @@ def cache_facts(backend: Backend) -> dict:
         head = hashlib.sha256(f.read(1 << 20)).hexdigest()  # the GGUF header + metadata region
     p = backend.params
     return {"model_name": backend.path.name, "model_size": stat.st_size, "model_mtime_ns": stat.st_mtime_ns,
-            "model_head_sha256": head, "llama_cpp": LLAMA_CPP_VERSION, "n_ctx": backend.n_ctx,
+            "model_head_sha256": head, "llama_cpp": llama_version(), "n_ctx": backend.n_ctx,
             "type_k": p.type_k, "type_v": p.type_v, "swa_full": p.swa_full, "flash_attn": p.flash_attn}
