@@ -2,6 +2,19 @@
 
 vLLM, llama.cpp's server, Ollama and LM Studio all speak it. Token counts are estimates
 (tiktoken's offline cl100k_base) unless the server reports usage.
+
+The SSE reader and the retry loop are our own, on plain httpx (checked again for issue 23):
+- httpx-sse 0.4.3 in place of `sse_lines`/`sse_events` fails two of tests/test_remote_sse.py's
+  cases: llama.cpp's server's `error:` line is an unknown field it drops (the half answer would
+  end as if complete), and after an `id:` a blank line dispatches an event with no data (the
+  spec's last-event-id is kept), which is not JSON. It also ignores a leading BOM and refuses a
+  stream whose Content-Type is not text/event-stream. Filtering around it would be as long as
+  the parser.
+- The openai client (3.57) would replace both, but it drops the `error:` line too, retries a read
+  timeout (a stuck server would double the wait before the local fallback) and 408/409, and
+  brings pydantic, jiter and httpx2 to every install: `import openai` 1.3-1.9 s against httpx's
+  0.2-0.35 s (python -X importtime, 2 busy cores). It stays a test dependency (a real client of
+  our own server).
 """
 
 from __future__ import annotations
