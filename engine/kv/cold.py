@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -24,6 +25,24 @@ MIN_COLD_TOKENS = 256    # a shorter chat re-evaluates faster than a file round 
 MAGIC = b"OAKV"
 FORMAT = 1
 _HEAD = struct.Struct("<4sI")  # magic, header length
+_NAME = re.compile(r"c(\d+)-([0-9a-f]{12})\.kvs")  # what `file_name` makes
+
+
+def model_tag(identity: str) -> str:
+    """The short name of a model's identity in its snapshot files' names."""
+    return hashlib.sha1(identity.encode()).hexdigest()[:12]
+
+
+def file_name(conversation_id: int, identity: str) -> str:
+    """A conversation's snapshot file for one model: c<conversation id>-<model tag>.kvs."""
+    return f"c{conversation_id}-{model_tag(identity)}.kvs"
+
+
+def parse_file_name(name: str) -> tuple[int, str] | None:
+    """(conversation id, model tag) of a name `file_name` made; None for anything else in the
+    folder (a user's copy, another version's file), which the readers of names then skip."""
+    match = _NAME.fullmatch(name)
+    return (int(match[1]), match[2]) if match else None
 
 
 @dataclass
@@ -58,8 +77,7 @@ class ColdTier:
             private_file(path)
 
     def path(self, conversation_id: int, identity: str) -> Path:
-        tag = hashlib.sha1(identity.encode()).hexdigest()[:12]
-        return self.folder / f"c{conversation_id}-{tag}.kvs"
+        return self.folder / file_name(conversation_id, identity)
 
     def write(self, snap: Snapshot, facts: dict, wanted: Callable[[int], bool] | None = None) -> Path | None:
         """Write atomically (temp file, fsync, rename); None when the chat is too short to keep,

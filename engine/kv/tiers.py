@@ -12,7 +12,6 @@ context and its checksum matching the bytes.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import queue
 import threading
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from engine.inference.backend import Backend
 from engine.kv.allocator import pin_mmap_threshold
-from engine.kv.cold import MAGIC, MIN_COLD_TOKENS, ColdStats, ColdTier
+from engine.kv.cold import MAGIC, MIN_COLD_TOKENS, ColdStats, ColdTier, model_tag, parse_file_name
 from engine.kv.id_ranges import IdRanges
 from engine.kv.snapshot import (WINDOW_DOMAIN, Snapshot, cache_facts, common_prefix, take_snapshot,
                                 tokens_digest)
@@ -232,10 +231,11 @@ class KVTiers:
             for snap in self.warm.entries():
                 if snap.identity == ident:
                     add(snap.conversation_id, "warm", len(snap.tokens), snap.nbytes)
-            tag = hashlib.sha1(ident.encode()).hexdigest()[:12]
+            tag = model_tag(ident)
             for name, (size, n_tokens) in cold_files.items():
-                if name.endswith(f"-{tag}.kvs") and n_tokens is not None:
-                    add(name[1:name.index("-")], "cold", n_tokens, size)
+                parsed = parse_file_name(name)
+                if parsed is not None and parsed[1] == tag and n_tokens is not None:
+                    add(parsed[0], "cold", n_tokens, size)
             out[ident] = {"page_tokens": PAGE_TOKENS, "page_bytes": page_bytes, "bytes_per_token": per_token,
                           "capacity": backend.n_ctx // PAGE_TOKENS, "used": -(-n_kv // PAGE_TOKENS),
                           "free": backend.n_ctx // PAGE_TOKENS - -(-n_kv // PAGE_TOKENS),
