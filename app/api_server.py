@@ -20,7 +20,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.engine_worker import EngineWorker
 from app.i18n import tr
-from engine.api import ServerConfigError, Settings, client_url, serve_in_background
+from engine.api import Settings
+from engine.server import ServerConfigError, client_url, serve_in_background  # a front-end the window runs
 
 log = logging.getLogger(__name__)
 

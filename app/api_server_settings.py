@@ -12,7 +12,8 @@ from PySide6.QtWidgets import (QCheckBox, QFormLayout, QGroupBox, QHBoxLayout, Q
                                QPushButton, QSpinBox)
 
 from app.i18n import tr
-from engine.api import Settings, client_url, is_loopback, load_api_key, new_api_key
+from engine.api import Settings
+from engine.server import client_url, is_loopback, load_api_key, new_api_key
 
 WILDCARD = "0.0.0.0"
 

@@ -70,7 +70,8 @@ def api_server_check(window) -> dict:
     import urllib.error
     import urllib.request
 
-    from engine.api import Settings, serve_in_background
+    from engine.api import Settings
+    from engine.server import serve_in_background
 
     t0 = time.perf_counter()
     key = secrets.token_urlsafe(24)

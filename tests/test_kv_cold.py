@@ -142,3 +142,30 @@ def test_warm_lru_moves_the_oldest_to_the_evict_hook():
     found, n = warm.best("m.gguf:1", 2, list(range(300)) + [5])
     assert n == 300 and found.conversation_id in (1, 2)
     assert warm.best("other:1", 2, list(range(300))) is None
+
+
+def test_file_names_are_made_and_read_in_one_place():
+    from engine.kv.cold import file_name, model_tag, parse_file_name
+
+    name = file_name(42, "m.gguf:1")
+    assert parse_file_name(name) == (42, model_tag("m.gguf:1"))
+    for other in ("copy.kvs", "c42-.kvs", "cx-0123456789ab.kvs", f".{name}.1.2.tmp", name + ".bak"):
+        assert parse_file_name(other) is None, other
+
+
+def test_stats_lists_the_cold_tiers_files_and_skips_other_files_in_its_folder(capsys):
+    """`assistant stats` reads names with the cold tier's own parser: a user's `copy.kvs` beside
+    the snapshots (the folder's glob is c*.kvs) is left out, where it was an internal error."""
+    import json
+
+    from engine.api import user_dir
+    from engine.cli.main import main
+
+    cold = ColdTier(user_dir() / "kv", budget_bytes=10**9)
+    path = cold.write(snap(7), FACTS)
+    (path.parent / "copy.kvs").write_bytes(path.read_bytes())
+    assert main(["stats", "--json"]) == 0
+    kv = json.loads(capsys.readouterr().out)["kv"]
+    assert [(f["file"], f["conversation_id"], f["tokens"], f["pages"]) for f in kv["cold_files"]] == [
+        (path.name, 7, 300, 2)]
+    assert kv["cold_bytes"] == path.stat().st_size and kv["page_tokens"] == 256

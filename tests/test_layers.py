@@ -58,16 +58,50 @@ def test_no_module_left_at_the_engine_top_level():
     assert loose == [], f"put these in a group: {loose}"
 
 
-def test_front_ends_use_only_engine_api():
-    """The window (app/) and the local API server (engine/server/) are front-ends: engine.api only."""
+# Front-ends and what each may import from `engine` besides the front door, `engine.api`: its own
+# modules, and the local API server's door (`engine.server`, its __init__ only): the window runs the
+# server beside its own chats and `assistant serve` runs it alone, so both compose that front-end
+# rather than the engine reaching up to it. `engine.__version__` is the package's version string.
+FRONT_ENDS = {"app": ("app", "engine.server"), "engine/cli": ("engine.cli", "engine.server"),
+              "engine/server": ("engine.server",)}
+
+
+def front_end_offenders(paths: list[Path], allowed: tuple[str, ...]) -> list[tuple[Path, str]]:
+    """(file, module) for each import of an `engine` module other than engine.api, `allowed` and
+    engine.__version__. `allowed[0]` is the front-end's own package (any of its modules); the
+    others are doors: the package itself, none of its modules."""
+    own = allowed[0]
     offenders = []
-    for path in sorted([*(ROOT / "app").rglob("*.py"), *(ROOT / "engine" / "server").rglob("*.py")]):
+    for path in paths:
         for module in imports(path):
-            if module.startswith("engine.server") and path.is_relative_to(ROOT / "engine" / "server"):
-                continue  # the server's own modules
-            if module != "engine.api" and not module.startswith("engine.api."):
-                offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+            if module in ("engine", "engine.__version__", "engine.api") or module.startswith("engine.api."):
+                continue  # `from engine import X` also lists engine.X, checked on its own
+            if module not in allowed and not module.startswith(own + "."):
+                offenders.append((path, module))
+    return offenders
+
+
+def test_front_ends_use_only_engine_api():
+    """The window (app/), the terminal (engine/cli/) and the local API server (engine/server/) are
+    front-ends: engine.api, their own modules, and the server's door."""
+    offenders = [f"{path.relative_to(ROOT)} imports {module}" for folder, allowed in FRONT_ENDS.items()
+                 for path, module in front_end_offenders(sorted((ROOT / folder).rglob("*.py")), allowed)]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_front_end_check_catches_a_way_around_the_door(tmp_path):
+    """The check itself: a CLI module reaching past engine.api (at any depth, by any import form)
+    or into the server's modules fails it; the door, its own modules and the server's door pass."""
+    cases = {"from engine.storage import Database\n": ["engine.storage"],
+             "def f():\n    import engine.kv.tiers\n": ["engine.kv.tiers"],
+             "from engine import models\n": ["engine.models"],
+             "from engine.server.config import load_api_key\n": ["engine.server.config"],
+             "from engine import __version__\nfrom engine.api import Assistant\nfrom engine.api.memory import Memories\n"
+             "from engine.cli import chat\nfrom engine.server import ApiServer\n": []}
+    probe = tmp_path / "probe.py"
+    for source, caught in cases.items():
+        probe.write_text(source, encoding="utf-8")
+        assert [m for _, m in front_end_offenders([probe], FRONT_ENDS["engine/cli"])] == caught, source
 
 
 def defined_names(path: Path) -> set[str]:
@@ -83,10 +117,10 @@ def defined_names(path: Path) -> set[str]:
     return names
 
 
-def test_the_front_door_names_lower_groups_and_the_local_server_only():
+def test_the_front_door_names_lower_groups_only():
     """engine.api's lazy `_EXPORTS` are strings, not imports: read them here. They may name modules
-    of the groups below it and engine.server (the local API, a front-end the window runs beside its
-    own chats, so the app still imports engine.api only); each name is defined in its module."""
+    of engine.api and the groups below it, never a front-end (engine.server is one: the window and
+    `assistant serve` import its door themselves); each name is defined in its module."""
     tree = ast.parse((ROOT / "engine" / "api" / "__init__.py").read_text(encoding="utf-8"))
     table = next(node.value for node in tree.body if isinstance(node, ast.AnnAssign)
                  and getattr(node.target, "id", None) == "_EXPORTS")
@@ -95,7 +129,7 @@ def test_the_front_door_names_lower_groups_and_the_local_server_only():
     for key, value in zip(table.keys, table.values):
         name, module = key.value, value.value
         other = group(module)
-        if other != "server" and (other not in RANK or RANK[other] > RANK["api"]):
+        if other not in RANK or RANK[other] > RANK["api"]:
             wrong.append(f"{name} → {module}: above engine.api")
             continue
         path = ROOT / Path(*module.split(".")).with_suffix(".py")

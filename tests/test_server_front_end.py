@@ -12,7 +12,8 @@ import threading
 import httpx
 import pytest
 
-from engine.api import GenerateParams, Settings, load_api_key, serve_in_background
+from engine.api import GenerateParams, Settings
+from engine.server import load_api_key, serve_in_background
 from tests.fake_backend import fakes, make_assistant, wait_until  # noqa: F401
 from tests.server_util import KEY
 

@@ -81,14 +81,26 @@ _EXPORTS: dict[str, str] = {
     "DEFAULT_COLLECTION": "engine.docs.store",
     # the embedding model through Assistant.embed (the local API's /v1/embeddings)
     "EmbedderNotReady": "engine.memory.embedder",
-    # the local API server a front-end runs beside its own chats (issue 16): a front-end itself,
-    # above this door; named here so that front-ends import engine.api only (resolved on first use)
-    "serve_in_background": "engine.server.server",
-    "ServerConfigError": "engine.server.config",
-    "load_api_key": "engine.server.config",
-    "new_api_key": "engine.server.config",
-    "client_url": "engine.server.config",
-    "is_loopback": "engine.server.config",
+    # what the terminal's tools need without a chat engine (issue 23): the memory on its own, what
+    # earlier runs left on disk, the router alone, and the model facts `plan`, `devices` and `models` show
+    "Memories": "engine.api.memory",
+    "MemoryInputError": "engine.memory.service",
+    "MemoryNotFound": "engine.memory.service",
+    "summary_chain": "engine.api.records",
+    "kv_on_disk": "engine.api.records",
+    "route_message": "engine.api.routing",
+    "score_router": "engine.api.routing",
+    "RouteDecision": "engine.routing.router",
+    "EvalFileError": "engine.routing.router_eval",
+    "Plan": "engine.models.planner",
+    "DEFAULT_N_CTX": "engine.models.planner",
+    "DeviceSnapshot": "engine.models.devices",
+    "DEFAULT_MARGIN_MB": "engine.models.devices",
+    "HubFile": "engine.models.hubs",
+    "repo_files": "engine.models.hubs",
+    "size_text": "engine.models.downloads",
+    "fetch_demo_models": "engine.models.fetch",
+    "FetchError": "engine.models.fetch",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 

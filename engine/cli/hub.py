@@ -14,10 +14,8 @@ import os
 import sys
 import time
 
-from engine.api import Settings, size_fit
-from engine.models.devices import default_vram_budget_mb, snapshot
-from engine.models.downloads import DownloadError, download, size_text
-from engine.models.hubs import HubError, HubFile, default_hub, entry_for, hubs, repo_files, search
+from engine.api import (DownloadError, HubError, HubFile, Settings, default_hub, default_vram_budget_mb,
+                        device_snapshot, download, entry_for, hubs, repo_files, search_hub, size_fit, size_text)
 
 # Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -56,7 +54,7 @@ def _hub(args) -> str:
 
 def _budgets() -> tuple[float, int]:
     """(VRAM budget in bytes, available RAM in bytes) the way `assistant models` plans."""
-    snap = snapshot()
+    snap = device_snapshot()
     budget = Settings.shared().get("runtime.vram_budget_mb")
     budget_mb = default_vram_budget_mb(snap) if budget is None or budget < 0 else budget
     return max(0.0, budget_mb) * MIB, snap.ram_available_bytes
@@ -68,7 +66,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     hub_id = _hub(args)
     try:
-        found = search(args.query, hub_id, limit=args.limit)
+        found = search_hub(args.query, hub_id, limit=args.limit)
     except HubError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_FAILED

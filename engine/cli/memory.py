@@ -8,10 +8,7 @@ import logging
 import sys
 import time
 
-from engine.memory import MemoryInputError, MemoryNotFound, MemoryService
-from engine.config.paths import db_path
-from engine.config.settings import Settings
-from engine.storage import Database
+from engine.api import Memories, MemoryInputError, MemoryNotFound
 
 log = logging.getLogger("assistant.memory")
 
@@ -79,29 +76,26 @@ def _read_arg(value: str) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def _open(start: bool) -> MemoryService:
-    service = MemoryService.from_settings(Database(db_path()), Settings.shared())
-    return service.start() if start else service
+def _open(start: bool) -> Memories:
+    return Memories.open(start=start)
 
 
-def _wait_for_embedder(service: MemoryService) -> bool:
+def _wait_for_embedder(service: Memories) -> bool:
     """Wait for the model, saying so on stderr when it takes a moment; True when it is ready."""
-    embedder = service.embedder
-    if embedder.wait(0.5):
+    if service.embedder_ready(0.5):
         return True
-    sys.stderr.write(f"loading the embedding model {embedder.model_id} (a moment; ~10-20 s without its ONNX export)…\n")
+    sys.stderr.write(f"loading the embedding model {service.embedder_id} (a moment; ~10-20 s without its ONNX export)…\n")
     sys.stderr.flush()
     t0 = time.monotonic()
-    ready = embedder.wait(EMBEDDER_TIMEOUT_S)
+    ready = service.embedder_ready(EMBEDDER_TIMEOUT_S)
     if ready:
         sys.stderr.write(f"embedding model ready in {time.monotonic() - t0 + 0.5:.1f} s\n")
         sys.stderr.flush()
     return ready
 
 
-def _close(service: MemoryService) -> None:
+def _close(service: Memories) -> None:
     service.close()
-    service.db.close()
 
 
 def cmd_add(args: argparse.Namespace) -> int:

@@ -10,14 +10,12 @@ import json
 import math
 import sys
 
-from engine.models.catalog import ModelNotFound
-from engine.models.devices import DEFAULT_MARGIN_MB, DeviceSnapshot, default_vram_budget_mb, snapshot
-from engine.models.gguf_info import GGUFError
-from engine.models.kv_math import MIB
-from engine.models.planner import DEFAULT_N_CTX, Plan, PlanError, plan
+from engine.api import (DEFAULT_MARGIN_MB, DEFAULT_N_CTX, DeviceSnapshot, GGUFError, ModelNotFound, Plan, PlanError,
+                        default_vram_budget_mb, device_snapshot, plan)
 
 # Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
 EXIT_OK, EXIT_USAGE, EXIT_MODEL = 0, 2, 3
+MIB = 1 << 20
 GIB = 1024 * MIB
 
 
@@ -60,7 +58,7 @@ def parse_budget(text: str | None) -> float | None:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    snap = snapshot()
+    snap = device_snapshot()
     budget = default_vram_budget_mb(snap)
     if args.json:
         chosen = snap.best_gpu
@@ -105,7 +103,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return _error(f"--n-ctx must be a positive number of tokens, got {args.n_ctx}", EXIT_USAGE)
     budget_source = "given"
     if budget is None:
-        budget, budget_source = default_vram_budget_mb(snapshot()), "free VRAM minus margin"
+        budget, budget_source = default_vram_budget_mb(device_snapshot()), "free VRAM minus margin"
     try:
         result = plan(args.model, budget, args.n_ctx)
     except PlanError as exc:

@@ -7,9 +7,7 @@ import json
 import logging
 import sys
 
-from engine.routing.router import RouteDecision, classify
-from engine.routing.router_eval import (EvalFileError, evaluate, load_tsv, render_report, report_dict,
-                                split_by_language)
+from engine.api import EvalFileError, RouteDecision, route_message, score_router
 
 log = logging.getLogger("assistant.route")
 
@@ -51,7 +49,7 @@ def cmd_route(args: argparse.Namespace) -> int:
             return _usage_error("give TEXT or --eval FILE, not both")
         return _run_eval(args.eval, args.json)
     if args.text is not None:
-        d = classify(args.text)
+        d = route_message(args.text)
         if args.json:
             _print_json(_decision_dict(d))
         else:
@@ -70,26 +68,17 @@ def _run_lines() -> int:
         except UnicodeDecodeError:
             line = raw.decode("utf-8", errors="replace")
             log.warning("input line %d is not valid UTF-8; invalid bytes were replaced with U+FFFD", n)
-        _print_json(_decision_dict(classify(line.rstrip("\r\n"))))
+        _print_json(_decision_dict(route_message(line.rstrip("\r\n"))))
     return EXIT_OK
 
 
 def _run_eval(path: str, as_json: bool) -> int:
     try:
-        examples = load_tsv(path)
+        score = score_router(path)
     except EvalFileError as exc:
         return _usage_error(str(exc))
-    result = evaluate(examples)
-    by_lang = {lang: evaluate(exs) for lang, exs in split_by_language(examples).items() if exs}
     if as_json:
-        out = report_dict(result, path)
-        out["by_language"] = {lang: {k: v for k, v in report_dict(r, lang).items() if k != "errors"}
-                              for lang, r in by_lang.items()}
-        _print_json(out)
+        _print_json(score.as_dict())
     else:
-        lines = [render_report(result, path)]
-        for lang, r in by_lang.items():
-            lines.append(f"{lang}: {r.correct}/{r.total} accuracy {r.accuracy:.1%}, "
-                         f"under-routing {r.under_rate:.1%}, over-routing {r.over_rate:.1%}")
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write(score.text() + "\n")
     return EXIT_OK

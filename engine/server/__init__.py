@@ -4,9 +4,11 @@ coming in through `engine.api` only.
     from engine.server import ApiServer, ServerConfig, load_api_key
     server = ApiServer(assistant, ServerConfig(api_key=load_api_key())).start()
 
-A front-end that runs its own chats on the same Assistant serves beside them through the front
-door: `engine.api.serve_in_background(assistant, settings, post=...)`, `post` putting the server's
-jobs on that front-end's engine thread (engine_thread.py).
+This package is the server's door: a front-end that runs it (the window beside its own chats,
+`assistant serve` alone) imports the names below from `engine.server` and none of its modules;
+`engine.api` never names the server (tests/test_layers.py). The window serves beside its chats
+with `serve_in_background(assistant, settings, post=...)`, `post` putting the server's jobs on its
+own engine thread (engine_thread.py).
 
 Layout: `config.py` (bind, key file, limits), `guard.py` (Host, Origin, key, body checks),
 `protocol.py` (header deadline), `app.py` (endpoints), `schema.py` (request checks), `shapes.py`

@@ -21,7 +21,8 @@ from app.engine_worker import EngineWorker
 from app.main_window import MainWindow
 from app.selftest import listening_sockets
 from app.settings_dialog import SettingsDialog
-from engine.api import Settings, load_api_key
+from engine.api import Settings
+from engine.server import load_api_key
 from tests.fake_backend import Gate, fakes, make_assistant  # noqa: F401
 
 from .helpers import in_language, screenshot_dir
