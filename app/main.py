@@ -21,7 +21,7 @@ CJK_FAMILY = "Noto Sans SC"
 # The window's own packages: the `gui` extra of pyproject.toml, left out of a headless install.
 GUI_MODULES = ("PySide6", "markdown_it", "pygments")
 GUI_MISSING = ("error: the desktop window needs the gui extra, and {missing} is not installed here: "
-               "pip install 'offline-assistant[gui]' (from a checkout: pip install '.[gui]'). "
+               "run pip install -e '.[gui]' in the project folder (make venv installs it too). "
                "The terminal chat (assistant chat) and the local API server (assistant serve) run without it.\n")
 
 

@@ -1,4 +1,4 @@
-"""A headless install (issue 23): `pip install .` without the `gui` extra runs the engine, `assistant
+"""A headless install (issue 23): `pip install -e .` without the `gui` extra runs the engine, `assistant
 chat` and `assistant serve`, and the window says what to install instead of a traceback.
 
 The real check runs in a second venv that holds exactly what the base install would: the project
@@ -135,7 +135,7 @@ def test_the_window_without_the_gui_extra_says_what_to_install(headless, assista
                           timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "pip install 'offline-assistant[gui]'" in proc.stderr and "PySide6" in proc.stderr
+    assert "pip install -e '.[gui]'" in proc.stderr and "PySide6" in proc.stderr
 
 
 @pytest.mark.model
