@@ -10,7 +10,7 @@ import codecs
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
 from engine.inference.backend import Backend, ContextFull, SamplingParams
 from engine.inference.repetition import RepetitionGuard
@@ -136,88 +136,115 @@ def generate(
         yield TurnResult([], "", [], TurnStats(len(prompt), n_eval, cached, 0, ms, 0.0, 0.0, "cancelled",
                                                mode, prompt_ms=ms))
         return
-    sampler = backend.make_sampler(params.sampling)
-    max_tokens = min(params.max_tokens, backend.n_ctx - len(prompt))
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    ids: list[int] = []
-    logprobs: list[float] = []
-    ends: list[int] = []  # text length after each token, to cut ids at a stop string or a loop
-    text, emitted = "", 0
-    finish = "length"
-    guard = RepetitionGuard() if params.repetition_guard else None
-    dropped = 0
-    t_first = t_last = None
-    n_sampled = 0
-    while len(ids) < max_tokens:
-        if cancel is not None and cancel.is_set():
-            finish = "cancelled"
-            break
-        if ids:
-            backend.eval([ids[-1]])
-        token, logprob = backend.sample(sampler)
-        t_last = time.perf_counter()
-        n_sampled += 1
-        if t_first is None:
-            t_first = t_last
-        if backend.is_eog(token):
-            finish = "stop"
-            break
-        ids.append(token)
-        logprobs.append(logprob)
-        before = len(text)
-        text += decoder.decode(backend.token_bytes(token))
-        ends.append(len(text))
-        if params.stop:
-            hit = min((i for i in (text.find(s, max(0, emitted - len(s))) for s in params.stop) if i >= 0), default=-1)
+    answer = _Answer(backend, params)
+    yield from answer.stream(prompt, cancel)
+    yield TurnResult(answer.ids, answer.text, answer.logprobs, answer.stats(prompt, cached, mode, t0, t_prompt))
+
+
+class _Answer:
+    """An answer as it is sampled: its ids and text, how much of the text has been streamed, why it
+    ended, and when its tokens came."""
+
+    def __init__(self, backend: Backend, params: GenerateParams):
+        self.backend, self.params = backend, params
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.ends: list[int] = []  # text length after each token, to cut ids at a stop string or a loop
+        self.text, self.emitted = "", 0
+        self.finish = "length"
+        self.guard = RepetitionGuard() if params.repetition_guard else None
+        self.dropped = 0
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.n_sampled = 0
+
+    def stream(self, prompt: list[int], cancel: threading.Event | None) -> Iterator[Chunk]:
+        """Sample token by token until the answer ends; yield the text as it may be shown."""
+        backend = self.backend
+        sampler = backend.make_sampler(self.params.sampling)
+        max_tokens = min(self.params.max_tokens, backend.n_ctx - len(prompt))
+        while len(self.ids) < max_tokens:
+            if cancel is not None and cancel.is_set():
+                self.finish = "cancelled"
+                break
+            if self.ids:
+                backend.eval([self.ids[-1]])
+            token, logprob = backend.sample(sampler)
+            self.t_last = time.perf_counter()
+            self.n_sampled += 1
+            if self.t_first is None:
+                self.t_first = self.t_last
+            if backend.is_eog(token):
+                self.finish = "stop"
+                break
+            if (yield from self._add(token, logprob)):
+                break
+        else:
+            if len(self.ids) >= backend.n_ctx - len(prompt):
+                self.finish = "context_full"
+        if self.finish not in ("stop_string", "repetition"):  # the cut text needs no pending bytes
+            self.text += self.decoder.decode(b"", final=True)
+            if len(self.text) > self.emitted:  # held-back text; token -1 marks a flush, not a token
+                yield Chunk(self.text[self.emitted:], -1, 0.0)
+
+    def _add(self, token: int, logprob: float) -> Generator[Chunk, None, bool]:
+        """Take one sampled token; yield what of the text may be shown now. True: the answer ends."""
+        self.ids.append(token)
+        self.logprobs.append(logprob)
+        before = len(self.text)
+        self.text += self.decoder.decode(self.backend.token_bytes(token))
+        self.ends.append(len(self.text))
+        stops = self.params.stop
+        if stops:
+            hit = min((i for i in (self.text.find(s, max(0, self.emitted - len(s))) for s in stops) if i >= 0),
+                      default=-1)
             if hit >= 0:
                 # Keep the tokens wholly before the stop string; the model never sees the rest.
-                keep = sum(1 for e in ends if e <= hit)
-                del ids[keep:], logprobs[keep:]
-                text, finish = text[:hit], "stop_string"
-                yield Chunk(text[emitted:], token, logprob)
-                emitted = len(text)
-                break
-            safe = len(text) - _stop_hold(text, params.stop)
+                self._cut(sum(1 for e in self.ends if e <= hit), hit, "stop_string")
+                yield Chunk(self.text[self.emitted:], token, logprob)
+                self.emitted = len(self.text)
+                return True
+            safe = len(self.text) - _stop_hold(self.text, stops)
         else:
-            safe = len(text)
-        keep = guard.feed(token, text[before:]) if guard is not None else None
+            safe = len(self.text)
+        keep = self.guard.feed(token, self.text[before:]) if self.guard is not None else None
         if keep is not None:
             # A loop: keep its first occurrence. Repeats already streamed stay on screen until
             # the TurnResult (trimmed) replaces the streamed text; held-back text up to the cut
             # still goes out, as a flush (token -1).
-            dropped = len(ids) - keep
-            cut = ends[keep - 1] if keep else 0
-            del ids[keep:], logprobs[keep:]
-            text, finish = text[:cut], "repetition"
-            if cut > emitted:
-                yield Chunk(text[emitted:], -1, 0.0)
-            emitted = max(emitted, cut)
-            break
-        yield Chunk(text[emitted:safe], token, logprob)
-        emitted = max(emitted, safe)
-    else:
-        if len(ids) >= backend.n_ctx - len(prompt):
-            finish = "context_full"
-    if finish not in ("stop_string", "repetition"):  # the cut text needs no pending bytes
-        text += decoder.decode(b"", final=True)
-        if len(text) > emitted:  # held-back text; token -1 marks a flush, not a token
-            yield Chunk(text[emitted:], -1, 0.0)
-    t_end = time.perf_counter()
-    n_eval = len(prompt) - cached
-    decode_s = (t_last - t_first) if (t_first is not None and t_last is not None) else 0.0
-    stats = TurnStats(
-        prompt_tokens=len(prompt),
-        prompt_tokens_evaluated=n_eval,
-        prompt_tokens_cached=cached,
-        completion_tokens=len(ids),
-        ttft_ms=round(((t_first or t_end) - t0) * 1000, 2),
-        prompt_tps=round(n_eval / (t_prompt - t0), 1) if t_prompt > t0 else 0.0,
-        # Tokens after the first, over the time after the first: the steady decode rate.
-        decode_tps=round((n_sampled - 1) / decode_s, 1) if decode_s > 0 else 0.0,
-        finish_reason=finish,
-        cache_mode=mode,
-        prompt_ms=round((t_prompt - t0) * 1000, 2),
-        decode_ms=round(decode_s * 1000, 2),
-        dropped_tokens=dropped,
-    )
-    yield TurnResult(ids, text, logprobs, stats)
+            self.dropped = len(self.ids) - keep
+            cut = self.ends[keep - 1] if keep else 0
+            self._cut(keep, cut, "repetition")
+            if cut > self.emitted:
+                yield Chunk(self.text[self.emitted:], -1, 0.0)
+            self.emitted = max(self.emitted, cut)
+            return True
+        yield Chunk(self.text[self.emitted:safe], token, logprob)
+        self.emitted = max(self.emitted, safe)
+        return False
+
+    def _cut(self, keep: int, at: int, finish: str) -> None:
+        del self.ids[keep:], self.logprobs[keep:]
+        self.text, self.finish = self.text[:at], finish
+
+    def stats(self, prompt: list[int], cached: int, mode: str, t0: float, t_prompt: float) -> TurnStats:
+        t_end = time.perf_counter()
+        n_eval = len(prompt) - cached
+        t_first, t_last = self.t_first, self.t_last
+        decode_s = (t_last - t_first) if (t_first is not None and t_last is not None) else 0.0
+        return TurnStats(
+            prompt_tokens=len(prompt),
+            prompt_tokens_evaluated=n_eval,
+            prompt_tokens_cached=cached,
+            completion_tokens=len(self.ids),
+            ttft_ms=round(((t_first or t_end) - t0) * 1000, 2),
+            prompt_tps=round(n_eval / (t_prompt - t0), 1) if t_prompt > t0 else 0.0,
+            # Tokens after the first, over the time after the first: the steady decode rate.
+            decode_tps=round((self.n_sampled - 1) / decode_s, 1) if decode_s > 0 else 0.0,
+            finish_reason=self.finish,
+            cache_mode=mode,
+            prompt_ms=round((t_prompt - t0) * 1000, 2),
+            decode_ms=round(decode_s * 1000, 2),
+            dropped_tokens=self.dropped,
+        )
