@@ -3,8 +3,17 @@ offloaded, and whether a device ran out of memory.
 
 llama.cpp states these only as log lines ("load_tensors: CPU_Mapped model buffer size = 92.10 MiB",
 "llama_kv_cache: CPU KV buffer size = 45.00 MiB", "sched_reserve: CPU compute buffer size = 99.38
-MiB", "load_tensors: offloaded 31/31 layers to GPU"); engine/inference/backend.py captures them
-while a model loads.
+MiB", "load_tensors: offloaded 31/31 layers to GPU"); engine/inference/llama_seam.py's `LoadLog`
+receives them through llama.cpp's log callback (llama_log_set) while a model loads.
+
+Why regexes and not an API: llama.h (this wheel's, 0.3.36) has no call that reports allocations by
+buffer type. `llama_get_memory_breakdown` exists only in the internal C++ header llama-ext.h and
+returns a std::map (not reachable through ctypes), and its kinds (model / context / compute) lump
+the KV cache with the output buffer and say nothing of cells, layers, cache types or offloaded
+layers. ggml's buffer sizes (ggml_backend_buffer_get_size) need the buffers, which llama.cpp keeps
+to itself. The one exact number llama.h gives, llama_model_size (Σ tensor bytes), is read beside
+this report. tests/test_llama_seam.py loads a demo model and checks this parser still finds the
+weights, KV and compute buffers, so a reworded log line fails there.
 """
 
 from __future__ import annotations
