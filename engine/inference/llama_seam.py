@@ -18,7 +18,6 @@ patched loader would otherwise load them quietly itself, and routes llama.cpp's 
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 import threading
 from pathlib import Path
@@ -51,11 +50,9 @@ def init() -> None:
     with _init_lock:
         if _C is not None:
             return
-        # ggml's crash handler runs gdb when it finds one and prints its output to stdout, into
-        # the CLI's JSON lines; a crash must say what it says on stderr only.
-        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
         # Before llama_cpp's import, which would load them too but quietly: the registry keeps
-        # ggml's reasons for a GPU backend it skipped (no Vulkan loader, no driver).
+        # ggml's reasons for a GPU backend it skipped (no Vulkan loader, no driver). It also sets
+        # GGML_NO_BACKTRACE (a crash prints to stderr only, never into the CLI's JSON lines).
         registry().load()
         import llama_cpp
 

@@ -106,6 +106,10 @@ class Registry:
         with self._lock:
             if self._lib is not None or self.error:
                 return self._lib is not None
+            # ggml's crash handler runs gdb when it finds one and prints its output to stdout, into
+            # the CLI's JSON lines; a crash must say what it says on stderr only. Set before ggml
+            # first loads (it reads it when it crashes).
+            os.environ.setdefault("GGML_NO_BACKTRACE", "1")
             try:
                 self._lib = self._open()
             except (OSError, AttributeError) as exc:  # no library, or one without the registry API
