@@ -62,7 +62,7 @@ def write_corpus(folder: Path) -> Path:
 
 
 def paths_of(hits) -> list[str]:
-    return [Path(h.path).name for h in hits]
+    return [Path(h.source["path"]).name for h in hits]
 
 
 def test_add_reports_the_issue_json_shape_and_skips_bad_files_with_reasons(docs, tmp_path):
@@ -109,9 +109,9 @@ def test_a_touched_or_copied_file_with_the_same_bytes_is_not_read_again(docs, tm
     docs.add([folder]).result()
     os.utime(folder / "policy.md", ns=(time.time_ns(), time.time_ns() + 5 * 10**9))
     parsed = []
-    import engine.docs.service as service_mod
-    real = service_mod.parse
-    monkeypatch.setattr(service_mod, "parse", lambda *a, **kw: parsed.append(a[0]) or real(*a, **kw))
+    import engine.docs.indexer as indexer_mod
+    real = indexer_mod.parse
+    monkeypatch.setattr(indexer_mod, "parse", lambda *a, **kw: parsed.append(a[0]) or real(*a, **kw))
     report = docs.add([folder]).result()
     assert report.indexed == 0 and report.unchanged == 6 and parsed == []
 
@@ -119,11 +119,12 @@ def test_a_touched_or_copied_file_with_the_same_bytes_is_not_read_again(docs, tm
 def test_pdf_hits_carry_their_page_and_text_files_their_line_and_heading(docs, tmp_path):
     docs.add([write_corpus(tmp_path / "docs")]).result()
     hit = docs.search("how long is the kettle guaranteed", k=3)[0]
-    assert Path(hit.path).name == "manual.pdf" and hit.page == 3 and "three years" in hit.text
-    hit = next(h for h in docs.search("meal allowance when travelling abroad") if h.path.endswith("policy.md"))
-    assert hit.page is None and hit.heading == "Meals" and hit.line == 5  # the "## Meals" line
+    assert Path(hit.source["path"]).name == "manual.pdf" and hit.source["page"] == 3 and "three years" in hit.text
+    hit = next(h for h in docs.search("meal allowance when travelling abroad") if h.source["path"].endswith("policy.md"))
+    at = hit.source
+    assert at["page"] is None and at["heading"] == "Meals" and at["line"] == 5  # the "## Meals" line
     zh = docs.search("团建的地点在哪里")
-    assert zh and Path(zh[0].path).name == "minutes.txt"
+    assert zh and Path(zh[0].source["path"]).name == "minutes.txt"
 
 
 def test_collections_filter_search_and_remove(docs, tmp_path):
@@ -134,9 +135,9 @@ def test_collections_filter_search_and_remove(docs, tmp_path):
     docs.add([a], "work").result()
     docs.add([b], "home").result()
     assert {c["name"] for c in docs.collections()} == {"work", "home"}
-    assert {h.collection for h in docs.search("Zephyr kettle warranty", collection="home")} == {"home"}
+    assert {h.source["collection"] for h in docs.search("Zephyr kettle warranty", collection="home")} == {"home"}
     assert docs.remove(collection="work") == {"roots": 1, "files": 6}
-    assert {h.collection for h in docs.search("Zephyr kettle warranty")} == {"home"}
+    assert {h.source["collection"] for h in docs.search("Zephyr kettle warranty")} == {"home"}
     assert docs.remove(path=str(b / "kettle.md")) == {"roots": 0, "files": 1}
     with pytest.raises(DocumentsError, match="not in the documents index"):
         docs.remove(path=str(b / "kettle.md"))
@@ -154,7 +155,7 @@ def test_list_questions_take_more_than_two_chunks_of_one_file(docs, tmp_path):
     plain = docs.search("safety rule about goggles", k=4)
     listing = docs.search("list all the safety rules", k=4)
     assert len(plain) <= 2  # at most PER_FILE chunks of one file for an ordinary question
-    assert len(listing) > 4 and len({h.path for h in listing}) == 1
+    assert len(listing) > 4 and len({h.source["path"] for h in listing}) == 1
 
 
 def test_a_failed_write_leaves_no_half_file_and_the_next_run_indexes_it(docs, tmp_path, monkeypatch):

@@ -11,10 +11,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # Lower first: a group may import only from groups at a lower or equal rank (equal: itself).
-# docs (local documents) sits above memory, whose embedder and hybrid store it reuses, and below
+# retrieval (the hybrid index, fusion and indexing thread) sits below memory and docs, which both
+# search with it; docs (local documents) sits above memory, whose embedder it reuses, and below
 # chat, whose turns retrieve from it. server (the local API) is a front-end on engine.api that
 # the command line starts (`assistant serve`).
-RANK = {"config": 0, "storage": 1, "routing": 1, "models": 2, "inference": 3, "kv": 4, "memory": 4,
+RANK = {"config": 0, "storage": 1, "routing": 1, "models": 2, "retrieval": 2, "inference": 3, "kv": 4, "memory": 4,
         "docs": 5, "chat": 6, "api": 7, "server": 8, "cli": 9}
 
 

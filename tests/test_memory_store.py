@@ -23,9 +23,11 @@ from engine.cli.main import main as assistant_main
 from engine.memory import Embedder, MemoryInputError, MemoryNotFound, MemoryService, MemoryStore, parse_remember
 from engine.memory.embedder import INDEXING, QUERY, EmbedderNotReady
 from engine.memory.chunking import chunk_text
-from engine.memory.service import MAX_MEMORY_CHARS, RRF_K
-from engine.memory.store import KEYWORD_RANKED, keyword_terms
-from engine.memory.vector_index import COARSE_CANDIDATES, NumpyIndex
+from engine.memory.service import MAX_MEMORY_CHARS
+from engine.retrieval import RRF_K
+from engine.retrieval.index import KEYWORD_RANKED
+from engine.retrieval.terms import keyword_terms
+from engine.retrieval.vectors import COARSE_CANDIDATES, NumpyIndex
 from engine.storage import Database
 
 DIM = 384

@@ -94,8 +94,9 @@ class DocumentsApi:
 
 
 def hit_dict(h) -> dict:
-    return {"path": h.path, "page": h.page, "heading": h.heading, "line": h.line, "text": h.text,
-            "score": h.score if h.score is not None else 0.0, "rrf": h.rrf, "collection": h.collection}
+    at = h.source
+    return {"path": at["path"], "page": at["page"], "heading": at["heading"], "line": at["line"], "text": h.text,
+            "score": h.score if h.score is not None else 0.0, "rrf": h.rrf, "collection": at["collection"]}
 
 
 class Documents(DocumentsApi):

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from engine.docs.search import DocHit
+from engine.retrieval import Hit
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
 HEADER = {"en": "(Excerpts from the user's documents. Answer from them and cite each as [n] after what it supports.)",
@@ -15,20 +15,21 @@ HEADER = {"en": "(Excerpts from the user's documents. Answer from them and cite 
 ASK = {"en": "(The user's message)", "zh": "（用户的消息）"}
 
 
-def where(hit: DocHit, lang: str = "en") -> str:
+def where(hit: Hit, lang: str = "en") -> str:
     """"manual.pdf, page 3" / "notes.md, Meals" / "log.txt, line 40" — the label of a source."""
-    name = Path(hit.path).name
-    if hit.page is not None:
-        return f"{name}，第 {hit.page} 页" if lang == "zh" else f"{name}, page {hit.page}"
-    if hit.heading:
-        return f"{name}，{hit.heading}" if lang == "zh" else f"{name}, {hit.heading}"
-    if hit.line is not None:
-        return f"{name}，第 {hit.line} 行" if lang == "zh" else f"{name}, line {hit.line}"
+    at = hit.source
+    name = Path(at["path"]).name
+    if at["page"] is not None:
+        return f"{name}，第 {at['page']} 页" if lang == "zh" else f"{name}, page {at['page']}"
+    if at["heading"]:
+        return f"{name}，{at['heading']}" if lang == "zh" else f"{name}, {at['heading']}"
+    if at["line"] is not None:
+        return f"{name}，第 {at['line']} 行" if lang == "zh" else f"{name}, line {at['line']}"
     return name
 
 
-def documents_turn(user_text: str, rest: str, hits: list[DocHit], max_tokens: int,
-                   count: Callable[[str], int]) -> tuple[str | None, list[DocHit], int]:
+def documents_turn(user_text: str, rest: str, hits: list[Hit], max_tokens: int,
+                   count: Callable[[str], int]) -> tuple[str | None, list[Hit], int]:
     """(the turn as the model reads it, the hits kept, tokens the excerpts added).
 
     Args:
@@ -42,7 +43,7 @@ def documents_turn(user_text: str, rest: str, hits: list[DocHit], max_tokens: in
     lang = "zh" if _CJK.search(user_text) else "en"
     header = HEADER[lang]
     used = count(header + "\n" + ASK[lang] + "\n")
-    kept: list[DocHit] = []
+    kept: list[Hit] = []
     lines: list[str] = []
     for hit in hits:
         line = f"[{len(kept) + 1}] {where(hit, lang)}: {' '.join(hit.text.split())}"
@@ -58,8 +59,8 @@ def documents_turn(user_text: str, rest: str, hits: list[DocHit], max_tokens: in
     return f"{header}\n" + "\n".join(lines) + f"\n{ask}{rest}", kept, used
 
 
-def sources(hits: list[DocHit]) -> list[dict]:
+def sources(hits: list[Hit]) -> list[dict]:
     """`done`'s sources: what [n] refers to."""
-    return [{"n": n, "path": h.path, "page": h.page, "heading": h.heading, "line": h.line,
-             "text": h.text, "score": h.score if h.score is not None else 0.0, "collection": h.collection}
-            for n, h in enumerate(hits, start=1)]
+    return [{"n": n, "path": h.source["path"], "page": h.source["page"], "heading": h.source["heading"],
+             "line": h.source["line"], "text": h.text, "score": h.score if h.score is not None else 0.0,
+             "collection": h.source["collection"]} for n, h in enumerate(hits, start=1)]

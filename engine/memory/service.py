@@ -8,16 +8,16 @@ waits for torch. Retrieval is skipped, and says so, until the embedder is ready.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-
 
 from engine.memory.chunking import chunk_text
 from engine.memory.embedder import INDEXING, Embedder
-from engine.memory.store import MemoryRow, MemoryStore, is_mostly_cjk
+from engine.memory.store import MemoryRow, MemoryStore
+from engine.retrieval import Hit, Hits, IndexWorker, Rules, fuse
+from engine.retrieval.fusion import norm
+from engine.retrieval.terms import is_mostly_cjk
 from engine.storage import Database
 
 log = logging.getLogger(__name__)
@@ -25,11 +25,11 @@ log = logging.getLogger(__name__)
 MAX_MEMORY_CHARS = 2_000      # an explicit memory is a fact, and pinned ones go into every prompt
 MAX_MESSAGE_CHARS = 200_000   # the facade's own limit for a message
 MAX_QUERY_EMBED_CHARS = 2_000  # the embedder reads ~256 word pieces; the rest would be cut anyway
-RRF_K = 60           # reciprocal-rank fusion constant (Cormack et al. 2009)
 MIN_POOL = 20        # candidates taken from each of the vector and keyword lists
 EMBED_BATCH = 8      # small: a search waits for at most one batch on the shared model
 ROLES = ("user", "assistant")
-_STOP, _WAKE = object(), object()
+_WAKE = object()  # a job that only says: memories were added (embed them)
+__all__ = ["Hit", "Hits", "MemoryInputError", "MemoryNotFound", "MemoryService"]
 
 
 class MemoryInputError(ValueError):
@@ -38,39 +38,6 @@ class MemoryInputError(ValueError):
 
 class MemoryNotFound(LookupError):
     pass
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One retrieved memory.
-
-    Attributes:
-        score: cosine similarity of query and memory embeddings (what `min_score` applies to).
-        source: {"conversation_id", "message_id", "date"} for a message chunk, "pinned" or
-            "memory" for an explicit memory.
-        rrf: the fused rank score hits are ordered by.
-        vector_rank, keyword_rank: 1-based ranks in each list (None: not in that list).
-    """
-
-    id: int
-    text: str
-    score: float
-    source: dict | str
-    kind: str
-    rrf: float
-    vector_rank: int | None = None
-    keyword_rank: int | None = None
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-class Hits(list):
-    """A list of `Hit`s plus `status`: "ok", or "skipped: <why>" when retrieval did not run."""
-
-    def __init__(self, hits=(), status: str = "ok"):
-        super().__init__(hits)
-        self.status = status
 
 
 @dataclass
@@ -86,10 +53,6 @@ class _IndexJob:
 def clean(text: str) -> str:
     """Lone surrogates replaced, so SQLite and the tokenizer accept the text."""
     return text.encode("utf-8", errors="replace").decode("utf-8")
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.casefold().split())
 
 
 def parse_source(row: MemoryRow) -> dict | str:
@@ -114,14 +77,11 @@ class MemoryService:
                  ram_budget_mb: float = 256.0):
         self.db, self.embedder = db, embedder
         self.store = MemoryStore(db, embedder.model_id, embedder.dim, vector_backend, ram_budget_mb)
-        self._jobs: queue.Queue = queue.Queue()
-        self._cond = threading.Condition()
-        self._outstanding = 0      # jobs queued and not yet done
-        self._dirty = True         # there may be memories without a vector (also from earlier runs)
+        self._worker = IndexWorker("memory-indexer", self._run_job, self._embed_pending, idle_s=0.25,
+                                   startup=self._startup)
         self._searching = 0        # searches waiting for the model: the indexer lets them go first
+        self._search_lock = threading.Lock()
         self._retry_at = 0.0
-        self._worker: threading.Thread | None = None
-        self._keyword_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-keywords")
 
     @property
     def vector_backend(self) -> str:
@@ -148,33 +108,26 @@ class MemoryService:
     def start(self) -> MemoryService:
         """Start loading the embedder and the indexing thread; returns at once."""
         self.embedder.start()
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._run, name="memory-indexer", daemon=True)
-            self._worker.start()
+        self._worker.start()
         return self
 
     def close(self, timeout: float = 10.0) -> None:
         """Store the queued messages, then stop the indexing thread; vectors still missing are
         computed on the next start. The service cannot search after this."""
-        if self._worker is not None:
-            self._jobs.put(_STOP)
-            self._worker.join(timeout)
-            self._worker = None
-        self._keyword_pool.shutdown(wait=True)
+        self._worker.stop(timeout)
+        self.store.close()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until queued messages are stored and every memory has a vector; False on timeout
         or when vectors cannot be made (embedder failed or not started)."""
-        def settled() -> bool:
-            return self._outstanding == 0 and (not self._dirty or not self._can_embed())
-        with self._cond:
-            if self._worker is None and self._outstanding:
-                return False
-            self._cond.wait_for(settled, timeout)
-            return self._outstanding == 0 and not self._dirty
+        w = self._worker
+        if not w.running and w.outstanding:
+            return False
+        w.wait_for(lambda: w.outstanding == 0 and (not w.dirty or not self._can_embed()), timeout)
+        return w.wait_for(lambda: w.outstanding == 0 and not w.dirty, 0)
 
     def _can_embed(self) -> bool:
-        return self._worker is not None and self.embedder.error is None and self.embedder.state != "not started"
+        return self._worker.running and self.embedder.error is None and self.embedder.state != "not started"
 
     def retrieval_status(self) -> str:
         """"ready", or "skipped: <why>" (the status a search would return now)."""
@@ -220,7 +173,7 @@ class MemoryService:
         (memory_id,) = self.store.insert("pinned" if pin else "note", [text],
                                          conversation_id=source.get("conversation_id"),
                                          message_id=source.get("message_id"))
-        self._enqueue(_WAKE)
+        self._worker.put(_WAKE)
         return memory_id
 
     def index_message(self, conversation_id: int, message_id: int, role: str, text: str,
@@ -242,7 +195,7 @@ class MemoryService:
             raise MemoryInputError(f"role must be one of {ROLES}, not {role!r}")
         if len(text) > MAX_MESSAGE_CHARS:
             raise MemoryInputError(f"message too long to index ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
-        self._enqueue(_IndexJob(conversation_id, message_id, role, text, created))
+        self._worker.put(_IndexJob(conversation_id, message_id, role, text, created))
 
     def forget(self, memory_id: int) -> None:
         """Delete a memory (row, keyword entry, vector) now; it is out of every later search.
@@ -299,23 +252,25 @@ class MemoryService:
             return Hits(status=status)
         if k <= 0:
             return Hits()
-        pool = max(MIN_POOL, 4 * k)
-        # Keywords need no embedding: look them up on the other core meanwhile (~6 ms of ~30).
-        keywords = self._keyword_pool.submit(self.store.keyword_search, query, pool)
-        with self._cond:
-            self._searching += 1
-        try:
-            qvec = self.embedder.embed([query[:MAX_QUERY_EMBED_CHARS]])[0]
-        finally:
-            with self._cond:
-                self._searching -= 1
-            kw_ranked = keywords.result()
-        vec_ranked = self.store.vector_search(qvec, pool)
+        found = self.store.candidates(query, max(MIN_POOL, 4 * k), self._embed_query)
         vec_min, kw_min = self.thresholds(query)
         if min_score is not None:
             vec_min, kw_min = min_score, min(min_score, kw_min)
-        return Hits(self._fuse(qvec, vec_ranked, kw_ranked, k, vec_min, kw_min,
-                               exclude_texts, exclude_message_ids, include_pinned))
+        skip_messages = set(exclude_message_ids)
+        rows = {r.id: r for r in self.store.rows(list(found.cosine), live_only=True)
+                if (include_pinned or r.kind != "pinned") and r.message_id not in skip_messages}
+        rules = Rules(floors=lambda _text: (vec_min, kw_min), describe=lambda row: (parse_source(row), row.kind),
+                      shown=tuple(norm(t) for t in exclude_texts if t and t.strip()))
+        return Hits(fuse(found, rows, k, rules))
+
+    def _embed_query(self, query: str):
+        with self._search_lock:
+            self._searching += 1
+        try:
+            return self.embedder.embed([query[:MAX_QUERY_EMBED_CHARS]])[0]
+        finally:
+            with self._search_lock:
+                self._searching -= 1
 
     def thresholds(self, query: str) -> tuple[float, float]:
         """(cosine a hit needs, cosine a keyword-matched hit needs) for this query's script."""
@@ -323,70 +278,10 @@ class MemoryService:
         return ((m.min_score_cjk, m.keyword_min_score_cjk) if is_mostly_cjk(query)
                 else (m.min_score, m.keyword_min_score))
 
-    def _fuse(self, qvec, vec_ranked, kw_ranked, k, min_score, keyword_min_score, exclude_texts,
-              exclude_message_ids, include_pinned) -> list[Hit]:
-        cosine = dict(vec_ranked)
-        vec_rank = {i: r for r, (i, _) in enumerate(vec_ranked, start=1)}
-        kw_rank = {i: r for r, i in enumerate(kw_ranked, start=1)}
-        missing = [i for i in kw_rank if i not in cosine]
-        if missing:
-            ids, vecs = self.store.vectors(missing)
-            cosine.update(zip(ids, (vecs @ qvec).tolist()))
-        rows = {r.id: r for r in self.store.rows(list(cosine), live_only=True)}
-        excluded = [_norm(t) for t in exclude_texts if t and t.strip()]
-        skip_messages = set(exclude_message_ids)
-        fused: list[tuple[float, float, int]] = []
-        for memory_id, score in cosine.items():
-            row = rows.get(memory_id)
-            if row is None or (row.kind == "pinned" and not include_pinned) or row.message_id in skip_messages:
-                continue
-            in_kw = memory_id in kw_rank
-            if score < (keyword_min_score if in_kw else min_score):
-                continue
-            rrf = sum(1.0 / (RRF_K + ranks[memory_id]) for ranks in (vec_rank, kw_rank) if memory_id in ranks)
-            fused.append((rrf, score, memory_id))
-        fused.sort(key=lambda t: (-t[0], -t[1], t[2]))
-        hits: list[Hit] = []
-        seen: set[str] = set()
-        for rrf, score, memory_id in fused:
-            row = rows[memory_id]
-            norm = _norm(row.text)
-            if norm in seen or any(norm in ex for ex in excluded):
-                continue
-            seen.add(norm)
-            hits.append(Hit(memory_id, row.text, round(float(score), 4), parse_source(row), row.kind,
-                            round(rrf, 6), vec_rank.get(memory_id), kw_rank.get(memory_id)))
-            if len(hits) == k:
-                break
-        return hits
-
-    # ---- the indexing thread
-    def _enqueue(self, job) -> None:
-        with self._cond:
-            self._outstanding += 1
-            self._dirty = True
-        self._jobs.put(job)
-
-    def _run(self) -> None:
-        self._startup()
-        while True:
-            try:
-                job = self._jobs.get(timeout=0.25)
-            except queue.Empty:
-                job = None
-            if job is _STOP:
-                break
-            if job is not None:
-                with self._cond:
-                    self._dirty = True  # set again: the last pending() may have run before this write
-            if isinstance(job, _IndexJob):
-                self._store_message(job)
-            if self._dirty and self.embedder.ready and time.monotonic() >= self._retry_at:
-                self._embed_pending()
-            with self._cond:
-                if job is not None:
-                    self._outstanding -= 1
-                self._cond.notify_all()
+    # ---- the indexing thread (IndexWorker: jobs in order, then vectors for what has none)
+    def _run_job(self, job) -> None:
+        if isinstance(job, _IndexJob):
+            self._store_message(job)
 
     def _startup(self) -> None:
         """Housekeeping off the start path: drop chunks of deleted or superseded messages, bring
@@ -413,19 +308,22 @@ class MemoryService:
         except Exception:  # noqa: BLE001 - one bad message must not stop the indexer
             log.exception("indexing message %s of conversation %s failed", job.message_id, job.conversation_id)
 
-    def _embed_pending(self) -> None:
-        while self._jobs.empty():  # new messages are stored first; they are quick
+    def _embed_pending(self) -> bool:
+        """Vectors for memories without one, a batch at a time while no message waits; True when
+        none is left."""
+        if not self.embedder.ready or time.monotonic() < self._retry_at:
+            return False
+        while not self._worker.waiting():  # new messages are stored first; they are quick
             while self._searching:
                 time.sleep(0.005)
             batch = self.store.pending(EMBED_BATCH)
             if not batch:
-                with self._cond:
-                    self._dirty = False
-                return
+                return True
             try:
                 vecs = self.embedder.embed([text for _, text in batch], INDEXING)
                 self.store.set_vectors([i for i, _ in batch], vecs)
             except Exception:  # noqa: BLE001 - retried later; memories stay keyword-searchable
                 log.exception("embedding %d memories failed; retrying in 30 s", len(batch))
                 self._retry_at = time.monotonic() + 30
-                return
+                return False
+        return False

@@ -1,4 +1,4 @@
-"""Memories in the app's one SQLite file: rows, the trigram keyword index and the vectors.
+"""Memories in the app's one SQLite file: rows on a hybrid index (engine/retrieval).
 
 Tables come from migration 0005_memory; the vec0 table is created here, at open, because only a
 connection with sqlite-vec loaded can create it (`vector_backend` says which path is active).
@@ -9,30 +9,21 @@ together, so `forget` is complete the moment it returns.
 from __future__ import annotations
 
 import logging
-import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import numpy as np
 
-from engine.memory.vector_index import NumpyIndex, SqliteVecIndex, VectorIndex
+from engine.retrieval.index import HybridIndex, Tables
+from engine.retrieval.terms import is_mostly_cjk  # noqa: F401 - the memory's callers ask it here
 from engine.storage import Database
 
 log = logging.getLogger(__name__)
 
 KINDS = ("pinned", "note", "message")
-MAX_KEYWORD_TERMS = 24
-KEYWORD_RANKED = 400      # newest keyword matches that BM25 ranks
-SHORT_TERM_SCAN = 20_000  # newest chunks a 1-2 character keyword is looked for in (a LIKE scan)
-_TRIGRAM = 3
-MAX_QUERY_SCAN_CHARS = 4000  # keywords come from the query's start (a pasted document is not a query)
-# English words too common to be keywords (trigram substrings of them match almost everything).
-_STOPWORDS = frozenset("""
-    the and for are was were what who whom how why when where which that this these those with you
-    your yours did does have has had from about tell can could would should there their they them its
-    not but all any our out into then than also just like some more most very know remember please
-    me my mine his her him she he we us is am be been it do of to in on at by or as so if an a i
-""".split())
+TABLES = Tables(chunks="memories", fts="memories_fts", vectors="memory_vectors", vector_id="memory_id",
+                vec0="memory_vec", meta="memory_meta", always="kind IN ('pinned', 'note')",
+                pending_first="c.kind = 'message', c.id DESC")  # explicit memories first, then the newest
 
 
 def _now() -> str:
@@ -55,55 +46,10 @@ class MemoryRow:
 
 
 _ROW_COLS = "m.id, m.kind, m.text, m.conversation_id, m.message_id, m.role, m.chunk, m.created"
+_INSERT = "INSERT INTO memories (kind, text, conversation_id, message_id, role, chunk, created) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
-def _is_cjk(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in ("W", "F") and ch.isalnum()
-
-
-def is_mostly_cjk(text: str) -> bool:
-    """At least half of the letters and digits are CJK (Han, kana, Hangul)."""
-    alnum = [ch for ch in text[:MAX_QUERY_SCAN_CHARS] if ch.isalnum()]
-    return bool(alnum) and 2 * sum(map(_is_cjk, alnum)) >= len(alnum)
-
-
-def _words(text: str) -> list[str]:
-    """Split on whitespace and punctuation (any script: "，" and "。" too); symbols stay ("c++")."""
-    return "".join(" " if ch.isspace() or unicodedata.category(ch).startswith("P") else ch
-                   for ch in text).split()
-
-
-def keyword_terms(query: str) -> tuple[list[str], list[str]]:
-    """(terms the trigram index can match, shorter terms), from a free-text query.
-
-    Words split on spaces and punctuation; English stopwords dropped; a run of 4+ CJK characters
-    (no spaces between words) becomes its overlapping 3-character pieces, so "我最喜欢的颜色"
-    still matches "喜欢的" and "的颜色".
-    """
-    long_terms: list[str] = []
-    short_terms: list[str] = []
-    for word in _words(query[:MAX_QUERY_SCAN_CHARS].casefold()):
-        if not word or word in _STOPWORDS:
-            continue
-        if len(word) < _TRIGRAM:
-            short_terms.append(word)
-        elif len(word) > _TRIGRAM and all(_is_cjk(ch) for ch in word):
-            long_terms.extend(word[i:i + _TRIGRAM] for i in range(len(word) - _TRIGRAM + 1))
-        else:
-            long_terms.append(word)
-    dedup = list(dict.fromkeys(long_terms))
-    return dedup[:MAX_KEYWORD_TERMS], list(dict.fromkeys(short_terms))[:MAX_KEYWORD_TERMS]
-
-
-def _fts_phrase(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
-
-
-def _like_pattern(term: str) -> str:
-    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
-class MemoryStore:
+class MemoryStore(HybridIndex):
     """Rows, keyword index and vectors of the memory, in `db`'s file.
 
     Args:
@@ -119,51 +65,8 @@ class MemoryStore:
 
     def __init__(self, db: Database, model_id: str, dim: int, vector_backend: str | None = None,
                  ram_budget_mb: float = 256.0):
-        if dim % 8:
-            raise ValueError(f"embedding dimension must be a multiple of 8, not {dim}")
-        self.db, self.model_id, self.dim = db, model_id, dim
-        if vector_backend == "auto":
-            (count,) = self.read("SELECT count(*) FROM memory_vectors WHERE model = ?", (model_id,))[0]
-            fits = count * (dim * 4 + dim // 8 + 8) <= ram_budget_mb * 1e6
-            vector_backend = "numpy" if fits or not db.vec_version else "sqlite-vec"
-        if vector_backend is None:
-            vector_backend = "sqlite-vec" if db.vec_version else "numpy"
-        if vector_backend == "sqlite-vec" and not db.vec_version:
-            raise ValueError(f"sqlite-vec is not loaded in this connection (driver {db.driver})")
-        if vector_backend == "sqlite-vec":
-            self.index: VectorIndex = SqliteVecIndex(self)
-            self.index.ensure_table()
-        elif vector_backend == "numpy":
-            self.index = NumpyIndex(self)
-        else:
-            raise ValueError(f"vector backend must be 'sqlite-vec' or 'numpy', not {vector_backend!r}")
-
-    @property
-    def vector_backend(self) -> str:
-        """Which vector path is active: "sqlite-vec" | "numpy"."""
-        return self.index.name
-
-    # ---- low level: writes through the Database's one writer, reads on this thread's reader
-    def transaction(self):
-        """One write transaction (all statements commit together or not at all)."""
-        return self.db.transaction()
-
-    def read(self, sql: str, params: tuple = ()) -> list[tuple]:
-        return self.db.read(sql, params)
-
-    def data_version(self) -> int:
-        return self.db.data_version()
-
-    def table_exists(self, name: str) -> bool:
-        return bool(self.read("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)))
-
-    def meta(self, key: str) -> str | None:
-        rows = self.read("SELECT value FROM memory_meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
-
-    @staticmethod
-    def set_meta(conn, key: str, value: str) -> None:
-        conn.execute("INSERT OR REPLACE INTO memory_meta (key, value) VALUES (?, ?)", (key, value))
+        super().__init__(db, model_id, dim, TABLES, vector_backend=vector_backend, ram_budget_mb=ram_budget_mb,
+                         name="memory")
 
     # ---- rows
     def insert(self, kind: str, texts: list[str], *, conversation_id: int | None = None,
@@ -179,79 +82,34 @@ class MemoryStore:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         created = created or _now()
         ids: list[int] = []
-        removed: list[int] = []
-        try:
-            with self.transaction() as conn:
-                if replace_message and message_id is not None:
-                    removed = self._delete_in(conn, [r[0] for r in conn.execute(
-                        "SELECT id FROM memories WHERE message_id = ? AND kind = 'message'", (message_id,))])
-                if live_only and not conn.execute("SELECT 1 FROM messages WHERE id = ? AND superseded_by IS NULL",
-                                                  (message_id,)).fetchone():
-                    texts = []
-                for chunk, text in enumerate(texts):
-                    cur = conn.execute(
-                        "INSERT INTO memories (kind, text, conversation_id, message_id, role, chunk, created)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)", (kind, text, conversation_id, message_id, role, chunk, created))
-                    ids.append(cur.lastrowid)
-                    conn.execute("INSERT INTO memories_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
-        except BaseException:
-            self.index.committed([], None, [])
-            raise
-        if removed:
-            self.index.committed([], None, removed)
+        with self.writing() as write:
+            if replace_message and message_id is not None:
+                self.drop(write, [r[0] for r in write.execute(
+                    "SELECT id FROM memories WHERE message_id = ? AND kind = 'message'", (message_id,))])
+            if live_only and not write.execute("SELECT 1 FROM messages WHERE id = ? AND superseded_by IS NULL",
+                                               (message_id,)).fetchone():
+                texts = []
+            for chunk, text in enumerate(texts):
+                ids.append(write.execute(_INSERT, (kind, text, conversation_id, message_id, role, chunk,
+                                                   created)).lastrowid)
+            self.index_texts(write, ids, texts)
         return ids
 
     def insert_many(self, rows: list[tuple[str, str, int | None, int | None, str | None, int, str]],
                     vecs: np.ndarray | None = None) -> list[int]:
         """Bulk load (kind, text, conversation_id, message_id, role, chunk, created) rows, with
         their vectors when given, in one transaction (the benchmark's fast path)."""
-        ids: list[int] = []
-        try:
-            with self.transaction() as conn:
-                for row in rows:
-                    cur = conn.execute(
-                        "INSERT INTO memories (kind, text, conversation_id, message_id, role, chunk, created)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)", row)
-                    ids.append(cur.lastrowid)
-                conn.executemany("INSERT INTO memories_fts (rowid, text) VALUES (?, ?)",
-                                 [(i, r[1]) for i, r in zip(ids, rows)])
-                if vecs is not None:
-                    self._put_vectors(conn, ids, vecs)
-        except BaseException:
-            self.index.committed([], None, [])
-            raise
-        if vecs is not None:
-            self.index.committed(ids, vecs, [])
+        with self.writing() as write:
+            ids = [write.execute(_INSERT, row).lastrowid for row in rows]
+            self.index_texts(write, ids, [r[1] for r in rows])
+            if vecs is not None:
+                self._put_vectors(write, ids, vecs)
         return ids
 
     def delete(self, ids: list[int]) -> list[int]:
         """Remove memories with their keyword entries and vectors; the ids that existed."""
-        try:
-            with self.transaction() as conn:
-                removed = self._delete_in(conn, ids)
-        except BaseException:
-            self.index.committed([], None, [])
-            raise
-        if removed:
-            self.index.committed([], None, removed)
-        return removed
-
-    def _delete_in(self, conn, ids: list[int]) -> list[int]:
-        removed = []
-        for start in range(0, len(ids), 500):
-            part = list(ids[start:start + 500])
-            marks = ",".join("?" * len(part))
-            rows = conn.execute(f"SELECT id, text FROM memories WHERE id IN ({marks})", part).fetchall()
-            if not rows:
-                continue
-            conn.executemany("INSERT INTO memories_fts (memories_fts, rowid, text) VALUES ('delete', ?, ?)", rows)
-            found = [r[0] for r in rows]
-            marks = ",".join("?" * len(found))
-            conn.execute(f"DELETE FROM memory_vectors WHERE memory_id IN ({marks})", found)
-            conn.execute(f"DELETE FROM memories WHERE id IN ({marks})", found)
-            self.index.remove(conn, found)
-            removed.extend(found)
-        return removed
+        with self.writing() as write:
+            return self.drop(write, ids)
 
     def message_chunk_ids(self, message_id: int) -> list[int]:
         return [r[0] for r in self.read("SELECT id FROM memories WHERE message_id = ? AND kind = 'message'",
@@ -292,93 +150,3 @@ class MemoryStore:
         return [r[0] for r in self.read(
             "SELECT m.id FROM memories m LEFT JOIN messages g ON g.id = m.message_id"
             " WHERE m.kind = 'message' AND (g.id IS NULL OR g.superseded_by IS NOT NULL)")]
-
-    # ---- vectors
-    def pending(self, limit: int) -> list[tuple[int, str]]:
-        """Memories without a vector from this model: explicit ones first, then newest first."""
-        return self.read(
-            "SELECT m.id, m.text FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id"
-            " WHERE v.memory_id IS NULL OR v.model != ? ORDER BY m.kind = 'message', m.id DESC LIMIT ?",
-            (self.model_id, limit))
-
-    def pending_count(self) -> int:
-        return self.read("SELECT count(*) FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id"
-                         " WHERE v.memory_id IS NULL OR v.model != ?", (self.model_id,))[0][0]
-
-    def set_vectors(self, ids: list[int], vecs: np.ndarray) -> list[int]:
-        """Store vectors for memories that still exist (one may be forgotten while it is being
-        embedded); the ids written."""
-        if len(ids) != len(vecs) or (len(ids) and vecs.shape[1] != self.dim):
-            raise ValueError(f"need one {self.dim}-dimensional vector per id")
-        written: list[int] = []
-        try:
-            with self.transaction() as conn:
-                marks = ",".join("?" * len(ids))
-                alive = {r[0] for r in conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", list(ids))}
-                keep = [k for k, i in enumerate(ids) if i in alive]
-                written = [ids[k] for k in keep]
-                if written:
-                    self._put_vectors(conn, written, vecs[keep])
-        except BaseException:
-            self.index.committed([], None, [])
-            raise
-        if written:
-            self.index.committed(written, vecs[keep], [])
-        return written
-
-    def _put_vectors(self, conn, ids: list[int], vecs: np.ndarray) -> None:
-        vecs = np.ascontiguousarray(vecs, dtype="<f4")
-        conn.executemany("INSERT OR REPLACE INTO memory_vectors (memory_id, model, embedding) VALUES (?, ?, ?)",
-                         [(i, self.model_id, v.tobytes()) for i, v in zip(ids, vecs)])
-        self.index.add(conn, ids, vecs)
-
-    def vectors(self, ids: list[int]) -> tuple[list[int], np.ndarray]:
-        """(ids that have a vector from this model, their vectors)."""
-        found: list[int] = []
-        blobs: list[bytes] = []
-        for start in range(0, len(ids), 500):
-            part = list(ids[start:start + 500])
-            marks = ",".join("?" * len(part))
-            for memory_id, blob in self.read(f"SELECT memory_id, embedding FROM memory_vectors"
-                                             f" WHERE model = ? AND memory_id IN ({marks})", (self.model_id, *part)):
-                found.append(memory_id)
-                blobs.append(blob)
-        vecs = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(found), self.dim)
-        return found, vecs
-
-    def vector_search(self, query: np.ndarray, n: int) -> list[tuple[int, float]]:
-        """The `n` memories nearest to a unit-length query: (id, cosine), best first."""
-        return self.index.search(np.ascontiguousarray(query, dtype=np.float32), n)
-
-    # ---- keywords
-    def keyword_search(self, query: str, n: int) -> list[int]:
-        """Memory ids matching any of the query's keywords, best first.
-
-        BM25 ranks the matches when there are at most KEYWORD_RANKED of them. With more (a common
-        word), BM25's document-frequency pass alone takes 10-25 ms at 100 000 chunks, so the newest
-        KEYWORD_RANKED matches are ranked by how many query terms they contain instead. Terms
-        shorter than 3 characters cannot use the trigram index: only when the query has no longer
-        term are they looked up with LIKE, in the explicit memories and the newest SHORT_TERM_SCAN
-        chunks.
-        """
-        long_terms, short_terms = keyword_terms(query)
-        if long_terms:
-            expr = " OR ".join(_fts_phrase(t) for t in long_terms)
-            newest = [r[0] for r in self.read("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
-                                              " ORDER BY rowid DESC LIMIT ?", (expr, KEYWORD_RANKED + 1))]
-            if len(newest) <= KEYWORD_RANKED:
-                return [r[0] for r in self.read("SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
-                                                " ORDER BY rank LIMIT ?", (expr, n))]
-            marks = ",".join("?" * KEYWORD_RANKED)
-            rows = self.read(f"SELECT id, text FROM memories WHERE id IN ({marks})", tuple(newest[:KEYWORD_RANKED]))
-            scored = sorted(((-sum(t in text.casefold() for t in long_terms), -memory_id) for memory_id, text in rows))
-            return [-neg_id for _, neg_id in scored[:n]]
-        if short_terms:
-            like = " OR ".join(["text LIKE ? ESCAPE '\\'"] * len(short_terms))
-            patterns = tuple(map(_like_pattern, short_terms))
-            newest = self.read("SELECT max(id) FROM memories")[0][0] or 0
-            return [r[0] for r in self.read(
-                f"SELECT id FROM memories WHERE id > ? AND ({like})"
-                f" UNION SELECT id FROM memories WHERE kind IN ('pinned', 'note') AND ({like})"
-                " ORDER BY id DESC LIMIT ?", (newest - SHORT_TERM_SCAN, *patterns, *patterns, n))]
-        return []

@@ -161,7 +161,7 @@ def test_cancel_stops_the_running_and_the_queued_runs(qtbot, window, tmp_path):
     # The indexer holds at its fifth file until the Cancel reaches the run: however fast the machine,
     # it cannot finish all 400 files between what the test saw and the click.
     docs = window.worker.assistant.docs
-    index_file, seen = docs._index_file, []
+    index_file, seen = docs.indexer._index_file, []
 
     def held(root_id, found, stored, report, cancel):
         seen.append(found.path)
@@ -169,7 +169,7 @@ def test_cancel_stops_the_running_and_the_queued_runs(qtbot, window, tmp_path):
             cancel.wait(120)
         return index_file(root_id, found, stored, report, cancel)
 
-    docs._index_file = held
+    docs.indexer._index_file = held
     panel = open_panel(qtbot, window)
     panel.add_paths([str(big)])
     panel.add_paths([str(queued)], "later")

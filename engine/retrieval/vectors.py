@@ -1,9 +1,9 @@
-"""Nearest memories by cosine similarity: sqlite-vec's vec0 or numpy, one algorithm, same results.
+"""Nearest chunks by cosine similarity: sqlite-vec's vec0 or numpy, one algorithm, same results.
 
-Both paths run the same two stages. Coarse: the `coarse` memories whose sign bits (one bit per
+Both paths run the same two stages. Coarse: the `coarse` chunks whose sign bits (one bit per
 dimension) differ least from the query's (Hamming distance). Exact: cosine similarity of those
-candidates' float32 embeddings (table memory_vectors), best first. A store with at most `coarse`
-vectors is searched exactly. Why not an exact scan: the sqlite-vec wheel has no SIMD, so a float
+candidates' float32 embeddings (the index's vectors table), best first. A store with at most
+`coarse` vectors is searched exactly. Why not an exact scan: the sqlite-vec wheel has no SIMD, so a float
 cosine scan of 100 000 vectors takes ~100 ms here; the bit scan plus rescoring fits the 30 ms
 budget (docs/memory.md has the measurements, recall included).
 """
@@ -19,7 +19,6 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 COARSE_CANDIDATES = 100
-VEC_TABLE = "memory_vec"
 VEC_CHUNK_SIZE = 4096  # vec0 rows per chunk: fewer, larger chunks make its k-NN merge cheaper
 _POPCOUNT8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
@@ -59,7 +58,7 @@ class VectorIndex(Protocol):
         """Inside the store's write transaction: drop these ids."""
 
     def search(self, query: np.ndarray, n: int) -> list[tuple[int, float]]:
-        """The `n` nearest memories to a unit-length query: (id, cosine), best first."""
+        """The `n` nearest chunks to a unit-length query: (id, cosine), best first."""
 
 
 class SqliteVecIndex:
@@ -68,16 +67,17 @@ class SqliteVecIndex:
     name = "sqlite-vec"
 
     def __init__(self, store, coarse: int = COARSE_CANDIDATES):
-        self.store, self.coarse = store, coarse
+        self.store, self.coarse, self.tables = store, coarse, store.tables
+        self.table = self.tables.vec0
         self.spec = f"{store.model_id}|bit[{store.dim}]|chunk_size={VEC_CHUNK_SIZE}"
 
     def ensure_table(self) -> bool:
         """Create (or re-create for another model/dimension) the vec0 table; True when it is new."""
-        if self.store.meta("vec_index") == self.spec and self.store.table_exists(VEC_TABLE):
+        if self.store.meta("vec_index") == self.spec and self.store.table_exists(self.table):
             return False
         with self.store.transaction() as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {VEC_TABLE}")
-            conn.execute(f"CREATE VIRTUAL TABLE {VEC_TABLE} USING vec0(embedding bit[{self.store.dim}],"
+            conn.execute(f"DROP TABLE IF EXISTS {self.table}")
+            conn.execute(f"CREATE VIRTUAL TABLE {self.table} USING vec0(embedding bit[{self.store.dim}],"
                          f" chunk_size={VEC_CHUNK_SIZE})")
             self.store.set_meta(conn, "vec_index", self.spec)
         return True
@@ -85,11 +85,11 @@ class SqliteVecIndex:
     def add(self, conn, ids: list[int], vecs: np.ndarray) -> None:
         self.remove(conn, ids)
         bits = sign_bits(vecs)
-        conn.executemany(f"INSERT INTO {VEC_TABLE} (rowid, embedding) VALUES (?, vec_bit(?))",
+        conn.executemany(f"INSERT INTO {self.table} (rowid, embedding) VALUES (?, vec_bit(?))",
                          [(i, b.tobytes()) for i, b in zip(ids, bits)])
 
     def remove(self, conn, ids: list[int]) -> None:
-        conn.executemany(f"DELETE FROM {VEC_TABLE} WHERE rowid = ?", [(i,) for i in ids])
+        conn.executemany(f"DELETE FROM {self.table} WHERE rowid = ?", [(i,) for i in ids])
 
     def committed(self, added, vecs, removed) -> None:
         pass  # nothing outside SQLite
@@ -97,9 +97,9 @@ class SqliteVecIndex:
     def search(self, query: np.ndarray, n: int) -> list[tuple[int, float]]:
         qbits = sign_bits(query[None, :])[0].tobytes()
         rows = self.store.read(
-            f"SELECT v.memory_id, v.embedding FROM (SELECT rowid FROM {VEC_TABLE}"
+            f"SELECT v.{self.tables.vector_id}, v.embedding FROM (SELECT rowid FROM {self.table}"
             f" WHERE embedding MATCH vec_bit(?) AND k = ?) AS c"
-            " JOIN memory_vectors v ON v.memory_id = c.rowid WHERE v.model = ?",
+            f" JOIN {self.tables.vectors} v ON v.{self.tables.vector_id} = c.rowid WHERE v.model = ?",
             (qbits, max(self.coarse, n), self.store.model_id))
         if not rows:
             return []
@@ -110,9 +110,9 @@ class SqliteVecIndex:
     def sync(self) -> tuple[int, int]:
         """Make vec0 hold exactly this model's vectors (another process may have written without
         sqlite-vec); returns (added, removed)."""
-        have = {r[0] for r in self.store.read(f"SELECT rowid FROM {VEC_TABLE}")}
-        want = {r[0] for r in self.store.read("SELECT memory_id FROM memory_vectors WHERE model = ?",
-                                              (self.store.model_id,))}
+        have = {r[0] for r in self.store.read(f"SELECT rowid FROM {self.table}")}
+        want = {r[0] for r in self.store.read(f"SELECT {self.tables.vector_id} FROM {self.tables.vectors}"
+                                              " WHERE model = ?", (self.store.model_id,))}
         extra, missing = sorted(have - want), sorted(want - have)
         if extra:
             with self.store.transaction() as conn:
@@ -136,10 +136,9 @@ class NumpyIndex:
 
     name = "numpy"
 
-    def __init__(self, store, coarse: int = COARSE_CANDIDATES, table: str = "memory_vectors",
-                 id_column: str = "memory_id", dtype=np.float32):
+    def __init__(self, store, coarse: int = COARSE_CANDIDATES, dtype=np.float32):
         self.store, self.coarse = store, coarse
-        self.table, self.id_column = table, id_column  # documents keep theirs in doc_vectors
+        self.table, self.id_column = store.tables.vectors, store.tables.vector_id
         # float16 halves the RAM of a large index (documents); only the coarse candidates are
         # rescored, in float32, so the ranking moves by ~1e-3 of a cosine at most.
         self._lock = threading.Lock()  # never taken while holding the database lock
@@ -225,8 +224,8 @@ class NumpyIndex:
                 self._ids[row] = i
             self._vecs[row], self._bits[row] = vecs[k], bits[k]
 
-    def _drop(self, memory_id: int) -> None:
-        row = self._pos.pop(memory_id, None)
+    def _drop(self, chunk_id: int) -> None:
+        row = self._pos.pop(chunk_id, None)
         if row is None:
             return
         last = self._n - 1
