@@ -1,23 +1,23 @@
 """The local API server in the app (issue 16): serves the window's own Assistant while the setting
-server.enabled is on, with its jobs on the window's engine thread (`EngineWorker.post`).
+server.enabled is on, with its jobs on the window's engine thread (`EngineWorker.post`: the engine
+Runner's `run`).
 
-Starting and stopping run on one short-lived "api-control" thread, never on the GUI thread: a stop
-waits for a running API turn to notice its cancel and for the engine thread to finish what it is
-doing (a window turn), and the first start imports the web stack. The control thread touches none
-of the worker's state: it asks the engine thread for the Assistant and posts the chat list's
-filter there (`EngineWorker.post`). The state comes back to the GUI thread as a queued signal (JSON
-text, as everywhere between the app's threads).
+Starting and stopping run on an "api-control" Runner (app/background.py), never on the GUI thread:
+a stop waits for a running API turn to notice its cancel and for the engine thread to finish what
+it is doing (a window turn), and the first start imports the web stack. The control thread touches
+none of the worker's state: it asks the engine thread for the Assistant and posts the chat list's
+filter there. The state comes back to the GUI thread through the Runner (`on_state`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Callable, TypeVar
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject
 
+from app.background import Runner
 from app.engine_worker import EngineWorker
 from app.i18n import tr
 from engine.api import Settings
@@ -35,19 +35,19 @@ class ApiServerControl(QObject):
 
     Args:
         worker: the window's engine (its Assistant, its thread's `post`).
+        on_state: gets each new state {"running": bool, "url": str | None, "error": str | None}
+            on the GUI thread.
     """
 
-    sig_state = Signal(str)  # JSON {"running": bool, "url": str | None, "error": str | None}
-
-    def __init__(self, worker: EngineWorker, parent=None):
+    def __init__(self, worker: EngineWorker, on_state: Callable[[dict], None] = lambda state: None, parent=None):
         super().__init__(parent)
         self.worker = worker
+        self.on_state = on_state
         self.state: dict = {"running": False, "url": None, "error": None}  # GUI thread's copy
         self._server = None  # engine.server ApiServer; touched on the control thread only
-        self._control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-control")
+        self._control = Runner("api-control", self)
         self.pending: Future | None = None  # the latest start/stop request (tests wait on it)
         self._closed = False
-        self.sig_state.connect(self._on_state)
 
     def apply(self, restart: bool = False) -> Future | None:
         """Serve when server.enabled is on, stop when off (GUI thread, once the engine is ready);
@@ -55,7 +55,7 @@ class ApiServerControl(QObject):
         None once the window has closed (an engine that became ready after that)."""
         if self._closed:
             return None
-        self.pending = self._control.submit(self._sync, restart)
+        self.pending = self._control.run(lambda: self._sync(restart))
         return self.pending
 
     def describe(self) -> str:
@@ -71,12 +71,13 @@ class ApiServerControl(QObject):
         if self._closed:
             return
         self._closed = True
-        future = self._control.submit(self._stop)
+        future = self._control.run(self._stop)
         try:
             future.result(CLOSE_S)
         except TimeoutError:
             log.error("the local API server did not stop within %.0f s", CLOSE_S)
-        self._control.shutdown(wait=False)
+            return
+        self._control.close()
 
     # ---- the control thread
     def _sync(self, restart: bool) -> None:
@@ -97,15 +98,10 @@ class ApiServerControl(QObject):
         Raises:
             RuntimeError: the engine or the window has closed.
         """
-        done: Future = Future()
-
-        def call() -> None:
-            try:
-                done.set_result(fn(self.worker))
-            except BaseException as exc:  # noqa: BLE001 - raised on this thread
-                done.set_exception(exc)
-
-        self.worker.post(call)
+        runner = self.worker.runner
+        if runner is None:
+            raise RuntimeError("the app's engine has not started")
+        done = runner.run(lambda: fn(self.worker))
         while True:
             try:
                 return done.result(POLL_S)
@@ -153,8 +149,9 @@ class ApiServerControl(QObject):
         self._report()
 
     def _report(self, url: str | None = None, error: str | None = None) -> None:
-        self.sig_state.emit(json.dumps({"running": url is not None, "url": url, "error": error}))
+        self._control.to_gui(self._on_state, {"running": url is not None, "url": url, "error": error})
 
     # ---- the GUI thread
-    def _on_state(self, payload: str) -> None:
-        self.state = json.loads(payload)
+    def _on_state(self, state: dict) -> None:
+        self.state = state
+        self.on_state(state)

@@ -11,6 +11,7 @@ now and then (a refcount error on a bool, `bool_dealloc`); an int needs no such 
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import threading
@@ -22,6 +23,16 @@ from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_RUNNING: set[QThread] = set()  # threads of Runners not closed yet: ended at exit, never destroyed running
+
+
+@atexit.register
+def _end_forgotten() -> None:
+    """A QThread destroyed while it runs aborts the process: end those a Runner left open (a bug)."""
+    for thread in list(_RUNNING):
+        log.error("the %r thread was still running at exit", thread.objectName())
+        thread.quit()
+        thread.wait()
 
 
 class _Executor(QObject):
@@ -64,6 +75,7 @@ class Runner(QObject):
         self._executor.moveToThread(self._thread)
         self._sig_back.connect(self._deliver, Qt.QueuedConnection)
         self._thread.start()
+        _RUNNING.add(self._thread)
         self.run(self._name_thread)
 
     @property
@@ -129,6 +141,7 @@ class Runner(QObject):
         done.exception()  # waits; a failure of `last` is in the log
         self._thread.quit()
         self._thread.wait()
+        _RUNNING.discard(self._thread)
 
     def _end(self, last: Callable[[], None] | None) -> None:
         try:

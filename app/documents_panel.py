@@ -3,17 +3,16 @@ collection and counts; Add folder… / Add files… into a collection, Remove; e
 status (indexed, or skipped and why), pages and chunks; the indexing progress (files, chunks,
 chunks/s) and Cancel.
 
-Requests go to `DocumentsWorker` on the engine thread as queued signals; lists come back as its
-signals. The progress is read from the engine's published status on a timer (never blocks), and
+Requests go to `DocumentsWorker`, which runs them on the engine thread; lists and reports come back
+to this panel's methods on the GUI thread. The progress is read from the engine's published status on a timer (never blocks), and
 the lists are read again while indexing runs and when it ends."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, Qt, QTimer
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialog, QHBoxLayout, QHeaderView,
                                QLabel, QProgressBar, QPushButton, QTableView, QTableWidget, QTableWidgetItem,
@@ -114,11 +113,6 @@ class FileTable(QAbstractTableModel):
 
 
 class DocumentsPanel(QDialog):
-    # requests to the engine thread (queued: DocumentsWorker's slots run there)
-    sig_refresh = Signal()
-    sig_add = Signal(str, str)     # JSON list of paths, collection
-    sig_remove = Signal(str, str)  # an added folder/file, or "" and a collection
-
     def __init__(self, worker: DocumentsWorker, parent=None):
         super().__init__(parent)
         self.setObjectName("documentsPanel")
@@ -132,16 +126,35 @@ class DocumentsPanel(QDialog):
         self.indexing = False       # the last status said indexing runs
         self._listed_at = 0.0
 
-        self.roots_table = QTableWidget(0, 5)
-        self.roots_table.setObjectName("documentRoots")
-        self.roots_table.setHorizontalHeaderLabels([tr("Folder or file"), tr("Collection"), tr("Files"),
-                                                    tr("Chunks"), tr("Last scan")])
-        self.roots_table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.roots_table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.roots_table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.roots_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.roots_table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
-        self.roots_table.verticalHeader().hide()
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel(tr("Folders and files used by “Use my documents”")))
+        layout.addWidget(self._roots_table(), 1)
+        layout.addLayout(self._root_buttons())
+        files = self._files_view()
+        layout.addWidget(self.files_title)
+        layout.addWidget(files, 2)
+        layout.addLayout(self._progress_row())
+        layout.addWidget(self.progress_label)
+        layout.addWidget(self.message)
+        self.timer = QTimer(self)
+        self.timer.setInterval(PROGRESS_MS)
+        self.timer.timeout.connect(self.update_progress)
+
+    def _roots_table(self) -> QTableWidget:
+        table = self.roots_table = QTableWidget(0, 5)
+        table.setObjectName("documentRoots")
+        table.setHorizontalHeaderLabels([tr("Folder or file"), tr("Collection"), tr("Files"), tr("Chunks"),
+                                         tr("Last scan")])
+        table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        table.setSelectionMode(QAbstractItemView.SingleSelection)
+        table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        table.verticalHeader().hide()
+        table.itemSelectionChanged.connect(self._show_files)
+        return table
+
+    def _root_buttons(self) -> QHBoxLayout:
         self.add_folder_button = QPushButton(tr("Add folder…"))
         self.add_folder_button.setObjectName("addFolderButton")
         self.add_files_button = QPushButton(tr("Add files…"))
@@ -154,6 +167,9 @@ class DocumentsPanel(QDialog):
         self.remove_button = QPushButton(tr("Remove"))
         self.remove_button.setObjectName("removeDocumentsButton")
         self.remove_button.setToolTip(tr("Take the selected folder or file out of the index (the files stay)."))
+        self.add_folder_button.clicked.connect(self.add_folder)
+        self.add_files_button.clicked.connect(self.add_files)
+        self.remove_button.clicked.connect(self.remove_selected)
         buttons = QHBoxLayout()
         buttons.addWidget(self.add_folder_button)
         buttons.addWidget(self.add_files_button)
@@ -161,19 +177,23 @@ class DocumentsPanel(QDialog):
         buttons.addWidget(self.collection, 1)
         buttons.addStretch(1)
         buttons.addWidget(self.remove_button)
+        return buttons
 
+    def _files_view(self) -> QTableView:
         self.file_model = FileTable()
-        self.files_view = QTableView()
-        self.files_view.setObjectName("documentFiles")
-        self.files_view.setModel(self.file_model)
-        self.files_view.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.files_view.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.files_view.verticalHeader().hide()
-        header = self.files_view.horizontalHeader()
+        view = self.files_view = QTableView()
+        view.setObjectName("documentFiles")
+        view.setModel(self.file_model)
+        view.setSelectionBehavior(QAbstractItemView.SelectRows)
+        view.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        view.verticalHeader().hide()
+        header = view.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
         self.files_title = QLabel(tr("Files"))
+        return view
 
+    def _progress_row(self) -> QHBoxLayout:
         self.bar = QProgressBar()
         self.bar.setObjectName("documentsProgress")
         self.bar.hide()
@@ -182,37 +202,14 @@ class DocumentsPanel(QDialog):
         self.cancel_button = QPushButton(tr("Cancel"))
         self.cancel_button.setObjectName("cancelIndexingButton")
         self.cancel_button.hide()
-        progress = QHBoxLayout()
-        progress.addWidget(self.bar, 1)
-        progress.addWidget(self.cancel_button)
+        self.cancel_button.clicked.connect(self.cancel)
         self.message = QLabel()
         self.message.setObjectName("documentsMessage")
         self.message.setWordWrap(True)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(QLabel(tr("Folders and files used by “Use my documents”")))
-        layout.addWidget(self.roots_table, 1)
-        layout.addLayout(buttons)
-        layout.addWidget(self.files_title)
-        layout.addWidget(self.files_view, 2)
-        layout.addLayout(progress)
-        layout.addWidget(self.progress_label)
-        layout.addWidget(self.message)
-
-        self.add_folder_button.clicked.connect(self.add_folder)
-        self.add_files_button.clicked.connect(self.add_files)
-        self.remove_button.clicked.connect(self.remove_selected)
-        self.cancel_button.clicked.connect(self.cancel)
-        self.roots_table.itemSelectionChanged.connect(self._show_files)
-        self.sig_refresh.connect(worker.refresh)
-        self.sig_add.connect(worker.add)
-        self.sig_remove.connect(worker.remove)
-        worker.listed.connect(self.show_lists)  # bound slots of GUI-thread objects: queued
-        worker.added.connect(self._on_added)
-        worker.notice.connect(self.message.setText)
-        self.timer = QTimer(self)
-        self.timer.setInterval(PROGRESS_MS)
-        self.timer.timeout.connect(self.update_progress)
+        progress = QHBoxLayout()
+        progress.addWidget(self.bar, 1)
+        progress.addWidget(self.cancel_button)
+        return progress
 
     # ---- showing
     def showEvent(self, event):  # noqa: N802 - Qt's name
@@ -227,10 +224,10 @@ class DocumentsPanel(QDialog):
 
     def refresh(self) -> None:
         self._listed_at = time.monotonic()
-        self.sig_refresh.emit()
+        self.worker.refresh(self.show_lists, self.message.setText)
 
-    def show_lists(self, payload: str) -> None:
-        data = json.loads(payload)
+    def show_lists(self, data: dict) -> None:
+        """The engine's lists {"enabled", "roots", "files", "collections"}."""
         self.enabled = data["enabled"]
         for w in (self.add_folder_button, self.add_files_button, self.remove_button):
             w.setEnabled(self.enabled)
@@ -329,7 +326,7 @@ class DocumentsPanel(QDialog):
         self.waiting += 1
         self.message.setText(tr("Adding to “{collection}”: {paths}").format(
             collection=collection, paths=", ".join(Path(p).name or p for p in paths)))
-        self.sig_add.emit(json.dumps([str(p) for p in paths]), collection)
+        self.worker.add([str(p) for p in paths], collection, self._on_added)
         self.update_progress()
 
     def remove_selected(self) -> None:
@@ -337,7 +334,8 @@ class DocumentsPanel(QDialog):
         if root is None:
             self.message.setText(tr("Select a folder or file in the list first."))
             return
-        self.sig_remove.emit(root["path"], "")
+        self.worker.remove(root["path"], "", self.message.setText)
+        self.refresh()
         self.message.setText(tr("Removed {path} from the index (the files themselves are untouched).").format(
             path=root["path"]))
 
@@ -345,8 +343,7 @@ class DocumentsPanel(QDialog):
         self.worker.cancel_indexing()  # a flag: the GUI never waits
         self.message.setText(tr("Stopping after the file being read…"))
 
-    def _on_added(self, payload: str) -> None:
-        report = json.loads(payload)
+    def _on_added(self, report: dict) -> None:
         self.waiting = max(0, self.waiting - 1)
         if "error" in report:
             self.message.setText(tr("Could not add: {why}").format(why=report["error"]))

@@ -1,118 +1,101 @@
-"""The documents' engine calls, on the engine thread: a child of `EngineWorker`, so it moves to the
-engine's QThread with it (and back at shutdown). The window and the Documents panel call its
-slots through queued signals and hear back through its signals, as JSON text (see
-app/engine_worker.py for why). Indexing itself runs on the engine's documents thread:
-`add` returns at once and `added` comes when that run is over.
+"""The documents' engine calls, on the engine thread through `EngineWorker.call`; the answers come
+back to the GUI thread's callbacks (the window's "Use my documents" switch, the Documents panel).
+Indexing itself runs on the engine's documents thread: `add` returns at once and its `on_added`
+comes when that run is over.
 
-Only `cancel_indexing` and `status` are called from the GUI thread: neither waits on the engine.
+Only `cancel_indexing` and `status` act at once on the GUI thread: neither waits on the engine.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+from typing import Callable
 
-from PySide6.QtCore import QObject, Signal, Slot
-
-from app.engine_worker import EngineWorker
-from engine.api import ConversationNotFound, DocumentsError, StorageError
+from app.engine_worker import EngineWorker, said
+from engine.api import Assistant, ConversationNotFound, DocumentsError, StorageError
 
 log = logging.getLogger(__name__)
+OFF = {"enabled": False, "roots": [], "files": [], "collections": []}
 
 
-class DocumentsWorker(QObject):
-    listed = Signal(str)                  # JSON {"enabled", "roots", "files", "collections"}
-    added = Signal(str)                   # JSON: an add run's report {"indexed", …, "cancelled"}, or {"error"}
-    conversation_docs = Signal(int, bool)  # conversation id, "Use my documents" on
-    notice = Signal(str)                  # a refused request, for the user
+class DocumentsWorker:
+    """Made and called on the GUI thread; its reads and writes run on the engine thread."""
 
     def __init__(self, engine: EngineWorker):
-        super().__init__(engine)
         self.engine = engine
         # One per add run not yet reported: Cancel sets them all, so runs still queued behind the
         # running one end too (the engine's cancel_indexing reaches only the running one).
         self._cancels: set[threading.Event] = set()
 
-    def _assistant(self):
-        """The engine's Assistant when it runs with documents, else None."""
-        a = self.engine.assistant
-        return a if a is not None and a.documents_progress() is not None else None
+    @staticmethod
+    def _documents(a: Assistant) -> Assistant | None:
+        """The Assistant when it runs with documents, else None (engine thread)."""
+        return a if a.documents_progress() is not None else None
 
-    # ---- slots (engine thread)
-    @Slot()
-    def refresh(self) -> None:
-        a = self._assistant()
-        if a is None:
-            self.listed.emit(json.dumps({"enabled": False, "roots": [], "files": [], "collections": []}))
-            return
-        try:
-            payload = {"enabled": True, "roots": a.document_roots(), "files": a.documents(),
-                       "collections": a.document_collections()}
-        except StorageError as exc:
-            self.notice.emit(str(exc))
-            return
-        self.listed.emit(json.dumps(payload, ensure_ascii=False))
+    def refresh(self, on_listed: Callable[[dict], None], on_notice: Callable[[str], None]) -> None:
+        """The lists {"enabled", "roots", "files", "collections"} to `on_listed`; a read that failed to `on_notice`."""
+        def lists(a: Assistant) -> dict:
+            if self._documents(a) is None:
+                return OFF
+            return {"enabled": True, "roots": a.document_roots(), "files": a.documents(),
+                    "collections": a.document_collections()}
 
-    @Slot(str, str)
-    def add(self, paths_json: str, collection: str) -> None:
-        """Queue folders/files for indexing into `collection`; `added` says how it went."""
-        a = self._assistant()
-        if a is None:
-            self.added.emit(json.dumps({"error": "documents are turned off (setting docs.enabled)"}))
-            return
+        self.engine.post_call(lambda: lists(self.engine.assistant) if self.engine.assistant else OFF, on_listed,
+                              lambda exc: on_notice(said(exc)))
+
+    def add(self, paths: list[str], collection: str, on_added: Callable[[dict], None]) -> None:
+        """Queue folders/files for indexing into `collection`; `on_added` gets the run's report
+        {"indexed", …, "cancelled"} or {"error"} (GUI thread)."""
         cancel = threading.Event()
-        try:
-            future = a.add_documents(json.loads(paths_json), collection, wait=False, cancel=cancel)
-        except DocumentsError as exc:
-            self.added.emit(json.dumps({"error": str(exc)}))
-            return
-        self._cancels.add(cancel)
-        future.add_done_callback(lambda f: self._finished(f, cancel))
 
-    def _finished(self, future, cancel: threading.Event) -> None:
-        """On the documents thread: a queued signal carries the report to the GUI."""
+        def start() -> None:
+            a = self.engine.assistant
+            if a is None or self._documents(a) is None:
+                raise DocumentsError("documents are turned off (setting docs.enabled)")
+            future = a.add_documents(paths, collection, wait=False, cancel=cancel)
+            self._cancels.add(cancel)
+            future.add_done_callback(lambda f: self._finished(f, cancel, on_added))
+
+        self.engine.post_call(start, None, lambda exc: on_added({"error": str(exc) or type(exc).__name__}))
+
+    def _finished(self, future, cancel: threading.Event, on_added: Callable[[dict], None]) -> None:
+        """On the documents thread: the report goes to the GUI thread."""
         self._cancels.discard(cancel)
         try:
             report = future.result()
             payload = dict(report.to_dict(), cancelled=report.cancelled)
         except Exception as exc:  # noqa: BLE001 - said in the panel; the trace is in the engine's log
             payload = {"error": str(exc) or type(exc).__name__}
-        self.added.emit(json.dumps(payload, ensure_ascii=False))
+        self.engine.runner.to_gui(on_added, payload)
 
-    @Slot(str, str)
-    def remove(self, path: str, collection: str) -> None:
+    def remove(self, path: str, collection: str, on_notice: Callable[[str], None]) -> None:
         """Take an added folder/file (`path`) or a whole `collection` out of the index (one of them, the other "")."""
-        a = self._assistant()
-        if a is not None:
-            try:
+        def remove(a: Assistant) -> None:
+            if self._documents(a) is not None:
                 a.remove_documents(path=path or None, collection=collection or None)
-            except (DocumentsError, StorageError) as exc:
-                self.notice.emit(str(exc))
-        self.refresh()
 
-    @Slot(int, bool)
-    def set_conversation(self, conversation_id: int, on: bool) -> None:
-        a = self.engine.assistant
-        if a is None:
-            return
-        try:
+        self.engine.post_call(lambda: remove(self.engine.assistant), None,
+                              lambda exc: on_notice(str(exc) if isinstance(exc, (DocumentsError, StorageError))
+                                                    else said(exc)))
+
+    def set_conversation(self, conversation_id: int, on: bool, on_state: Callable[[int, bool], None]) -> None:
+        """Store the chat's "Use my documents"; an error (a deleted chat, a full disk) goes to the
+        engine's `on_notice`."""
+        def store(a: Assistant) -> bool:
             a.set_conversation_docs(conversation_id, True if on else None)
-        except (ConversationNotFound, StorageError) as exc:
-            self.notice.emit(str(exc))
-            return
-        self.conversation_docs.emit(conversation_id, on)
+            return on
 
-    @Slot(int)
-    def get_conversation(self, conversation_id: int) -> None:
-        a = self.engine.assistant
-        if a is None:
-            return
-        try:
-            on = a.conversation_docs(conversation_id) is not None
-        except ConversationNotFound:
-            return  # deleted meanwhile
-        self.conversation_docs.emit(conversation_id, on)
+        self.engine.call(store, lambda stored: on_state(conversation_id, stored))
+
+    def get_conversation(self, conversation_id: int, on_state: Callable[[int, bool], None]) -> None:
+        def read(a: Assistant) -> bool | None:
+            try:
+                return a.conversation_docs(conversation_id) is not None
+            except ConversationNotFound:
+                return None  # deleted meanwhile
+
+        self.engine.call(read, lambda on: on is not None and on_state(conversation_id, on))
 
     # ---- called from the GUI thread: never waits on the engine
     def cancel_indexing(self) -> None:

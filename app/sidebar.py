@@ -4,7 +4,6 @@ as signals, and the window (which owns the current chat and the engine) acts on 
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -64,11 +63,11 @@ class ChatSidebar(QWidget):
         self.chat_list.blockSignals(False)
         self._filter()
 
-    def show_matches(self, query: str, payload: str) -> None:
-        """The engine's answer to a search (title or any message, via SQLite FTS): a JSON list of ids."""
+    def show_matches(self, query: str, ids: list[int]) -> None:
+        """The engine's answer to a search (title or any message, via SQLite FTS): the matching chats' ids."""
         if query != self.search.text():
             return  # an older search's answer
-        self._matches = set(json.loads(payload)) if query.strip() else None
+        self._matches = set(ids) if query.strip() else None
         self._filter()
 
     def _clicked(self, item, _previous) -> None:

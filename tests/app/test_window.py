@@ -213,15 +213,13 @@ def test_actions_wait_for_something_to_act_on_and_the_status_says_who_answered(q
 def test_settings_changed_in_the_dialog_apply_live_or_say_they_wait(qtbot, window):
     """The dialog writes the file through its own Settings; the engine re-reads it, applies what it
     can at once and the window names what waits for the next start."""
-    import json
-
     from engine.api import Settings
 
     dialog_side = Settings()
     dialog_side.set("memory.k", 1)
     dialog_side.set("router.max_switch_s", 4.0)
     dialog_side.set("runtime.n_ctx", 1024)
-    window._apply_settings.emit(json.dumps(["memory.k", "router.max_switch_s", "runtime.n_ctx"]))
+    window._apply_settings(["memory.k", "router.max_switch_s", "runtime.n_ctx"])
     qtbot.waitUntil(lambda: "runtime.n_ctx" in window.status_label.text(), timeout=60_000)
     assert "memory.k" not in window.status_label.text()  # applied, not waiting
     a = window.worker.assistant
