@@ -2,7 +2,7 @@
 for this machine; download (progress, cancel, resume) from the chosen hub, delete, import a local
 GGUF, and choose the model of each tier. A search box lists GGUF repositories on the hub, a file per
 quant with its size and a fit badge, and downloads any of them. Searches and downloads run on
-their own QThread (`app.model_parts.Task`); only the GUI thread touches the widgets."""
+a "models" Runner (`app.model_parts.Task`, app/background.py); only the GUI thread touches the widgets."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QProgressBar,
                                QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout)
 
+from app.background import Runner
 from app.i18n import tr
 from app.model_parts import Task, entry_label, fit_badge, hub_combo, search_rows
 from engine.api import (GGUFError, HubError, ModelEntry, Settings, download, entry_for, load_catalog, part_path,
@@ -35,16 +36,30 @@ class ModelManagerDialog(QDialog):
         budget = settings.get("runtime.vram_budget_mb")
         self.vram_budget = None if budget < 0 else budget
         self.task: Task | None = None  # the download or search running
-        self._on_done: Callable[[Task], None] = lambda _t: None
+        self.runner: Runner | None = None  # its thread, made at the first one
         self.results: list[dict] = []
-        self.table = QTableWidget(len(self.entries), len(COLUMNS))
-        self.table.setHorizontalHeaderLabels([tr(c) for c in COLUMNS])
-        self.table.setSelectionBehavior(QTableWidget.SelectRows)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.bar = QProgressBar()
         self.bar.hide()
         self.message = QLabel()
         self.message.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self._catalog_table(), 2)
+        layout.addLayout(self._catalog_buttons())
+        layout.addLayout(self._search_row())
+        layout.addWidget(self._results_table(), 1)
+        layout.addLayout(self._result_buttons())
+        layout.addWidget(self.bar)
+        layout.addWidget(self.message)
+        self.refresh()
+
+    def _catalog_table(self) -> QTableWidget:
+        self.table = QTableWidget(len(self.entries), len(COLUMNS))
+        self.table.setHorizontalHeaderLabels([tr(c) for c in COLUMNS])
+        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        return self.table
+
+    def _catalog_buttons(self) -> QHBoxLayout:
         self.download_button = QPushButton(tr("Download"))
         self.cancel_button = QPushButton(tr("Cancel download"))
         self.delete_button = QPushButton(tr("Delete file"))
@@ -52,58 +67,56 @@ class ModelManagerDialog(QDialog):
         self.use_l2 = QPushButton(tr("Use for L2"))
         self.import_button = QPushButton(tr("Import a GGUF file…"))
         self.cancel_button.setEnabled(False)
-        buttons = QHBoxLayout()
-        for b in (self.download_button, self.cancel_button, self.delete_button, self.use_l1, self.use_l2):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
-        buttons.addWidget(self.import_button)
-
-        # hub and search
-        self.hub = hub_combo(settings)
-        self.query = QLineEdit()
-        self.query.setObjectName("hubSearchBox")
-        self.query.setPlaceholderText(tr("Search GGUF models, e.g. qwen2.5 instruct"))
-        self.search_button = QPushButton(tr("Search"))
-        self.search_button.setObjectName("hubSearchButton")
-        search_row = QHBoxLayout()
-        search_row.addWidget(QLabel(tr("Download from:")))
-        search_row.addWidget(self.hub)
-        search_row.addWidget(self.query, 1)
-        search_row.addWidget(self.search_button)
-        self.result_table = QTableWidget(0, len(RESULT_COLUMNS))
-        self.result_table.setObjectName("hubResults")
-        self.result_table.setHorizontalHeaderLabels([tr(c) for c in RESULT_COLUMNS])
-        self.result_table.setSelectionBehavior(QTableWidget.SelectRows)
-        self.result_table.setEditTriggers(QTableWidget.NoEditTriggers)
-        self.result_download = QPushButton(tr("Download"))
-        self.result_download.setObjectName("downloadResult")
-        self.result_l1 = QPushButton(tr("Use for L1"))
-        self.result_l2 = QPushButton(tr("Use for L2"))
-        result_buttons = QHBoxLayout()
-        for b in (self.result_download, self.result_l1, self.result_l2):
-            result_buttons.addWidget(b)
-        result_buttons.addStretch(1)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.table, 2)
-        layout.addLayout(buttons)
-        layout.addLayout(search_row)
-        layout.addWidget(self.result_table, 1)
-        layout.addLayout(result_buttons)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.message)
         self.download_button.clicked.connect(self.download_selected)
         self.cancel_button.clicked.connect(self.cancel_download)
         self.delete_button.clicked.connect(self.delete_selected)
         self.use_l1.clicked.connect(lambda: self.use_selected("L1"))
         self.use_l2.clicked.connect(lambda: self.use_selected("L2"))
         self.import_button.clicked.connect(lambda: self.import_file())
+        buttons = QHBoxLayout()
+        for b in (self.download_button, self.cancel_button, self.delete_button, self.use_l1, self.use_l2):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        buttons.addWidget(self.import_button)
+        return buttons
+
+    def _search_row(self) -> QHBoxLayout:
+        self.hub = hub_combo(self.settings)
+        self.query = QLineEdit()
+        self.query.setObjectName("hubSearchBox")
+        self.query.setPlaceholderText(tr("Search GGUF models, e.g. qwen2.5 instruct"))
+        self.search_button = QPushButton(tr("Search"))
+        self.search_button.setObjectName("hubSearchButton")
         self.search_button.clicked.connect(self.search)
         self.query.returnPressed.connect(self.search)
+        row = QHBoxLayout()
+        row.addWidget(QLabel(tr("Download from:")))
+        row.addWidget(self.hub)
+        row.addWidget(self.query, 1)
+        row.addWidget(self.search_button)
+        return row
+
+    def _results_table(self) -> QTableWidget:
+        self.result_table = QTableWidget(0, len(RESULT_COLUMNS))
+        self.result_table.setObjectName("hubResults")
+        self.result_table.setHorizontalHeaderLabels([tr(c) for c in RESULT_COLUMNS])
+        self.result_table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.result_table.setEditTriggers(QTableWidget.NoEditTriggers)
+        return self.result_table
+
+    def _result_buttons(self) -> QHBoxLayout:
+        self.result_download = QPushButton(tr("Download"))
+        self.result_download.setObjectName("downloadResult")
+        self.result_l1 = QPushButton(tr("Use for L1"))
+        self.result_l2 = QPushButton(tr("Use for L2"))
         self.result_download.clicked.connect(self.download_result)
         self.result_l1.clicked.connect(lambda: self.use_result("L1"))
         self.result_l2.clicked.connect(lambda: self.use_result("L2"))
-        self.refresh()
+        buttons = QHBoxLayout()
+        for b in (self.result_download, self.result_l1, self.result_l2):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        return buttons
 
     def refresh(self) -> None:
         for row, e in enumerate(self.entries):
@@ -131,20 +144,14 @@ class ModelManagerDialog(QDialog):
 
     # ---- background work: one task at a time
     def _busy(self) -> bool:
-        return self.task is not None and self.task.isRunning()
+        return self.task is not None and self.task.running
 
     def _run(self, op: Callable[[Task], object], on_done: Callable[[Task], None]) -> None:
-        task = self.task = Task(op, self)
-        self._on_done = on_done
-        task.progress.connect(self._on_progress)
-        task.finished.connect(self._task_finished)  # a bound slot of this dialog: runs on the GUI thread
+        if self.runner is None:
+            self.runner = Runner("models", self)
         for b in (self.download_button, self.result_download, self.search_button):
             b.setEnabled(False)
-        task.start()
-
-    def _task_finished(self) -> None:
-        if self.task is not None and not self.task.isRunning():
-            self._on_done(self.task)
+        self.task = Task(op, on_done, self._on_progress).start(self.runner)
 
     def _idle(self) -> None:
         for b in (self.download_button, self.result_download, self.search_button):
@@ -288,5 +295,7 @@ class ModelManagerDialog(QDialog):
 
     def done(self, result: int) -> None:  # noqa: D401 - Qt's name: stop the background work on close
         if self.task is not None:
-            self.task.stop()
+            self.task.cancel.set()
+        if self.runner is not None:
+            self.runner.close()  # waits for the search or download to stop
         super().done(result)

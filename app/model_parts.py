@@ -1,6 +1,6 @@
 """What the model manager and the first-start welcome share: model labels, fit badges, the hub
-choice, plain-word errors, and `Task`, the QThread their searches and downloads run on (only the
-GUI thread touches widgets)."""
+choice, plain-word errors, and `Task`, a search or download on their Runner (app/background.py;
+only the GUI thread touches widgets)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import threading
 from typing import Callable
 
 import psutil
-from PySide6.QtCore import QLocale, Qt, QThread, Signal
+from PySide6.QtCore import QLocale, Qt
 from PySide6.QtWidgets import QComboBox
 
+from app.background import Runner
 from app.i18n import tr
 from engine.api import (DownloadCancelled, DownloadError, HubError, ModelEntry, Settings, default_hub,
                         default_vram_budget_mb, device_snapshot, hubs, plan_fit, ram_bytes, search_hub, size_fit)
@@ -75,25 +76,31 @@ def plain_error(exc: BaseException) -> str:
     return tr("Something went wrong; the details are in the log.")
 
 
-class Task(QThread):
-    """One job off the GUI thread: `op(task)` runs on this QThread; connect `done` (emitted there,
-    delivered queued to a GUI-thread receiver) and read `result` / `error` / `cancelled`.
-    `op` may call `task.report(done, total)` and should stop when `task.cancel` is set."""
+class Task:
+    """One search or download off the GUI thread, on the caller's Runner (app/background.py):
+    `op(task)` runs there, then `on_done(task)` on the GUI thread with `result` / `error` /
+    `cancelled` set. `op` may call `task.report(done, total)` (`on_progress` on the GUI thread) and
+    should stop when `task.cancel` is set."""
 
-    progress = Signal(int, int)  # bytes so far, total
-
-    def __init__(self, op: Callable[["Task"], object], parent=None):
-        super().__init__(parent)
-        self.op = op
+    def __init__(self, op: Callable[["Task"], object], on_done: Callable[["Task"], None],
+                 on_progress: Callable[[int, int], None] = lambda done, total: None):
+        self.op, self.on_done, self.on_progress = op, on_done, on_progress
         self.cancel = threading.Event()
         self.result: object = None
         self.error = ""
         self.cancelled = False
+        self.running = False  # (GUI thread) started and its on_done not called yet
+        self._runner: Runner | None = None
+
+    def start(self, runner: Runner) -> "Task":
+        self._runner, self.running = runner, True
+        runner.run(self._run, self._finished)
+        return self
 
     def report(self, done: int, total: int) -> None:
-        self.progress.emit(done, total)
+        self._runner.to_gui(self.on_progress, done, total)
 
-    def run(self) -> None:
+    def _run(self) -> None:
         try:
             self.result = self.op(self)
         except DownloadCancelled as exc:
@@ -104,13 +111,13 @@ class Task(QThread):
             log.exception("background task failed")
             self.error = plain_error(exc)
 
-    def stop(self) -> None:
-        self.cancel.set()
-        self.wait()
+    def _finished(self, _result: None) -> None:
+        self.running = False
+        self.on_done(self)
 
 
 def search_rows(query: str, hub_id: str, vram_budget_mb: float | None) -> list[dict]:
-    """Search `hub_id` and badge every file (runs on a Task's thread): rows for the results table."""
+    """Search `hub_id` and badge every file (runs on a Task's Runner): rows for the results table."""
     snap = device_snapshot()
     vram = int((default_vram_budget_mb(snap) if vram_budget_mb is None else vram_budget_mb) * 2**20)
     rows = []

@@ -2,7 +2,7 @@
 that fits it (`engine.api.recommend_models`), the hub to download from, and two ways on: "Download
 and use" (both files, one after the other, with progress and Cancel, then the tiers switch) or "Try
 the demo models". It takes the empty chat's place until dismissed, and never comes back once it
-was dismissed or real models exist. The machine check and the downloads run on `Task` threads."""
+was dismissed or real models exist. The machine check and the downloads are `Task`s on its Runner (app/background.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QFrame, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout)
 
+from app.background import Runner
 from app.i18n import tr
 from app.model_parts import Task, hub_combo
 from engine.api import Settings, download, load_catalog, recommend_models
@@ -52,6 +53,7 @@ class WelcomePanel(QFrame):
         self.settings = settings
         self.recommendation = None
         self.task: Task | None = None
+        self.runner = Runner("welcome", self)  # the machine check, then the downloads
         self.queue: list = []  # entries left to download
         self.picks: list = []
 
@@ -60,15 +62,38 @@ class WelcomePanel(QFrame):
         intro = QLabel(tr("Everything runs on this computer. You start with two tiny demo models, which show how "
                           "the app works but answer poorly; here is a real pair that fits this machine."))
         intro.setWordWrap(True)
+        self.hub = hub_combo(settings)
+        hub_row = QHBoxLayout()
+        hub_row.addWidget(QLabel(tr("Download from:")))
+        hub_row.addWidget(self.hub, 1)
+        self.bar = QProgressBar()
+        self.bar.setObjectName("welcomeProgress")
+        self.bar.hide()
+        self.message = QLabel("")
+        self.message.setObjectName("welcomeMessage")
+        self.message.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        for part in (title, intro, self._facts_box(), self._recommended_box(), hub_row, self._buttons(), self.bar,
+                     self.message):
+            if isinstance(part, QHBoxLayout):
+                layout.addLayout(part)
+            else:
+                layout.addWidget(part)
+        layout.addStretch(1)
+        self._start(Task(lambda _t: recommend_models(gpu_device=settings.get("runtime.gpu_device")),
+                         self._on_checked))
 
-        facts_box = QGroupBox(tr("This machine"))
+    def _facts_box(self) -> QGroupBox:
+        box = QGroupBox(tr("This machine"))
         self.facts = QLabel(tr("Checking this machine…"))
         self.facts.setObjectName("machineFacts")
         self.facts.setWordWrap(True)
         self.facts.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        QVBoxLayout(facts_box).addWidget(self.facts)
+        QVBoxLayout(box).addWidget(self.facts)
+        return box
 
-        rec_box = QGroupBox(tr("Recommended models"))
+    def _recommended_box(self) -> QGroupBox:
+        box = QGroupBox(tr("Recommended models"))
         self.models = QTableWidget(0, 5)
         self.models.setObjectName("recommendedModels")
         self.models.setHorizontalHeaderLabels([tr("Tier"), tr("Model"), tr("Download size"), tr("Needs"),
@@ -80,15 +105,12 @@ class WelcomePanel(QFrame):
         self.models.horizontalHeader().setStretchLastSection(True)
         self.why = QLabel("")
         self.why.setWordWrap(True)
-        rec_layout = QVBoxLayout(rec_box)
-        rec_layout.addWidget(self.models)
-        rec_layout.addWidget(self.why)
+        layout = QVBoxLayout(box)
+        layout.addWidget(self.models)
+        layout.addWidget(self.why)
+        return box
 
-        self.hub = hub_combo(settings)
-        hub_row = QHBoxLayout()
-        hub_row.addWidget(QLabel(tr("Download from:")))
-        hub_row.addWidget(self.hub, 1)
-
+    def _buttons(self) -> QHBoxLayout:
         self.download_button = QPushButton(tr("Download and use"))
         self.download_button.setObjectName("downloadAndUse")
         self.download_button.setEnabled(False)  # until the recommendation is there
@@ -98,48 +120,23 @@ class WelcomePanel(QFrame):
         self.cancel_button = QPushButton(tr("Cancel"))
         self.cancel_button.setObjectName("cancelDownload")
         self.cancel_button.hide()
+        self.download_button.clicked.connect(self.download_and_use)
+        self.demo_button.clicked.connect(self.try_demo)
+        self.cancel_button.clicked.connect(self.cancel)
         buttons = QHBoxLayout()
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.cancel_button)
         buttons.addStretch(1)
         buttons.addWidget(self.demo_button)
-        self.bar = QProgressBar()
-        self.bar.setObjectName("welcomeProgress")
-        self.bar.hide()
-        self.message = QLabel("")
-        self.message.setObjectName("welcomeMessage")
-        self.message.setWordWrap(True)
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(title)
-        layout.addWidget(intro)
-        layout.addWidget(facts_box)
-        layout.addWidget(rec_box)
-        layout.addLayout(hub_row)
-        layout.addLayout(buttons)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.message)
-        layout.addStretch(1)
-
-        self.download_button.clicked.connect(self.download_and_use)
-        self.demo_button.clicked.connect(self.try_demo)
-        self.cancel_button.clicked.connect(self.cancel)
-        self._start(Task(lambda _t: recommend_models(gpu_device=settings.get("runtime.gpu_device")), self),
-                    self._on_checked)
+        return buttons
 
     # ---- background work
-    def _start(self, task: Task, on_done) -> None:
-        self.task, self._on_done = task, on_done
-        task.progress.connect(self._on_progress)
-        task.finished.connect(self._task_finished)  # a bound slot of this widget: runs on the GUI thread
-        task.start()
-
-    def _task_finished(self) -> None:
-        if self.task is not None and not self.task.isRunning():
-            self._on_done(self.task)
+    def _start(self, task: Task) -> None:
+        task.on_progress = self._on_progress
+        self.task = task.start(self.runner)
 
     def busy(self) -> bool:
-        return self.task is not None and self.task.isRunning()
+        return self.task is not None and self.task.running
 
     # ---- the machine and the recommendation
     def _on_checked(self, task: Task) -> None:
@@ -217,7 +214,7 @@ class WelcomePanel(QFrame):
         self.bar.show()
         self.message.setText(tr("Downloading {name} ({i} of {n})…").format(
             name=entry.name, i=total - len(self.queue) + 1, n=total))
-        self._start(Task(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self), self._on_downloaded)
+        self._start(Task(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self._on_downloaded))
 
     def _on_progress(self, done: int, total: int) -> None:
         self.bar.setRange(0, max(total // 1024, 1))
@@ -260,4 +257,5 @@ class WelcomePanel(QFrame):
     def close_work(self) -> None:
         """Stop a download in progress and wait for the thread (the window is closing)."""
         if self.task is not None:
-            self.task.stop()
+            self.task.cancel.set()
+        self.runner.close()
