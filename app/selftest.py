@@ -133,92 +133,16 @@ def run_selftest(model: str | None = None) -> int:
     report: dict = {"checks": {}, "python": sys.version.split()[0], "frozen": bool(getattr(sys, "frozen", False))}
     checks = report["checks"]
     try:
-        from PySide6.QtCore import QTimer
         from PySide6.QtWidgets import QApplication
 
         from app.main import create_main_window
-        from engine.api import database_check, user_dir
+        from engine.api import database_check
 
         app = QApplication.instance() or QApplication([sys.argv[0]])
-        data = user_dir()
-        install = Path(sys.executable).resolve().parent if report["frozen"] else Path(__file__).resolve().parent
-        report["data_dir"] = str(data)
-        checks["data_dir_outside_install"] = install not in data.resolve().parents and data.resolve() != install
-        probe = data / ".selftest"
-        probe.write_text("ok", encoding="utf-8")
-        probe.unlink()
-        checks["data_dir_writable"] = True
+        _data_dir_check(report)
         window = create_main_window(model or "demo-small", temperature=0.0, max_tokens=16)
-        state = {"sent": False, "error": None}
-        window.show()
-        app.processEvents()
-        report["window_ms"] = round((time.perf_counter() - t0) * 1000)
-        report["launch_to_window_ms"] = since_launch_ms()
-
-        def first_token(_cid: int, _text: str) -> None:
-            report.setdefault("launch_to_first_token_ms", since_launch_ms())
-
-        window.worker.tokens.connect(first_token)
-
-        def step():
-            if window.engine_error:
-                state["error"] = window.engine_error
-                app.quit()
-            elif window.engine_ready and not state["sent"]:
-                report["engine_ready_ms"] = round((time.perf_counter() - t0) * 1000)
-                state["sent"] = True
-                window.send_message(PROMPT)
-            elif time.perf_counter() - t0 > TIMEOUT_S:
-                state["error"] = f"timed out after {TIMEOUT_S} s" + waiting_for()
-                app.quit()
-            elif state["sent"] and not window.busy and memory_settled():
-                checks["no_listening_socket"] = not listening_sockets()
-                try:
-                    report["api_server"] = api_server_check(window)
-                except Exception as exc:  # noqa: BLE001 - said in the report
-                    report["api_server"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-                checks["api_server"] = report["api_server"]["ok"]
-                checks["api_server_closed"] = report["api_server"].get("closed", False)
-                app.quit()  # closes the shown window: the engine saves its state and closes the database
-
-        def memory_settled() -> bool:
-            """Memory on (the default): its embedder must load in an installed app too. Only "ready"
-            or "failed: …" can be judged; "not started" or "loading" (a status snapshot taken before
-            the embedder began, on a machine that answers within one snapshot) means wait."""
-            memory = window.worker.status().get("memory")
-            if memory is None:
-                return True
-            report["memory"] = memory
-            embedder = memory["embedder"]
-            if embedder != "ready" and not embedder.startswith("failed"):
-                return False
-            checks["memory_ready"] = embedder == "ready"
-            return True
-
-        def waiting_for() -> str:
-            if not state["sent"]:
-                return ": the engine never became ready"
-            if window.busy:
-                return ": the answer never ended"
-            embedder = (report.get("memory") or {}).get("embedder")
-            if embedder is not None:
-                checks["memory_ready"] = False
-                return f": the memory's embedder was still {embedder!r}"
-            return ""
-
-        timer = QTimer()
-        timer.setInterval(50)
-        timer.timeout.connect(step)
-        timer.start()
-        app.exec()
-        timer.stop()
-        done = window.last_done
-        checks["engine_started"] = window.engine_ready
-        checks["answered"] = bool(done and done.get("text"))
-        if done:
-            report["answer"] = done["text"][:200]
-            report["ttft_ms"] = round(done["stats"].get("ttft_ms", 0))
-            report["model"] = done.get("model")
+        error = _WindowRun(app, window, report, t0).run()
+        _answer_check(window, report)
         window.close()  # already closed by quit() when it was shown; closing twice is harmless
         report["documents"] = documents_check()
         checks["documents_indexed"] = report["documents"].get("ok", False)
@@ -227,12 +151,41 @@ def run_selftest(model: str | None = None) -> int:
         rows = stored["messages"]
         checks["turn_stored"] = any(m["role"] == "user" and m["content"] == PROMPT for m in rows) and \
             any(m["role"] == "assistant" and m["status"] == "done" for m in rows)
-        if state["error"]:
-            report["error"] = state["error"]
+        if error:
+            report["error"] = error
     except Exception as exc:  # noqa: BLE001 - the report says what broke; exit 1
         report["error"] = f"{type(exc).__name__}: {exc}"
     report["ok"] = bool(checks) and all(checks.values()) and "error" not in report
     report["total_ms"] = round((time.perf_counter() - t0) * 1000)
+    _write_report(report)
+    return 0 if report["ok"] else 1
+
+
+def _data_dir_check(report: dict) -> None:
+    """The data dir is writable and outside the install folder."""
+    from engine.api import user_dir
+
+    data = user_dir()
+    install = Path(sys.executable).resolve().parent if report["frozen"] else Path(__file__).resolve().parent
+    report["data_dir"] = str(data)
+    report["checks"]["data_dir_outside_install"] = install not in data.resolve().parents and data.resolve() != install
+    probe = data / ".selftest"
+    probe.write_text("ok", encoding="utf-8")
+    probe.unlink()
+    report["checks"]["data_dir_writable"] = True
+
+
+def _answer_check(window, report: dict) -> None:
+    done = window.last_done
+    report["checks"]["engine_started"] = window.engine_ready
+    report["checks"]["answered"] = bool(done and done.get("text"))
+    if done:
+        report["answer"] = done["text"][:200]
+        report["ttft_ms"] = round(done["stats"].get("ttft_ms", 0))
+        report["model"] = done.get("model")
+
+
+def _write_report(report: dict) -> None:
     text = json.dumps(report, ensure_ascii=False, indent=2)
     if sys.stdout is not None:
         print(text)
@@ -243,4 +196,82 @@ def run_selftest(model: str | None = None) -> int:
             (user_dir() / "selftest.json").write_text(text, encoding="utf-8")
         except OSError:
             pass
-    return 0 if report["ok"] else 1
+
+
+class _WindowRun:
+    """Show the window, wait for the engine, send PROMPT, wait for the answer and the memory's
+    embedder, then check the API server; the Qt loop runs until then (or TIMEOUT_S)."""
+
+    def __init__(self, app, window, report: dict, t0: float):
+        self.app, self.window, self.report, self.t0 = app, window, report, t0
+        self.checks = report["checks"]
+        self.sent = False
+        self.error: str | None = None
+
+    def run(self) -> str | None:
+        """The error that ended the run early, or None."""
+        from PySide6.QtCore import QTimer
+
+        window, report = self.window, self.report
+        window.show()
+        self.app.processEvents()
+        report["window_ms"] = round((time.perf_counter() - self.t0) * 1000)
+        report["launch_to_window_ms"] = since_launch_ms()
+        window.worker.tokens.connect(self.first_token)
+        timer = QTimer()
+        timer.setInterval(50)
+        timer.timeout.connect(self.step)
+        timer.start()
+        self.app.exec()
+        timer.stop()
+        return self.error
+
+    def first_token(self, _cid: int, _text: str) -> None:
+        self.report.setdefault("launch_to_first_token_ms", since_launch_ms())
+
+    def step(self) -> None:
+        window, report, checks = self.window, self.report, self.checks
+        if window.engine_error:
+            self.error = window.engine_error
+            self.app.quit()
+        elif window.engine_ready and not self.sent:
+            report["engine_ready_ms"] = round((time.perf_counter() - self.t0) * 1000)
+            self.sent = True
+            window.send_message(PROMPT)
+        elif time.perf_counter() - self.t0 > TIMEOUT_S:
+            self.error = f"timed out after {TIMEOUT_S} s" + self.waiting_for()
+            self.app.quit()
+        elif self.sent and not window.busy and self.memory_settled():
+            checks["no_listening_socket"] = not listening_sockets()
+            try:
+                report["api_server"] = api_server_check(window)
+            except Exception as exc:  # noqa: BLE001 - said in the report
+                report["api_server"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            checks["api_server"] = report["api_server"]["ok"]
+            checks["api_server_closed"] = report["api_server"].get("closed", False)
+            self.app.quit()  # closes the shown window: the engine saves its state and closes the database
+
+    def memory_settled(self) -> bool:
+        """Memory on (the default): its embedder must load in an installed app too. Only "ready"
+        or "failed: …" can be judged; "not started" or "loading" (a status snapshot taken before
+        the embedder began, on a machine that answers within one snapshot) means wait."""
+        memory = self.window.worker.status().get("memory")
+        if memory is None:
+            return True
+        self.report["memory"] = memory
+        embedder = memory["embedder"]
+        if embedder != "ready" and not embedder.startswith("failed"):
+            return False
+        self.checks["memory_ready"] = embedder == "ready"
+        return True
+
+    def waiting_for(self) -> str:
+        if not self.sent:
+            return ": the engine never became ready"
+        if self.window.busy:
+            return ": the answer never ended"
+        embedder = (self.report.get("memory") or {}).get("embedder")
+        if embedder is not None:
+            self.checks["memory_ready"] = False
+            return f": the memory's embedder was still {embedder!r}"
+        return ""

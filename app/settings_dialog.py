@@ -26,25 +26,55 @@ class SettingsDialog(QDialog):
         self.setWindowTitle(tr("Settings"))
         self.setObjectName("settingsDialog")
         self.settings = settings
-        catalog = load_catalog()
-        outer = QVBoxLayout(self)
+        self.forget_requested = False
         content = QWidget()  # the sections scroll: together they are taller than many screens
         layout = QVBoxLayout(content)
+        for box in (self._models_box(), self._l3_box(), self._behaviour_box(), self._appearance_box()):
+            layout.addWidget(box)
+        self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
+        layout.addWidget(self.api_server)
+        self._scroll(content)
+        self._update_preview()
 
-        # ---- models and VRAM
+    def _scroll(self, content: QWidget) -> None:
+        """The sections in a scroll area sized to them (at most 90 % of the screen), Save and Cancel below."""
+        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.save)
+        buttons.rejected.connect(self.reject)
+        scroll = QScrollArea()
+        scroll.setObjectName("settingsScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        scroll.setWidget(content)
+        scroll.setMinimumWidth(content.sizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+        outer = QVBoxLayout(self)
+        outer.addWidget(scroll, 1)
+        outer.addWidget(buttons)
+        screen = self.screen().availableGeometry().height() if self.screen() else 900
+        self.resize(scroll.minimumWidth() + 24, min(content.sizeHint().height() + 60, int(screen * 0.9)))
+
+    def _models_box(self) -> QGroupBox:
+        """Models per tier, the GPU and the VRAM budget with what it buys."""
         box = QGroupBox(tr("Models and memory"))
         form = QFormLayout(box)
+        catalog = load_catalog()
         self.l1, self.l2 = QComboBox(), QComboBox()
         for combo, tier, key in ((self.l1, "L1", "tier.L1"), (self.l2, "L2", "tier.L2")):
             for e in catalog.entries:
                 label = entry_label(e) + ("" if e.present() else tr(" (not downloaded)"))
                 combo.addItem(label, e.id)
-            current = settings.get(key)
+            current = self.settings.get(key)
             if combo.findData(current) < 0:  # an imported file or a hub download: keep it, don't swap it for row 0
                 combo.addItem(current, current)
             combo.setCurrentIndex(combo.findData(current))
         form.addRow(tr("CPU model (L1)"), self.l1)
         form.addRow(tr("GPU model (L2)"), self.l2)
+        self._gpu_rows(form)
+        return box
+
+    def _gpu_rows(self, form: QFormLayout) -> None:
+        """The GPU the L2 model loads on, and the VRAM budget slider with the planner's preview."""
         snap = device_snapshot()
         # Which GPU the GPU tier loads on: automatic (a real GPU, discrete first), none, or one by name;
         # a software Vulkan device (lavapipe) is listed only for testing and never chosen automatically.
@@ -56,13 +86,13 @@ class SettingsDialog(QDialog):
             if g.device:
                 self.gpu_device.addItem(f"{g.name} — {g.backend} {g.device}"
                                         + (tr(" (software)") if g.software else ""), g.device)
-        self.gpu_device.setCurrentIndex(max(0, self.gpu_device.findData(settings.get("runtime.gpu_device"))))
+        self.gpu_device.setCurrentIndex(max(0, self.gpu_device.findData(self.settings.get("runtime.gpu_device"))))
         form.addRow(tr("GPU (after a restart)"), self.gpu_device)
-        gpu = snap.gpu(settings.get("runtime.gpu_device"))
+        gpu = snap.gpu(self.settings.get("runtime.gpu_device"))
         total_mb = int(gpu.total_bytes / 2**20) if gpu else 0
         self.vram = QSlider(Qt.Horizontal)
         self.vram.setRange(0, max(total_mb, 0))
-        budget = settings.get("runtime.vram_budget_mb")
+        budget = self.settings.get("runtime.vram_budget_mb")
         self.vram.setValue(int(budget) if budget >= 0 else int(total_mb * 0.9))
         self.vram_label = QLabel()
         self.vram_label.setWordWrap(True)
@@ -81,20 +111,19 @@ class SettingsDialog(QDialog):
         form.addRow(tr("What it buys for L2"), self.preview)
         self.vram.valueChanged.connect(self._update_preview)
         self.l2.currentIndexChanged.connect(self._update_preview)
-        layout.addWidget(box)
 
-        # ---- L3
+    def _l3_box(self) -> QGroupBox:
         box = QGroupBox(tr("Big model on another machine (L3, optional)"))
         form = QFormLayout(box)
-        self.l3_url = QLineEdit(settings.get("l3.base_url"))
+        self.l3_url = QLineEdit(self.settings.get("l3.base_url"))
         self.l3_url.setPlaceholderText("http://192.168.1.20:8000/v1")
-        self.l3_key = QLineEdit(settings.get("l3.api_key"))
+        self.l3_key = QLineEdit(self.settings.get("l3.api_key"))
         self.l3_key.setEchoMode(QLineEdit.Password)
-        self.l3_model = QLineEdit(settings.get("l3.model"))
+        self.l3_model = QLineEdit(self.settings.get("l3.model"))
         self.l3_timeout = QSpinBox()
         self.l3_timeout.setRange(5, 600)
         self.l3_timeout.setSuffix(" s")
-        self.l3_timeout.setValue(int(settings.get("l3.timeout_s")))
+        self.l3_timeout.setValue(int(self.settings.get("l3.timeout_s")))
         self.l3_test = QPushButton(tr("Test connection"))
         self.l3_result = QLabel()
         self.l3_test.clicked.connect(self._test_l3)
@@ -106,52 +135,52 @@ class SettingsDialog(QDialog):
         self.docs_remote = QCheckBox(tr("Send document excerpts to the remote model (L3)"))
         self.docs_remote.setObjectName("docsAllowRemote")
         self.docs_remote.setToolTip(tr("Off: a question answered from your documents stays on this computer."))
-        self.docs_remote.setChecked(settings.get("docs.allow_remote"))
+        self.docs_remote.setChecked(self.settings.get("docs.allow_remote"))
         form.addRow(self.docs_remote)
-        layout.addWidget(box)
+        return box
 
-        # ---- behaviour
+    def _behaviour_box(self) -> QGroupBox:
         box = QGroupBox(tr("Behaviour"))
         form = QFormLayout(box)
         self.route = QComboBox()
         for value, label in (("auto", tr("Automatic")), ("L1", "L1"), ("L2", "L2"), ("L3", "L3")):
             self.route.addItem(label, value)
-        self.route.setCurrentIndex(max(0, self.route.findData(settings.get("router.mode"))))
+        self.route.setCurrentIndex(max(0, self.route.findData(self.settings.get("router.mode"))))
         self.cascade = QCheckBox(tr("Re-ask unsure small-model answers on L2"))
-        self.cascade.setChecked(settings.get("cascade.enabled"))
+        self.cascade.setChecked(self.settings.get("cascade.enabled"))
         self.threshold = QDoubleSpinBox()
         self.threshold.setRange(0.0, 1.0)
         self.threshold.setSingleStep(0.01)
-        self.threshold.setValue(settings.get("cascade.threshold"))
+        self.threshold.setValue(self.settings.get("cascade.threshold"))
         self.threshold.setSpecialValueText(tr("calibrated per model"))
         self.warn = QDoubleSpinBox()
         self.warn.setRange(0.0, 1.0)
         self.warn.setSingleStep(0.01)
-        self.warn.setValue(settings.get("confidence.warn_threshold"))
+        self.warn.setValue(self.settings.get("confidence.warn_threshold"))
         self.warn.setSpecialValueText(tr("calibrated per model"))
         self.summary = QSpinBox()
         self.summary.setRange(0, 100)
-        self.summary.setValue(settings.get("summary.every_turns"))
+        self.summary.setValue(self.settings.get("summary.every_turns"))
         self.summary.setSpecialValueText(tr("off"))
         self.repetition_guard = QCheckBox(tr("Stop an answer that starts repeating itself"))
         self.repetition_guard.setObjectName("repetitionGuard")
-        self.repetition_guard.setChecked(settings.get("generate.repetition_guard"))
+        self.repetition_guard.setChecked(self.settings.get("generate.repetition_guard"))
         self.base_models = QCheckBox(tr("Let automatic routing use base (not instruction-tuned) models"))
         self.base_models.setObjectName("baseModels")
-        self.base_models.setChecked(settings.get("router.base_models"))
+        self.base_models.setChecked(self.settings.get("router.base_models"))
         self.memory = QCheckBox(tr("Remember across conversations"))
-        self.memory.setChecked(settings.get("memory.enabled"))
+        self.memory.setChecked(self.settings.get("memory.enabled"))
         self.forget_all = QPushButton(tr("Forget everything…"))
         self.forget_all.clicked.connect(self._forget_all)
         self.warm = QSpinBox()
         self.warm.setRange(0, 65_536)
         self.warm.setSuffix(" MB")
         self.warm.setSpecialValueText(tr("automatic (10 % of RAM, ≤ 1 GB)"))
-        self.warm.setValue(int(settings.get("kv.warm_budget_mb")))
+        self.warm.setValue(int(self.settings.get("kv.warm_budget_mb")))
         self.cold = QSpinBox()
         self.cold.setRange(0, 1_000_000)
         self.cold.setSuffix(" MB")
-        self.cold.setValue(int(settings.get("kv.cold_budget_mb")))
+        self.cold.setValue(int(self.settings.get("kv.cold_budget_mb")))
         form.addRow(tr("Routing"), self.route)
         form.addRow(self.cascade)
         form.addRow(self.repetition_guard)
@@ -162,42 +191,22 @@ class SettingsDialog(QDialog):
         form.addRow(self.memory, self.forget_all)
         form.addRow(tr("Parked chats in RAM"), self.warm)
         form.addRow(tr("Parked chats on disk"), self.cold)
-        layout.addWidget(box)
+        return box
 
-        # ---- looks
+    def _appearance_box(self) -> QGroupBox:
         box = QGroupBox(tr("Appearance"))
         form = QFormLayout(box)
         self.theme = QComboBox()
         self.theme.addItem(tr("Light"), "light")
         self.theme.addItem(tr("Dark"), "dark")
-        self.theme.setCurrentIndex(max(0, self.theme.findData(settings.get("ui.theme"))))
+        self.theme.setCurrentIndex(max(0, self.theme.findData(self.settings.get("ui.theme"))))
         self.language = QComboBox()
         for value, label in (("auto", tr("System")), ("zh_CN", "简体中文"), ("en", "English")):
             self.language.addItem(label, value)
-        self.language.setCurrentIndex(max(0, self.language.findData(settings.get("ui.language"))))
+        self.language.setCurrentIndex(max(0, self.language.findData(self.settings.get("ui.language"))))
         form.addRow(tr("Theme"), self.theme)
         form.addRow(tr("Language (after a restart)"), self.language)
-        layout.addWidget(box)
-
-        self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
-        layout.addWidget(self.api_server)
-
-        buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
-        buttons.accepted.connect(self.save)
-        buttons.rejected.connect(self.reject)
-        scroll = QScrollArea()
-        scroll.setObjectName("settingsScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        scroll.setWidget(content)
-        scroll.setMinimumWidth(content.sizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
-        outer.addWidget(scroll, 1)
-        outer.addWidget(buttons)
-        screen = self.screen().availableGeometry().height() if self.screen() else 900
-        self.resize(scroll.minimumWidth() + 24, min(content.sizeHint().height() + 60, int(screen * 0.9)))
-        self.forget_requested = False
-        self._update_preview()
+        return box
 
     def _update_preview(self) -> None:
         mb = self.vram.value()
