@@ -1,8 +1,9 @@
-"""Memory store and service mechanics, without torch: a deterministic stand-in model.
+"""Memory store and service mechanics, without torch: a deterministic stand-in model
+(tests/memory_fakes.py).
 
-The stand-in only checks the machinery (fusion, forget, dedup, both vector paths, trigram keyword
-search, bad input); retrieval *quality* is tested with the real embedder in
-tests/model/test_memory_embedder.py.
+The stand-in only checks the machinery (fusion, forget, dedup, bad input; both vector paths and
+the keyword tables: tests/test_hybrid_index.py); retrieval *quality* is tested with the real
+embedder in tests/model/test_memory_embedder.py.
 """
 
 import io
@@ -11,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,92 +25,10 @@ from engine.memory.embedder import INDEXING, QUERY, EmbedderNotReady
 from engine.memory.chunking import chunk_text
 from engine.memory.service import MAX_MEMORY_CHARS
 from engine.retrieval import RRF_K
-from engine.retrieval.index import KEYWORD_RANKED
-from engine.retrieval.terms import keyword_terms
-from engine.retrieval.vectors import COARSE_CANDIDATES, NumpyIndex
 from engine.storage import Database
-
-DIM = 384
-BACKENDS = {"sqlite-vec": "sqlean", "numpy": "sqlite3"}  # numpy runs on the stdlib driver: the real fallback
+from tests.memory_fakes import DIM, axis, conversation_with, fake_model, open_service, service  # noqa: F401 - fixtures
 
 
-def unit(v):
-    v = np.asarray(v, dtype=np.float32)
-    return v / np.linalg.norm(v)
-
-
-def axis(*weights):
-    """A unit vector with the given leading components."""
-    v = np.zeros(DIM, dtype=np.float32)
-    v[:len(weights)] = weights
-    return unit(v)
-
-
-class FakeModel:
-    """Stand-in for a SentenceTransformer: vectors from `table`, else hashed character trigrams."""
-
-    def __init__(self):
-        self.table: dict[str, np.ndarray] = {}
-        self.gate = threading.Event()
-        self.gate.set()
-        self.encoded = 0
-        self.threads: set[str] = set()  # names of the threads that ran an encode
-        self.hold: threading.Event | None = None  # set by a test: the next encode waits for it
-        self.order: list[str] = []  # first text of each encode, in the order they ran
-
-    def get_embedding_dimension(self):
-        return DIM
-
-    def encode(self, texts, **kwargs):
-        self.threads.add(threading.current_thread().name)
-        self.order.append(texts[0])
-        if self.hold is not None:
-            hold, self.hold = self.hold, None
-            assert hold.wait(20)
-        self.encoded += len(texts)
-        return np.stack([self.table[t] if t in self.table else self._hashed(t) for t in texts])
-
-    @staticmethod
-    def _hashed(text):
-        v = np.zeros(DIM, dtype=np.float32)
-        t = f"  {text.casefold()}  "
-        for i in range(len(t) - 2):
-            h = zlib.crc32(t[i:i + 3].encode())
-            v[h % DIM] += 1.0 if h & 0x80000000 else -1.0
-        return v if v.any() else np.ones(DIM, dtype=np.float32)
-
-
-@pytest.fixture
-def fake_model(monkeypatch):
-    model = FakeModel()
-
-    def load(path, device, threads):
-        assert model.gate.wait(20), "test never released the loader"
-        return model
-
-    monkeypatch.setattr(embedder_mod, "_load_sentence_transformer", load)
-    return model
-
-
-def open_service(path, backend, **kw) -> MemoryService:
-    return MemoryService(Database(path, driver=BACKENDS[backend]), Embedder(runtime="torch"), vector_backend=backend, **kw)
-
-
-@pytest.fixture(params=list(BACKENDS))
-def service(request, tmp_path, fake_model):
-    svc = open_service(tmp_path / "m.db", request.param).start()
-    assert svc.embedder.wait(20)
-    yield svc
-    svc.close()
-    svc.db.close()
-
-
-def conversation_with(db, *texts):
-    cid = db.create_conversation()
-    return cid, [db.add_message(cid, "user" if i % 2 == 0 else "assistant", t) for i, t in enumerate(texts)]
-
-
-# ---- the database paths
 def test_database_reports_its_driver_and_vector_path(tmp_path):
     db = Database(tmp_path / "a.db")
     assert db.driver == "sqlean" and db.vec_version.startswith("v")
@@ -301,109 +219,6 @@ def test_an_answer_superseded_while_its_index_job_waits_is_never_stored(service)
         service.forget_message(weak)
     assert service.flush(20)
     assert_not_stored(service, weak, "lantern")
-
-
-# ---- the two vector paths
-def clustered(n, seed=0, clusters=40):
-    rng = np.random.default_rng(seed)
-    centers = rng.standard_normal((clusters, DIM)).astype(np.float32)
-    labels = rng.integers(0, clusters, n)
-    vecs = centers[labels] + 0.6 * rng.standard_normal((n, DIM)).astype(np.float32)
-    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True), centers
-
-
-@pytest.mark.parametrize("n", [60, 3000])
-def test_numpy_and_sqlite_vec_paths_give_the_same_results(tmp_path, n):
-    vecs, centers = clustered(n)
-    db = Database(tmp_path / "a.db")
-    vec_store = MemoryStore(db, "m", DIM, vector_backend="sqlite-vec")
-    vec_store.insert_many([("message", f"t{i}", 1, i, "user", 0, "2024") for i in range(n)], vecs)
-    db.close()
-    # The numpy path on the stdlib driver reads what the sqlean connection wrote.
-    plain = Database(tmp_path / "a.db", driver="sqlite3")
-    np_store = MemoryStore(plain, "m", DIM)
-    db = Database(tmp_path / "a.db")
-    vec_store = MemoryStore(db, "m", DIM)
-    rng = np.random.default_rng(1)
-    for q in range(20):
-        query = centers[q % len(centers)] + 0.5 * rng.standard_normal(DIM).astype(np.float32)
-        query /= np.linalg.norm(query)
-        a, b = vec_store.vector_search(query, 20), np_store.vector_search(query, 20)
-        assert [i for i, _ in a] == [i for i, _ in b]
-        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-6)
-        if n <= COARSE_CANDIDATES:  # small stores are searched exactly
-            exact = np.argsort(-(vecs @ query), kind="stable")[:20] + 1
-            assert [i for i, _ in a] == exact.tolist()
-
-
-def test_numpy_index_follows_other_connections_and_sqlite_vec_catches_up(tmp_path, fake_model):
-    base = Database(tmp_path / "a.db")
-    vec_store = MemoryStore(base, "m", DIM)
-    plain = Database(tmp_path / "a.db", driver="sqlite3")
-    np_store = MemoryStore(plain, "m", DIM)
-    assert np_store.vector_search(axis(1), 5) == []
-    # Written through the stdlib connection: vec0 does not see it until the next sync.
-    (mid,) = np_store.insert_many([("note", "written without sqlite-vec", None, None, None, 0, "2024")],
-                                  axis(1)[None, :])
-    assert vec_store.vector_search(axis(1), 5) == []
-    assert vec_store.index.sync() == (1, 0)
-    assert vec_store.vector_search(axis(1), 5) == [(mid, pytest.approx(1.0))]
-    (other,) = vec_store.insert_many([("note", "written with sqlite-vec", None, None, None, 0, "2024")],
-                                     axis(1, 1)[None, :])
-    assert [i for i, _ in np_store.vector_search(axis(1), 5)] == [mid, other]  # data_version changed
-    vec_store.delete([mid])
-    assert [i for i, _ in np_store.vector_search(axis(1), 5)] == [other]
-
-
-def test_vectors_of_another_model_are_re_embedded(tmp_path, fake_model):
-    svc = open_service(tmp_path / "m.db", "sqlite-vec").start()
-    svc.add("the kettle is descaled monthly")
-    assert svc.flush(20)
-    svc.close()
-    other = MemoryStore(svc.db, "another-model", DIM)
-    assert other.pending_count() == 1 and other.vector_search(axis(1), 5) == []
-    svc.db.close()
-
-
-def test_numpy_index_add_replace_remove_keeps_rows_dense(tmp_path):
-    db = Database(tmp_path / "a.db", driver="sqlite3")
-    store = MemoryStore(db, "m", DIM)
-    index: NumpyIndex = store.index
-    ids = store.insert_many([("note", f"n{i}", None, None, None, 0, "2024") for i in range(5)],
-                            np.stack([axis(*([0] * i + [1])) for i in range(5)]))
-    assert len(index) == 0  # loaded on first use
-    assert store.vector_search(axis(1), 1)[0][0] == ids[0] and len(index) == 5
-    store.set_vectors([ids[0]], axis(0, 0, 0, 0, 0, 1)[None, :])  # replaced, not appended
-    store.delete([ids[1], ids[3]])
-    assert len(index) == 3
-    assert store.vector_search(axis(0, 0, 0, 0, 0, 1), 1)[0][0] == ids[0]
-    assert {i for i, _ in store.vector_search(axis(1, 1, 1, 1, 1), 10)} == {ids[0], ids[2], ids[4]}
-
-
-# ---- keywords: trigram, CJK, short queries
-def test_trigram_keyword_search_cjk_and_short_terms(service):
-    zh = service.add("我们讨论了数据库迁移的问题")
-    cat = service.add("我的猫叫米索")
-    en = service.add("Quarterly report for the Zurich office")
-    go = service.add("I write Go at work")
-    assert service.store.keyword_search("数据库", 5) == [zh]
-    assert service.store.keyword_search("关于数据库迁移有什么结论", 5)[0] == zh  # no spaces: 3-char pieces
-    assert service.store.keyword_search("zurich", 5) == [en]  # case-insensitive substring
-    assert service.store.keyword_search("猫", 5) == [cat]  # 1 character: LIKE fallback
-    assert service.store.keyword_search("go", 5) == [go]
-    assert service.store.keyword_search("the of", 5) == []  # stopwords only
-    assert service.store.keyword_search('"; DROP TABLE memories; --', 5) == []
-    assert keyword_terms("What is my favourite colour? 我最喜欢")[0] == ["favourite", "colour", "我最喜", "最喜欢"]
-
-
-def test_common_keywords_rank_the_newest_matches_by_terms_matched(tmp_path):
-    store = MemoryStore(Database(tmp_path / "a.db"), "m", DIM)
-    rows = [("note", f"a common phrase number {i}", None, None, None, 0, "2024") for i in range(KEYWORD_RANKED + 50)]
-    both = store.insert_many(rows[:-10] + [("note", "common and zanzibar", None, None, None, 0, "2024")]
-                             + rows[-10:])[-11]
-    assert store.keyword_search("common zanzibar", 3)[0] == both  # BM25 skipped: > KEYWORD_RANKED matches
-    assert store.keyword_search("common", 2) == [len(rows) + 1, len(rows)]  # ties: newest first
-    assert store.keyword_search("zanzibar", 3) == [both]  # few matches: BM25
 
 
 @pytest.mark.parametrize("text", ["🎉 party on Friday 🎉🎉", "我对花生过敏。", "שלום עולם, זה זיכרון",
