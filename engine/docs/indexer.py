@@ -23,8 +23,9 @@ import numpy as np
 from engine.docs.chunks import chunks as cut
 from engine.docs.parse import READ_ERROR, UNREADABLE, VANISHED, Skip, parse
 from engine.docs.scan import Found, sha256_of, walk
-from engine.docs.store import DocStore, _now
+from engine.docs.store import DocStore
 from engine.memory.embedder import INDEXING, EmbedInterrupted, Embedder
+from engine.storage import now
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Indexer:
             self._set(chunks=report.chunks, rate_chunks_s=round(report.chunks / elapsed, 1) if elapsed else 0.0)
         report.cancelled = report.cancelled or job.cancel.is_set()
         for root_id, _, _ in scans:  # stopped by the user: not resumed at the next start
-            self.store.mark_scanned(root_id, None if report.cancelled else _now(), stopped=report.cancelled)
+            self.store.mark_scanned(root_id, None if report.cancelled else now(), stopped=report.cancelled)
         self._set(files_done=len(plan) if not report.cancelled else self._progress["files_done"])
         report.seconds = time.monotonic() - started
         return report

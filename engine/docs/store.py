@@ -11,23 +11,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import numpy as np
 
 from engine.docs.chunks import Chunk
 from engine.retrieval.index import HybridIndex, Tables
-from engine.storage import Database
+from engine.storage import Database, now
 
 log = logging.getLogger(__name__)
 
 DEFAULT_COLLECTION = "default"
 TABLES = Tables(chunks="doc_chunks", fts="doc_chunks_fts", vectors="doc_vectors", vector_id="chunk_id",
                 pairs="doc_chunks_cjk")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,7 @@ class DocStore(HybridIndex):
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO doc_roots (path, collection, added) VALUES (?, ?, ?)"
                          " ON CONFLICT(path) DO UPDATE SET collection = excluded.collection",
-                         (path, collection, _now()))
+                         (path, collection, now()))
             return conn.execute("SELECT id FROM doc_roots WHERE path = ?", (path,)).fetchone()[0]
 
     def roots(self, collection: str | None = None) -> list[dict]:
@@ -131,7 +126,7 @@ class DocStore(HybridIndex):
         status = "skipped" if reason else "indexed"
         with self.writing() as write:
             row = write.execute("SELECT id FROM doc_files WHERE path = ?", (path,)).fetchone()
-            fields = (root_id, kind, size, mtime_ns, sha256, status, reason, detail, pages, len(chunks), _now())
+            fields = (root_id, kind, size, mtime_ns, sha256, status, reason, detail, pages, len(chunks), now())
             if row:
                 file_id = row[0]
                 self._drop_chunks(write, file_id)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import numpy as np
 
 from engine.retrieval.index import HybridIndex, Tables
 from engine.retrieval.terms import is_mostly_cjk  # noqa: F401 - the memory's callers ask it here
-from engine.storage import Database
+from engine.storage import Database, now
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +23,6 @@ KINDS = ("pinned", "note", "message")
 TABLES = Tables(chunks="memories", fts="memories_fts", vectors="memory_vectors", vector_id="memory_id",
                 vec0="memory_vec", meta="memory_meta", always="kind IN ('pinned', 'note')",
                 pending_first="c.kind = 'message', c.id DESC")  # explicit memories first, then the newest
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ class MemoryStore(HybridIndex):
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-        created = created or _now()
+        created = created or now()
         ids: list[int] = []
         with self.writing() as write:
             if replace_message and message_id is not None:
