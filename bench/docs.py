@@ -95,7 +95,7 @@ def score(svc: DocumentService, questions: list[dict], mode: str | None) -> dict
         for q in questions:
             hits = svc.search(q["question"], k=3)
             top = hits[:3]
-            ok = any(Path(h.path).name == q["file"] for h in top)
+            ok = any(Path(h.source["path"]).name == q["file"] for h in top)
             groups = ["all", q["lang"], q["kind"]] + (["pdf"] if q["file"].endswith(".pdf") else [])
             for g in groups:
                 c = counts.setdefault(g, [0, 0])
@@ -103,7 +103,7 @@ def score(svc: DocumentService, questions: list[dict], mode: str | None) -> dict
                 c[1] += 1
             if q.get("page"):
                 page[1] += 1
-                page[0] += any(Path(h.path).name == q["file"] and h.page == q["page"] for h in top)
+                page[0] += any(Path(h.source["path"]).name == q["file"] and h.source["page"] == q["page"] for h in top)
             if not ok:
                 misses.append(q["id"])
     finally:
