@@ -8,7 +8,7 @@ phrases and cap the chunks per file; the memory leaves out what the prompt alrea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.retrieval.index import Candidates
@@ -78,7 +78,7 @@ class Rules:
     boost: Callable[[str], float] | None = None
     group: Callable[[Any], Any] | None = None
     per_group: int = 0
-    shown: tuple[str, ...] = field(default=())
+    shown: tuple[str, ...] = ()
 
 
 def norm(text: str) -> str:
