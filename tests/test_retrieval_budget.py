@@ -17,7 +17,7 @@ from engine.memory.relevance import (MESSAGE_MARGIN, asks_only, content_terms, c
                                      worth_recalling)
 from engine.memory.service import Hit
 from tests.fake_backend import dones, fakes, make_assistant, send  # noqa: F401
-from tests.test_memory_store import FakeModel, axis, fake_model  # noqa: F401
+from tests.memory_fakes import FakeModel, axis, fake_model  # noqa: F401
 
 NEXT = "<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
