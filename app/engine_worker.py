@@ -253,6 +253,6 @@ class _NotReady(Exception):
 
 
 def done_dict(item: TurnDone) -> dict:
-    return {"text": item.text, "stats": item.stats, "level": item.level, "model": item.model,
+    return {"text": item.text, "stats": item.stats.as_json(), "level": item.level, "model": item.model,
             "route_reason": item.route_reason, "fallback": item.fallback, "message_id": item.message_id,
             "superseded": bool(item.superseded)}

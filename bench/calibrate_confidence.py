@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.inference.backend import LoadParams, SamplingParams  # noqa: E402
 from engine.routing.confidence import confidence_report  # noqa: E402
-from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.inference.generate import GenerateParams  # noqa: E402
 from engine.config.paths import HOME_ENV  # noqa: E402
 from engine.storage import Database  # noqa: E402
@@ -72,8 +72,7 @@ def is_zh(text: str) -> bool:
 
 def answer_all(model: str, prompts: list[tuple[str, str]], params: GenerateParams) -> list[Answer]:
     out: list[Answer] = []
-    assistant = Assistant(Database(Path(os.environ[HOME_ENV]) / f"{model}.sqlite"), model,
-                          LoadParams(n_ctx=2048))
+    assistant = Assistant(Database(Path(os.environ[HOME_ENV]) / f"{model}.sqlite"), EngineConfig(model=model, load=LoadParams(n_ctx=2048)))
     try:
         vocab = assistant.vocab  # any thread; the backend is its model thread's (engine/config/ownership.py)
         for kind, prompt in prompts:

@@ -217,7 +217,7 @@ def run_ttft(tmp: Path, turns: int, copies: int) -> None:
             cid = a.new_conversation()
             for item in a.send(cid, f"Question {t}: name a colour of the sky.", params, docs=False):
                 if isinstance(item, TurnDone):
-                    out.append(item.stats["ttft_ms"])
+                    out.append(item.stats.ttft_ms)
             time.sleep(0.3)  # the indexer resumes between turns, as while a user reads
             if busy is not None and not busy():
                 print(f"  ({label}: indexing finished after {t - first + 1} turns)")

@@ -34,7 +34,7 @@ os.environ.setdefault("ASSISTANT_HOME", tempfile.mkdtemp(prefix="bench-gpu-"))
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
 from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
@@ -99,7 +99,7 @@ def restore_ms(model: str, device: str | None, threads: int) -> dict:
     def open_assistant() -> Assistant:
         manager = ModelManager(params=LoadParams(n_ctx=2048, n_threads=threads),
                                gpu_device=device or "none", n_gpu_layers=-1 if device else 0)
-        return Assistant(Database(db_path()), model, manager=manager)
+        return Assistant(Database(db_path()), EngineConfig(model=model), manager=manager)
 
     def ask(a: Assistant, cid: int, text: str) -> dict:
         return [x for x in a.send(cid, text, GenerateParams(sampling=GREEDY, max_tokens=2))

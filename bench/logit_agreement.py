@@ -40,7 +40,7 @@ FIXED_ANSWER = " Sure. Here is a short answer, with one example and one tip to r
 def measure(out_dir: Path) -> dict:
     """Reuse vs fresh for each model and conversation, under the CPU variant this process loaded."""
     os.environ["ASSISTANT_HOME"] = tempfile.mkdtemp(prefix="bench-logits-")  # never the user's data
-    from engine.api import Assistant
+    from engine.api import Assistant, EngineConfig
     from engine.chat.session import Message, Session
     from engine.inference.backend import Backend, LoadParams
     from engine.models.ggml_registry import registry
@@ -51,7 +51,7 @@ def measure(out_dir: Path) -> dict:
     results = {"variant": variant, "rows": []}
     for model in MODELS:
         db = Database(Path(os.environ["ASSISTANT_HOME"]) / f"{model}.db")
-        assistant = Assistant(db, model, LoadParams(n_ctx=2048, n_threads=2))
+        assistant = Assistant(db, EngineConfig(model=model, load=LoadParams(n_ctx=2048, n_threads=2)))
         fresh_backend = Backend(assistant.backend.path, LoadParams(n_ctx=2048, n_threads=2))
         reused_rows, fresh_rows = [], []
         try:

@@ -9,7 +9,7 @@ each turn the bench waits for the memory's indexing and the background summary, 
 the answer would give them time to finish, so TTFT is the turn's own work. Prints per-turn series
 and a table: median TTFT over turns 2-10 and 40-60 and their ratio, median prompt tokens evaluated
 per turn (the same ranges), median and max recall tokens per turn (40-60), facts recalled (the
-fact's memory in `done.stats["memories_used"]` on its question turn).
+fact's memory in `done.stats.memories_used` on its question turn).
 """
 
 from __future__ import annotations
@@ -115,14 +115,14 @@ def run(args, memory: bool) -> list[dict]:
                 if isinstance(item, TurnDone):
                     done = item
             s = done.stats
-            used = s.get("memories_used") or []
-            recall = (s.get("retrieval") or {}).get("memory_tokens")
+            used = s.memories_used
+            recall = s.retrieval.memory_tokens
             if recall is None:  # before the stats carried it: the turn as the model read it, less the words typed
                 user = next(m for m in reversed(a.conversation(cid).messages) if m.role == "user")
                 recall = a.count_tokens(user.model_text) - a.count_tokens(user.content) if user.model_text else 0
-            rows.append({"turn": t, "ttft_ms": s["ttft_ms"], "evaluated": s["prompt_tokens_evaluated"],
+            rows.append({"turn": t, "ttft_ms": s.ttft_ms, "evaluated": s.prompt_tokens_evaluated,
                          "recall_tokens": recall, "hits": len(used), "word": word,
-                         "shift": (s.get("context") or {}).get("context_shift"),
+                         "shift": (s.context or {}).get("context_shift"),
                          "found": word is not None and any(word.lower() in h["text"].lower() for h in used),
                          "scores": [round(h["score"], 2) for h in used]})
             if args.verbose and (used or word):

@@ -40,7 +40,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.api import Assistant, LoadParams, Settings, db_path, footprint  # noqa: E402
+from engine.api import Assistant, EngineConfig, LoadParams, Settings, db_path, footprint  # noqa: E402
 from engine.inference.manager import ModelManager  # noqa: E402
 from engine.server import ApiServer, ServerConfig  # noqa: E402
 from engine.storage import Database  # noqa: E402
@@ -84,7 +84,7 @@ def fake_assistant(home: Path):
     model = fakes.model_file("m")
     manager = ModelManager(budget_bytes=1 << 30, params=LoadParams(n_ctx=4096, n_batch=32, n_threads=1),
                            vram_budget_mb=64, backend_factory=fakes, devices=FakeGPU())
-    assistant = Assistant(Database(db_path()), str(model), manager=manager)
+    assistant = Assistant(Database(db_path()), EngineConfig(model=str(model)), manager=manager)
 
     def trim() -> None:
         for backend in fakes.built:

@@ -76,7 +76,7 @@ def stop_latency(a: Assistant, stops: int, rng: random.Random) -> tuple[list[flo
                 done = item
         end = time.perf_counter()
         timer.join()
-        if "stop" in stamp and done is not None and done.stats["finish_reason"] == "cancelled":
+        if "stop" in stamp and done is not None and done.stats.finish_reason == "cancelled":
             latencies.append((end - stamp["stop"]) * 1000)
     return latencies, n_tokens, prefill_s
 
@@ -118,7 +118,7 @@ def decode_speeds(a: Assistant, model_path: Path, threads: int, rounds: int = 3)
             cid = a.new_conversation()
             for item in a.send(cid, prompt_text, GenerateParams(SamplingParams(temperature=0.0), max_tokens=128)):
                 if isinstance(item, TurnDone):
-                    engine_tps.append(item.stats["decode_tps"])
+                    engine_tps.append(item.stats.decode_tps)
             bare.reset()
             n, t_first = 0, None
             # The engine's sampling settings (SamplingParams' defaults at temperature 0): llama.cpp's
@@ -149,7 +149,7 @@ def main() -> int:
     a = Assistant.from_settings(model=args.model, memory=False, n_threads=args.threads)
     lat, pre, n_tokens, prefill_s = [], [], 0, 0.0
     try:
-        a.summary_every = 0
+        a.configure(summary_every=0)
         if args.stops:
             lat, n_tokens, prefill_s = stop_latency(a, args.stops, rng)
         if args.preemptions:

@@ -53,8 +53,8 @@ def main() -> int:
             covered = chain[-1]["last_message_id"] if chain else 0
             lag = sum(1 for m in left if m.id > covered)
             rows.append({"turn": t + 1, "left": len(left), "lag": lag, "summaries": len(chain),
-                         "summary_used": bool(done and done.stats.get("summary_used")),
-                         "ttft_ms": done.stats["ttft_ms"] if done else None})
+                         "summary_used": bool(done and done.stats.summary_used),
+                         "ttft_ms": done.stats.ttft_ms if done else None})
         a.wait_for_summaries(120)
     finally:
         a.close()

@@ -30,7 +30,7 @@ import gguf
 import numpy as np
 import pytest
 
-from engine.api import Assistant, TurnDone
+from engine.api import Assistant, EngineConfig, TurnDone
 from engine.config.paths import db_path
 from engine.inference.backend import (ContextFull, DecodeError, DeviceMemoryError, LoadParams, ModelLoadError,
                                       SamplingParams)
@@ -530,7 +530,8 @@ def make_assistant(fakes):
                                n_gpu_layers=n_gpu_layers, n_ctx_max=n_ctx_max)
         db = Database(db_path())
         try:
-            a = Assistant(db, model, tiers=tiers, manager=manager, **kwargs)
+            collaborators = {k: kwargs.pop(k) for k in ("memory", "docs", "catalog") if k in kwargs}
+            a = Assistant(db, EngineConfig(model=model, tiers=tiers, **kwargs), manager=manager, **collaborators)
         except BaseException:
             manager.close()
             db.close()

@@ -37,15 +37,15 @@ def test_excerpts_ride_in_the_user_turn_and_the_next_turn_still_extends_the_cach
     prompt = fake.vocab.detokenize(fake.prompts[-1])
     assert "[1] manual.pdf, page 3: The warranty of the Zephyr kettle lasts three years." in prompt
     assert prompt.index("[1] manual.pdf") < prompt.index("How long is the Zephyr kettle warranty?")
-    r = done.stats["retrieval"]
-    assert 0 < r["document_tokens"] <= r["max_tokens"] == 400 and done.stats["documents"] == "ok"
+    r = done.stats.retrieval
+    assert 0 < r.document_tokens <= r.max_tokens == 400 and done.stats.documents == "ok"
     # What the model read is stored, so the next turn's prompt extends the KV cache exactly.
     stored = a.transcript(cid)[0]
     assert stored["content"] == "How long is the Zephyr kettle warranty?"
     kv = fake.kv
     (done2,) = dones(send(a, cid, "thanks", docs=False))
-    assert done2.stats["cache_mode"] == "append" and fake.prompts[-1][:len(kv)] == kv
-    assert done2.sources == [] and done2.stats["documents"] == "off"
+    assert done2.stats.cache_mode == "append" and fake.prompts[-1][:len(kv)] == kv
+    assert done2.sources == [] and done2.stats.documents == "off"
 
 
 def test_the_conversation_toggle_and_a_collection(fakes, make_assistant, docs):
@@ -67,11 +67,11 @@ def test_excerpts_are_trimmed_by_rank_to_the_budget(fakes, make_assistant, docs)
     a = make_assistant(str(fakes.model_file("m")), docs=docs, retrieval_max_tokens=60)
     cid = a.new_conversation()
     (done,) = dones(send(a, cid, "Zephyr kettle: boiling, descaling and warranty", docs=True))
-    assert done.stats["retrieval"]["document_tokens"] <= 60
+    assert done.stats.retrieval.document_tokens <= 60
     assert len(done.sources) < 3
     b = make_assistant(str(fakes.model_file("m")), docs=docs, retrieval_max_tokens=5)
     (done,) = dones(send(b, b.new_conversation(), "Zephyr kettle warranty", docs=True))
-    assert done.sources == [] and done.stats["documents"].startswith("skipped: no excerpt fits")
+    assert done.sources == [] and done.stats.documents.startswith("skipped: no excerpt fits")
 
 
 def test_a_turn_with_documents_stays_off_the_remote_tier_unless_allowed(fakes, make_assistant, docs):
@@ -91,4 +91,4 @@ def test_a_regenerated_answer_cites_the_same_sources(fakes, make_assistant, docs
     cid = a.new_conversation()
     (first,) = dones(send(a, cid, "How long is the Zephyr kettle warranty?", docs=True))
     (again,) = dones(a.regenerate(cid))
-    assert again.sources == first.sources and again.stats["retrieval"] == first.stats["retrieval"]
+    assert again.sources == first.sources and again.stats.retrieval == first.stats.retrieval

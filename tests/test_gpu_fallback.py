@@ -29,7 +29,7 @@ def test_everything_on_the_gpu_when_it_fits(fakes, make_assistant):
     a = make_assistant(tiers=_tiers(fakes), vram_budget_mb=None, devices=FakeGPU(free_mb=8192))
     done, w = _l2_turn(a)
     assert w.plan.offload == "full" and w.backend.params.gpu_device == "FakeGPU0"
-    assert done.stats["offload"] == {"backend": "fake", "device": "FakeGPU0", "n_gpu_layers": 9, "n_layers": 0,
+    assert done.stats.offload == {"backend": "fake", "device": "FakeGPU0", "n_gpu_layers": 9, "n_layers": 0,
                                      "note": None}
     assert done.fallback is None
     # the CPU tier stays off the device
@@ -42,16 +42,16 @@ def test_out_of_device_memory_at_load_retries_with_fewer_layers(fakes, make_assi
     done, w = _l2_turn(a)
     tried = [p.n_gpu_layers for stem, p in fakes.loads if stem == "l2"]
     assert tried == [9, 4, 2]  # full, half, half again: the first that fits
-    assert w.plan.n_gpu_layers == 2 and done.stats["offload"]["n_gpu_layers"] == 2
+    assert w.plan.n_gpu_layers == 2 and done.stats.offload["n_gpu_layers"] == 2
     assert "out of device memory" in done.fallback and "2 layers on the GPU" in done.fallback
-    assert done.stats["offload"]["note"] == done.fallback and done.text
+    assert done.stats.offload["note"] == done.fallback and done.text
 
 
 def test_a_broken_gpu_driver_loads_on_the_cpu(fakes, make_assistant):
     a = make_assistant(tiers=_tiers(fakes, gpu_error="ggml_vulkan: device lost"), vram_budget_mb=None)
     done, w = _l2_turn(a)
     assert [p.n_gpu_layers for stem, p in fakes.loads if stem == "l2"] == [9, 0]
-    assert w.plan.offload == "cpu" and done.stats["offload"]["backend"] == "cpu"
+    assert w.plan.offload == "cpu" and done.stats.offload["backend"] == "cpu"
     assert "device lost" in done.fallback and "running on the CPU" in done.fallback
 
 
@@ -60,7 +60,7 @@ def test_a_device_too_small_gets_the_layers_that_fit_and_says_so(fakes, make_ass
     done, w = _l2_turn(a)
     assert w.plan.offload == "partial" and 0 < w.plan.n_gpu_layers < 9, w.plan.explanation
     assert f"only {w.plan.n_gpu_layers} of 9 layers fit on Fake GPU (FakeGPU0)" in done.fallback
-    assert done.stats["offload"]["n_gpu_layers"] == w.plan.n_gpu_layers
+    assert done.stats.offload["n_gpu_layers"] == w.plan.n_gpu_layers
 
 
 def test_vram_taken_by_another_app_replans_the_next_load_with_fewer_layers(fakes, make_assistant):
@@ -79,7 +79,7 @@ def test_vram_taken_by_another_app_replans_the_next_load_with_fewer_layers(fakes
 def test_no_gpu_at_all_is_quiet_but_a_missing_vulkan_loader_is_said(fakes, make_assistant):
     a = make_assistant(tiers=_tiers(fakes), vram_budget_mb=None, devices=FakeGPU(gpu=False))
     done, w = _l2_turn(a)
-    assert w.plan.offload == "cpu" and done.fallback is None and done.stats["offload"]["backend"] == "cpu"
+    assert w.plan.offload == "cpu" and done.fallback is None and done.stats.offload["backend"] == "cpu"
     why = "libvulkan.so.1: cannot open shared object file: No such file or directory"
     b = make_assistant(tiers=_tiers(fakes), vram_budget_mb=None, devices=FakeGPU(gpu=False, skipped=(("vulkan", why),)))
     done, w = _l2_turn(b)

@@ -54,12 +54,12 @@ def test_a_message_that_fits_only_with_a_smaller_reserve_is_answered_capped(fake
     text = paste(N_CTX - FLOOR - overhead)  # the largest message that fits: prompt = n_ctx - floor
     fakes.script("m").enqueue(Answer(" ".join(map(str, range(100))), stop=False))  # no end, no loop: runs to the cap
     (done,) = dones(send(a, cid, text, max_tokens=256))
-    prompt, ctx, s = fake.prompts[-1], done.stats["context"], done.stats
+    prompt, ctx, s = fake.prompts[-1], done.stats.context, done.stats
     assert prompt == tokens(fake, FIRST.format(text))  # the earlier turn left the window
     assert ctx["used"] == len(prompt) == N_CTX - FLOOR and ctx["first_kept"] == 2
     assert ctx["max_answer"] == FLOOR < 256  # max_tokens capped to what is left
-    assert s["completion_tokens"] == FLOOR and s["finish_reason"] == "context_full"  # it took all that was left
-    assert s["prompt_tokens_evaluated"] + s["prompt_tokens_cached"] == len(prompt)
+    assert s.completion_tokens == FLOOR and s.finish_reason == "context_full"  # it took all that was left
+    assert s.prompt_tokens_evaluated + s.prompt_tokens_cached == len(prompt)
 
     # One token more does not fit: refused with the numbers, nothing stored.
     stored = len(a.db.messages(cid))
@@ -74,7 +74,7 @@ def test_a_normal_window_keeps_max_tokens(fakes, make_assistant):
     a = make_assistant(str(fakes.model_file("m")), n_ctx=N_CTX)
     cid = a.new_conversation()
     (done,) = dones(send(a, cid, "hello", max_tokens=64))
-    assert done.stats["context"]["max_answer"] == 64 and done.stats["context"]["overflow"] is None
+    assert done.stats.context["max_answer"] == 64 and done.stats.context["overflow"] is None
 
 
 def test_head_tail_answers_and_the_stored_message_says_what_was_cut(fakes, make_assistant):
@@ -95,12 +95,12 @@ def test_head_tail_answers_and_the_stored_message_says_what_was_cut(fakes, make_
     assert marker and cut == 3000 - len(head.rstrip("\n")) - len(tail.split("…]\n\n", 1)[1])
     assert len(read.encode()) <= fits and read.startswith("START") and read.endswith("END?")
     assert fake.prompts[-1] == tokens(fake, FIRST.format(read))
-    assert done.stats["context"]["overflow"] == {"mode": "head_tail", "tokens": 3000, "kept": len(read.encode())}
-    assert done.stats["finish_reason"] == "stop"
+    assert done.stats.context["overflow"] == {"mode": "head_tail", "tokens": 3000, "kept": len(read.encode())}
+    assert done.stats.finish_reason == "stop"
     # The next turn extends the cache: the ids stored are those of the text the model read.
     kv = fake.kv
     (nxt,) = dones(send(a, cid, "and?", max_tokens=16))
-    assert nxt.stats["prompt_tokens_cached"] == len(kv)
+    assert nxt.stats.prompt_tokens_cached == len(kv)
 
 
 def test_summarise_asks_the_model_part_by_part_and_restores_the_cache(fakes, make_assistant):
@@ -121,9 +121,9 @@ def test_summarise_asks_the_model_part_by_part_and_restores_the_cache(fakes, mak
     # The summary is short: the earlier turn stays in the window, and the conversation's sequence
     # came back after each part, so the turn reads only its own new tokens.
     assert fake.prompts[-1] == kv_before + tokens(fake, "<|im_end|>\n" + FIRST.format(read))
-    assert done.stats["prompt_tokens_cached"] == common_prefix(kv_before, fake.prompts[-1]) == len(kv_before)
+    assert done.stats.prompt_tokens_cached == common_prefix(kv_before, fake.prompts[-1]) == len(kv_before)
     assert fake.kv == fake.prompts[-1] + done.token_ids
-    assert done.stats["context"]["overflow"]["mode"] == "summarise"
+    assert done.stats.context["overflow"]["mode"] == "summarise"
 
 
 def test_unknown_overflow_is_refused(fakes, make_assistant):
@@ -158,7 +158,7 @@ def real_paste(a, n_tokens: int) -> str:
 
 @pytest.fixture(scope="module")
 def demo(model_paths, tmp_path_factory):
-    from engine.api import Assistant, LoadParams
+    from engine.api import Assistant, EngineConfig, LoadParams
     from engine.storage import Database
 
     home = tmp_path_factory.mktemp("paste")
@@ -167,7 +167,7 @@ def demo(model_paths, tmp_path_factory):
         db = Database(home / "assistant.db")
         # One thread: on a shared 2-core machine two llama.cpp threads spin at every barrier while the
         # other is descheduled (measured: 21 vs 89 prompt tok/s, 1.2 vs 33 decode tok/s under load).
-        a = Assistant(db, "demo-small", LoadParams(n_ctx=4096, n_threads=1))
+        a = Assistant(db, EngineConfig(model="demo-small", load=LoadParams(n_ctx=4096, n_threads=1)))
         a.load_tokenizer()
         yield a
         a.close()
@@ -178,7 +178,7 @@ def run_turn(a, cid, text, max_tokens, stop_after=None, **kwargs) -> TurnDone:
     import threading
 
     cancel, done, chunks = threading.Event(), None, 0
-    for item in a.send(cid, text, GenerateParams(GREEDY, max_tokens=max_tokens), cancel, **kwargs):
+    for item in a.send(cid, text, GenerateParams(GREEDY, max_tokens=max_tokens), cancel=cancel, **kwargs):
         if isinstance(item, TurnDone):
             done = item
         else:
@@ -196,11 +196,11 @@ def test_demo_model_answers_a_2600_token_paste_in_a_4096_context(demo):
     text = real_paste(a, 2600)
     cid = a.new_conversation()
     done = run_turn(a, cid, text, max_tokens=2048, stop_after=16)  # a shared CPU: 16 tokens prove it
-    s, ctx = done.stats, done.stats["context"]
-    assert s["finish_reason"] in ("stop", "cancelled")  # answered, not an error
-    assert s["prompt_tokens"] == ctx["used"] and s["prompt_tokens_evaluated"] == s["prompt_tokens"] > 2600
+    s, ctx = done.stats, done.stats.context
+    assert s.finish_reason in ("stop", "cancelled")  # answered, not an error
+    assert s.prompt_tokens == ctx["used"] and s.prompt_tokens_evaluated == s.prompt_tokens > 2600
     assert ctx["max_answer"] == 4096 - ctx["used"] < 2048  # the 2048 asked, capped to what is left
-    assert s["completion_tokens"] >= 1
+    assert s.completion_tokens >= 1
 
 
 @pytest.mark.model
@@ -221,9 +221,9 @@ def test_demo_model_refuses_with_the_numbers_then_keeps_head_and_tail(demo):
     assert user["content"] == huge and "tokens cut …]" in user["model_text"]
     cut = int(user["model_text"].split("[… ")[1].split(" tokens cut")[0].replace(" ", ""))
     assert n - e.fits <= cut < n - e.fits + 300
-    assert done.stats["context"]["overflow"]["mode"] == "head_tail"
-    assert done.stats["context"]["used"] <= 4096 - 256
-    assert done.stats["finish_reason"] in ("stop", "cancelled") and done.stats["completion_tokens"] >= 1
+    assert done.stats.context["overflow"]["mode"] == "head_tail"
+    assert done.stats.context["used"] <= 4096 - 256
+    assert done.stats.finish_reason in ("stop", "cancelled") and done.stats.completion_tokens >= 1
 
 
 # ---- the window

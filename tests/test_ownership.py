@@ -174,7 +174,7 @@ def test_a_turn_renders_and_counts_on_the_engine_thread_while_the_model_decodes(
     releaser.start()
     (done,) = dones(send(a, cid, "and what about tomorrow?"))
     releaser.join(5)
-    assert done.text == "Answer 2." and done.stats["confidence"]["n_tokens"] == len(done.token_ids)
+    assert done.text == "Answer 2." and done.stats.confidence["n_tokens"] == len(done.token_ids)
     assert "and what about tomorrow?" in fake.text(fake.prompts[-1])
 
 

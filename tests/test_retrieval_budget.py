@@ -1,6 +1,6 @@
 """Recalled memories earn their tokens (issue 15, item 7): no recall for small talk, a floor for
 chunks of past messages, nothing the prompt already holds, at most `retrieval.max_tokens` trimmed
-by rank, and `done.stats["retrieval"]["memory_tokens"]` = what recall added to the turn.
+by rank, and `done.stats.retrieval.memory_tokens` = what recall added to the turn.
 
 Fast: the scripted fake backend (tokens are bytes, so counts are exact) and a stand-in embedder
 whose vectors a test sets. The effect on TTFT with the real model: bench/retrieval_budget.py."""
@@ -117,32 +117,32 @@ def test_small_talk_recalls_nothing_and_a_question_gets_what_earns_its_tokens(re
     a, fake = recall_chat
     cid = a.new_conversation()
     (hello,) = dones(send(a, cid, "thanks!"))
-    assert hello.stats["memory"]["retrieval"] == "skipped: small talk" and hello.stats["memories_used"] == []
-    assert hello.stats["retrieval"] == {"memory_tokens": 0, "document_tokens": 0, "max_tokens": 256}
+    assert hello.stats.memory["retrieval"] == "skipped: small talk" and hello.stats.memories_used == []
+    assert hello.stats.as_json()["retrieval"] == {"memory_tokens": 0, "document_tokens": 0, "max_tokens": 256}
 
     (done,) = dones(send(a, cid, PET))
-    used = [h["text"] for h in done.stats["memories_used"]]
+    used = [h["text"] for h in done.stats.memories_used]
     # The sky (0.38) is under the message floor (0.40), the kettle only asks: neither is worth a token.
     assert used == ["My cat is called Miso.", "Miso sleeps on the red sofa all afternoon."]
-    assert done.stats["memory"]["recall_dropped"] == {"below_floor": 1, "asks_only": 1}
+    assert done.stats.memory["recall_dropped"] == {"below_floor": 1, "asks_only": 1}
     user = a.conversation(cid).messages[-2]
     added = len(user.model_text.encode()) - len(PET.encode())
-    assert done.stats["retrieval"]["memory_tokens"] == added > 0
+    assert done.stats.retrieval.memory_tokens == added > 0
     # Evaluated: exactly the new turn with its memories (the cache held everything before it).
-    assert done.stats["prompt_tokens_evaluated"] == len(fake.vocab.tokenize(NEXT.format(user.model_text), special=True))
-    assert done.stats["cache_mode"] == "append"
+    assert done.stats.prompt_tokens_evaluated == len(fake.vocab.tokenize(NEXT.format(user.model_text), special=True))
+    assert done.stats.cache_mode == "append"
 
 
 def test_the_budget_keeps_the_best_memories_that_fit(recall_chat):
     a, _ = recall_chat
     header = len("(Possibly relevant memories from earlier conversations)\n(The user's message)\n")
     first = len(recalled_line(Hit(0, "My cat is called Miso.", 0.5, {"date": "2026-01-02"}, "message", 0)) + "\n")
-    a.retrieval_max_tokens = header + first + 10  # room for the best one, not for the second
+    a.configure(retrieval_max_tokens=header + first + 10)  # room for the best one, not for the second
     (done,) = dones(send(a, a.new_conversation(), PET))
-    assert [h["text"] for h in done.stats["memories_used"]] == ["My cat is called Miso."]
-    assert done.stats["memory"]["recall_dropped"]["over_budget"] == 1
-    assert done.stats["retrieval"]["memory_tokens"] == header + first <= a.retrieval_max_tokens
-    a.retrieval_max_tokens = 0  # no budget: nothing is recalled, the turn reads only the words typed
+    assert [h["text"] for h in done.stats.memories_used] == ["My cat is called Miso."]
+    assert done.stats.memory["recall_dropped"]["over_budget"] == 1
+    assert done.stats.retrieval.memory_tokens == header + first <= a.config.retrieval_max_tokens
+    a.configure(retrieval_max_tokens=0)  # no budget: nothing is recalled, the turn reads only the words typed
     (done,) = dones(send(a, a.new_conversation(), PET))
-    assert done.stats["memories_used"] == [] and done.stats["retrieval"]["memory_tokens"] == 0
+    assert done.stats.memories_used == [] and done.stats.retrieval.memory_tokens == 0
     assert a.conversation(done.conversation_id).messages[-2].model_text is None

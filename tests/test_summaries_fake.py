@@ -66,7 +66,7 @@ def test_a_turn_pre_empts_a_summary_within_one_prompt_piece(fakes, make_assistan
     for text in ("hello", "how are you", "fine thanks"):  # the third turn queues a summary of the first
         send(a, cid, text)
     kv = fake.kv
-    handle = a._summary_jobs[cid]
+    handle = a.summary_chain.jobs[cid]
     assert gate.reached.wait(5)  # the summary is reading its third piece
     thread, result = in_background(a, lambda: send(a, cid, "one more question"))
     wait_until(lambda: worker.current is not None and worker.current.preempt.is_set())
@@ -76,7 +76,7 @@ def test_a_turn_pre_empts_a_summary_within_one_prompt_piece(fakes, make_assistan
     # The summary finished the piece in flight, then yielded: three pieces read, not its whole prompt.
     assert runs[0] == [32, 32, 32]
     # It gave the context back: the turn read only its own new tokens.
-    assert done.stats["cache_mode"] == "append" and done.stats["prompt_tokens_cached"] == len(kv)
+    assert done.stats.cache_mode == "append" and done.stats.prompt_tokens_cached == len(kv)
     turn_prompts = [p for p in list(fake.prompts) if SUMMARY_MARK not in fake.text(p)]
     assert turn_prompts[-1][:len(kv)] == kv
     assert handle.done.wait(5) and handle.preemptions == 1
@@ -95,7 +95,7 @@ def test_a_summary_pre_empted_twice_runs_to_the_end(fakes, make_assistant):
     # Long enough that each of the three runs, going on from the last, still has a third piece to read.
     for text in ("hello " * 40, "how are you " * 30, "fine thanks " * 30):
         send(a, cid, text)
-    handle = a._summary_jobs[cid]
+    handle = a.summary_chain.jobs[cid]
     for k in range(MAX_PREEMPTIONS + 1):
         assert gate.reached.wait(5), f"summary run {k + 1} never started"
         n_prompts = len(fake.prompts)
@@ -134,7 +134,7 @@ def test_unloading_the_model_ends_a_queued_summary_so_nobody_waits_for_it(fakes,
     for event in a.send(cid, "fine thanks"):
         if dones([event]):
             worker.submit(busy, FOREGROUND)  # before the turn's generator queues the summary
-    handle = a._summary_jobs[cid]
+    handle = a.summary_chain.jobs[cid]
     assert started.wait(5) and not handle.done.is_set()
     a.manager.close()  # drains the queue: the summary never runs
     assert handle.done.is_set() and handle.summary_id is None
@@ -151,15 +151,15 @@ def test_the_turn_whose_window_moves_carries_the_summary_of_what_left(fakes, mak
     cid = a.new_conversation()
     for i in range(10):
         (done,) = dones(send(a, cid, f"Question {i}: " + " ".join(["please"] * 6)))
-        if done.stats["context"]["first_kept"] > 0:
+        if done.stats.context["first_kept"] > 0:
             break
     else:
         raise AssertionError("the window never moved")
     # The window moved on this turn: it waited for the summary and carries it (pre-empted or not).
-    assert done.stats["context_shift"] is not None and done.stats["summary_used"]
+    assert done.stats.context_shift is not None and done.stats.summary_used
     turn_prompts = [p for p in list(fake.prompts) if SUMMARY_MARK not in fake.text(p)]
     assert f"Summary of the earlier conversation: {SUMMARY}" in fake.text(turn_prompts[-1])
-    assert not any(f"Question {k}:" in fake.text(turn_prompts[-1]) for k in range(done.stats["context"]["first_kept"] // 2))
+    assert not any(f"Question {k}:" in fake.text(turn_prompts[-1]) for k in range(done.stats.context["first_kept"] // 2))
 
 
 def test_stop_ends_a_turns_wait_for_its_summary(fakes, make_assistant):
@@ -169,16 +169,16 @@ def test_stop_ends_a_turns_wait_for_its_summary(fakes, make_assistant):
     fake = fakes.backend("m")
     fakes.script("m").when(SUMMARY_MARK, Answer(SUMMARY))
     cid = a.new_conversation()
-    a.summary_every = 0  # three turns nobody summarises yet
+    a.configure(summary_every=0)  # three turns nobody summarises yet
     for i in range(3):
         dones(send(a, cid, f"Question {i}"))
-    a.summary_every = 1
+    a.configure(summary_every=1)
     held = Gate(lambda b, piece, part, call: SUMMARY_MARK in b.text(call))
     fake.on_piece.append(held)
     stop = threading.Event()
-    thread, result = in_background(a, lambda: a.catch_up_summary(a.conversation(cid), cancel=stop))
+    thread, result = in_background(a, lambda: a.summary_chain.catch_up(a.conversation(cid), a.config.summary_every, cancel=stop))
     assert held.reached.wait(5)  # the summary it queued runs, held mid-piece
-    handle = a._summary_jobs[cid]
+    handle = a.summary_chain.jobs[cid]
     assert handle.urgent.is_set() and thread.is_alive()
     t0 = time.monotonic()
     stop.set()
@@ -198,7 +198,7 @@ def test_a_turn_stopped_before_the_model_was_asked_ends_without_queuing(fakes, m
     stop = threading.Event()
     stop.set()  # pressed while memories were retrieved or the window fitted
     (done,) = dones(send(a, cid, "Another question", cancel=stop))
-    assert done.stats["finish_reason"] == "cancelled" and done.stats["prompt_tokens_evaluated"] == 0
-    assert done.stats["prompt_tokens_cached"] == len(fake.kv) and len(fake.prompts) == asked
+    assert done.stats.finish_reason == "cancelled" and done.stats.prompt_tokens_evaluated == 0
+    assert done.stats.prompt_tokens_cached == len(fake.kv) and len(fake.prompts) == asked
     (after,) = dones(send(a, cid, "And now?"))  # the next turn reads only what is new
-    assert after.stats["prompt_tokens_cached"] >= len(fake.prompts[asked - 1]) - 1
+    assert after.stats.prompt_tokens_cached >= len(fake.prompts[asked - 1]) - 1

@@ -41,10 +41,10 @@ def test_each_turn_evaluates_only_its_new_tokens(fakes, make_assistant):
             assert prompt == kv + tokens(fake, NEXT.format(text))
         new = len(prompt) - len(kv)
         s = done.stats
-        assert (s["prompt_tokens_evaluated"], s["prompt_tokens_cached"]) == (new, len(kv))
-        assert s["cache_mode"] == ("fresh" if i == 0 else "append")
+        assert (s.prompt_tokens_evaluated, s.prompt_tokens_cached) == (new, len(kv))
+        assert s.cache_mode == ("fresh" if i == 0 else "append")
         # prompt pieces + every answer token but the end-of-turn one, which is sampled, never read
-        assert fake.evaluated - start == new + len(done.token_ids) == new + s["completion_tokens"]
+        assert fake.evaluated - start == new + len(done.token_ids) == new + s.completion_tokens
         kv = fake.kv
         assert kv == prompt + done.token_ids
     assert [len(tokens(fake, NEXT.format(t))) for t in texts[1:]] == [len(t) + 21 for t in texts[1:]]
@@ -89,7 +89,7 @@ def test_a_weak_l1_answer_is_superseded_and_re_asked_on_l2(fakes, make_assistant
     assert first.confidence == pytest.approx(0.2)
     assert (second.level, second.superseded, second.text) == ("L2", False, "Surely.")
     assert second.route_reason == "cascade: L1 confidence 0.20 < 0.50"
-    assert second.stats["finish_reason"] == "stop"  # the re-ask did not start cancelled
+    assert second.stats.finish_reason == "stop"  # the re-ask did not start cancelled
     assert not stop.is_set()
     if reader_leaves_early:
         # The reader's leaving stopped its own job only, never the caller's event.
@@ -125,15 +125,15 @@ def test_overflow_drops_the_oldest_whole_turns_and_reads_only_what_changed(fakes
         text = f"Question {i}: " + " ".join(["please"] * 6)
         n_calls = len(fake.calls)
         (done,) = dones(send(a, cid, text))
-        prompt, ctx, s = fake.prompts[-1], done.stats["context"], done.stats
+        prompt, ctx, s = fake.prompts[-1], done.stats.context, done.stats
         assert ctx["used"] == len(prompt) <= budget and ctx["budget"] == budget
         assert prompt[:len(system)] == system  # the system block always stays
         shifts = [c for c in fake.calls[n_calls:] if c[0] == "shift_out"]
-        if s["context_shift"] is None:
+        if s.context_shift is None:
             assert not shifts
             if kv:
                 assert prompt == kv + tokens(fake, NEXT.format(text))
-            assert s["prompt_tokens_evaluated"] == len(prompt) - len(kv)
+            assert s.prompt_tokens_evaluated == len(prompt) - len(kv)
         else:
             moves.append((i, ctx["first_kept"]))
             assert ctx["used"] <= int(budget * REFILL)  # refilled low: shifts stay occasional
@@ -143,19 +143,19 @@ def test_overflow_drops_the_oldest_whole_turns_and_reads_only_what_changed(fakes
             assert after_system.startswith(f"<|im_start|>user\n{kept[0].content}<|im_end|>")
             if can_shift:
                 (_, keep, discard, ok), = shifts
-                assert ok and s["context_shift"] == "kv"
+                assert ok and s.context_shift == "kv"
                 shifted = kv[:keep] + kv[keep + discard:]
                 assert prompt[:len(shifted)] == shifted
                 # only the new turn is read: the kept turns slid down in the cache
-                assert s["prompt_tokens_evaluated"] == len(prompt) - len(shifted) == len(tokens(fake, NEXT.format(text)))
+                assert s.prompt_tokens_evaluated == len(prompt) - len(shifted) == len(tokens(fake, NEXT.format(text)))
             else:
-                assert s["context_shift"] == "reeval"
+                assert s.context_shift == "reeval"
                 # Rolled back to what the old and new windows share (the system block and the
                 # start of a user turn) and read the rest again.
                 common = common_prefix(kv, prompt)
                 assert common == len(system) + len(tokens(fake, "<|im_start|>user\nQuestion "))
-                assert s["prompt_tokens_cached"] == common
-                assert s["prompt_tokens_evaluated"] == len(prompt) - common
+                assert s.prompt_tokens_cached == common
+                assert s.prompt_tokens_evaluated == len(prompt) - common
         kv = fake.kv
         assert kv == prompt + done.token_ids
     assert len(moves) >= 1 and moves[0][1] > 0
@@ -179,15 +179,15 @@ def test_stop_during_decode_keeps_what_was_evaluated_and_the_next_turn_reuses_it
     (done,) = dones(send(a, cid, "talk"))
     fake.on_sample.clear()
     prompt = fake.prompts[-1]
-    assert done.stats["finish_reason"] == "cancelled" and done.stats["completion_tokens"] == 6
+    assert done.stats.finish_reason == "cancelled" and done.stats.completion_tokens == 6
     assert done.text == "This a" and len(done.token_ids) == 6
     # the sixth token was sampled (and shown) but never read back: at most the last one is missing
     assert fake.kv == prompt + done.token_ids[:-1]
     assert a.transcript(cid)[-1]["content"] == "This a"
     kv = fake.kv
     (nxt,) = dones(send(a, cid, "go on"))
-    assert nxt.stats["cache_mode"] == "append" and nxt.stats["prompt_tokens_cached"] == len(kv)
-    assert nxt.stats["prompt_tokens_evaluated"] == 1 + len(tokens(fake, NEXT.format("go on")))
+    assert nxt.stats.cache_mode == "append" and nxt.stats.prompt_tokens_cached == len(kv)
+    assert nxt.stats.prompt_tokens_evaluated == 1 + len(tokens(fake, NEXT.format("go on")))
 
 
 def test_stop_during_prefill_keeps_the_pieces_read_and_the_next_turn_reuses_them(fakes, make_assistant):
@@ -204,12 +204,12 @@ def test_stop_during_prefill_keeps_the_pieces_read_and_the_next_turn_reuses_them
     (done,) = dones(send(a, cid, long_text))
     fake.on_piece.clear()
     prompt = tokens(fake, FIRST.format(long_text))
-    assert done.stats["finish_reason"] == "cancelled" and done.text == "" and done.token_ids == []
-    assert done.stats["prompt_tokens_evaluated"] == 96 and fake.evaluated == 96
+    assert done.stats.finish_reason == "cancelled" and done.text == "" and done.token_ids == []
+    assert done.stats.prompt_tokens_evaluated == 96 and fake.evaluated == 96
     assert fake.kv == prompt[:96] and fake.prompts == []  # nothing was sampled
     (nxt,) = dones(send(a, cid, "short one"))
-    assert nxt.stats["prompt_tokens_cached"] == 96 and nxt.stats["cache_mode"] == "append"
-    assert nxt.stats["prompt_tokens_evaluated"] == len(fake.prompts[-1]) - 96
+    assert nxt.stats.prompt_tokens_cached == 96 and nxt.stats.cache_mode == "append"
+    assert nxt.stats.prompt_tokens_evaluated == len(fake.prompts[-1]) - 96
     assert fake.prompts[-1][:len(prompt)] == prompt
 
 
@@ -227,8 +227,8 @@ def test_a_prefill_failing_part_way_keeps_whole_pieces_and_the_next_turn_resyncs
     assert fake.kv == prompt[:96]  # three whole pieces; the failed one left nothing
     assert [m["role"] for m in a.transcript(cid)] == ["user"]  # no answer row: nothing was shown
     (done,) = dones(send(a, cid, "still there?"))
-    assert done.stats["prompt_tokens_cached"] == 96
-    assert done.stats["prompt_tokens_evaluated"] == len(fake.prompts[-1]) - 96
+    assert done.stats.prompt_tokens_cached == 96
+    assert done.stats.prompt_tokens_evaluated == len(fake.prompts[-1]) - 96
     assert fake.kv == fake.prompts[-1] + done.token_ids
 
 
@@ -249,8 +249,8 @@ def test_a_decode_failing_mid_answer_keeps_the_shown_part_and_the_next_turn_exte
     assert fake.kv == prompt + tokens(fake, "Int")  # the fourth token was sampled, not read
     kv = fake.kv
     (done,) = dones(send(a, cid, "and?"))
-    assert done.stats["cache_mode"] == "append" and done.stats["prompt_tokens_cached"] == len(kv)
-    assert done.stats["prompt_tokens_evaluated"] == 1 + len(tokens(fake, NEXT.format("and?")))
+    assert done.stats.cache_mode == "append" and done.stats.prompt_tokens_cached == len(kv)
+    assert done.stats.prompt_tokens_evaluated == 1 + len(tokens(fake, NEXT.format("and?")))
 
 
 # ---- degraded start

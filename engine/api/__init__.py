@@ -27,7 +27,10 @@ _EXPORTS: dict[str, str] = {
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",
-    "MAX_MESSAGE_CHARS": "engine.chat.turns",
+    "MAX_MESSAGE_CHARS": "engine.chat.request",
+    "EngineConfig": "engine.chat.config",  # what shapes an engine (tests and tools build one by hand)
+    "TurnRequest": "engine.chat.request",
+    "TurnStats": "engine.chat.stats",
     # errors a front-end reports to the user
     "InputError": "engine.chat.targets",
     "MessageTooLong": "engine.chat.targets",

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from engine.api.documents import DocumentsApi, embedder_from_settings
+from engine.api.engine_config import CONFIG_SETTINGS, engine_config
 from engine.api.status import StatusPublisher
 from engine.chat.core import AssistantCore, TurnDone
 from engine.chat.export import conversation_json, conversation_markdown
@@ -23,10 +24,9 @@ from engine.chat.targets import InputError
 from engine.config.paths import db_path
 from engine.config.settings import Settings
 from engine.docs.service import DocumentService
-from engine.inference.backend import LoadParams, ModelLoadError, VocabTokenizer
+from engine.inference.backend import ModelLoadError, VocabTokenizer
 from engine.inference.generate import Chunk, GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
-from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
 from engine.config.ownership import check_owner
@@ -63,24 +63,21 @@ class Assistant(AssistantCore, DocumentsApi):
         self._status.start()
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, model: str | None = None,
-                      n_ctx: int | None = None, n_threads: int | None = None, debug: bool = False,
-                      memory: bool | None = None, cascade: bool | None = None,
-                      cascade_threshold: float | None = None, vram_budget_mb: float | None = None,
-                      l3_url: str | None = None, l3_key: str | None = None, l3_model: str | None = None,
-                      database: Database | None = None, n_gpu_layers: int | None = None,
-                      gpu_device: str | None = None, docs: bool | None = None) -> "Assistant":
+    def from_settings(cls, settings: Settings | None = None, *, memory: bool | None = None,
+                      docs: bool | None = None, database: Database | None = None, l3_url: str | None = None,
+                      l3_key: str | None = None, l3_model: str | None = None, **overrides: Any) -> "Assistant":
         """The one place where settings become an engine; keyword arguments override settings.
 
         Args:
             settings: the user's settings (default: `Settings.shared()`, the data dir's file).
-            model: one model (catalog id or .gguf path) for both local tiers instead of tier.L1/L2.
             memory: False runs without the vector memory (default: memory.enabled).
             docs: False runs without the documents index (default: docs.enabled).
-            n_gpu_layers: layers on the GPU for every local model this run (-1 = all, 0 = CPU),
-                instead of the planner's choice.
-            gpu_device: "auto", "none" or a device name (default: runtime.gpu_device).
             database: an open database to use (closed by the caller), else the data dir's own.
+            l3_url, l3_key, l3_model: the remote tier instead of the l3.* settings.
+            overrides: engine/api/engine_config.py `engine_config`'s keywords: model (one model for
+                both local tiers), n_ctx, n_threads, debug, cascade, cascade_threshold,
+                vram_budget_mb, n_gpu_layers (-1 = all, 0 = CPU, instead of the planner's choice),
+                gpu_device ("auto", "none" or a device name).
 
         Raises:
             ModelNotFound, ModelLoadError: no local model could be loaded (a message for the user).
@@ -96,6 +93,7 @@ class Assistant(AssistantCore, DocumentsApi):
                 raise
             remote = None  # a bad URL in settings: run without L3 and say why
             warnings.append(str(exc))
+        config = engine_config(settings, remote=remote, **overrides)
         owned: list[Any] = []
         db = database if database is not None else Database(db_path())
         if database is None:
@@ -109,26 +107,7 @@ class Assistant(AssistantCore, DocumentsApi):
                 embedder = service.embedder if service is not None else embedder_from_settings(settings)
                 docs_service = DocumentService.from_settings(db, settings, embedder)
                 owned.insert(0, docs_service)  # its indexer stops before the memory and the database
-            if cascade_threshold is None:
-                cascade_threshold = settings.get("cascade.threshold") or None
-            vram = vram_budget_mb if vram_budget_mb is not None else settings.get("runtime.vram_budget_mb")
-            load = LoadParams(n_ctx=n_ctx or settings.get("runtime.n_ctx"),
-                              n_threads=n_threads or settings.get("runtime.n_threads") or None)
-            assistant = cls(
-                db, model, load, debug=debug,
-                tiers={"L1": settings.get("tier.L1"), "L2": settings.get("tier.L2")}, remote=remote,
-                cascade=settings.get("cascade.enabled") if cascade is None else cascade,
-                cascade_threshold=cascade_threshold, max_switch_s=settings.get("router.max_switch_s"),
-                vram_budget_mb=None if vram < 0 else vram, summary_every=settings.get("summary.every_turns"),
-                memory=service, memory_k=settings.get("memory.k"),
-                kv_warm_mb=settings.get("kv.warm_budget_mb") or None, kv_cold_mb=settings.get("kv.cold_budget_mb"),
-                warn_threshold=settings.get("confidence.warn_threshold") or None,
-                gpu_device=gpu_device or settings.get("runtime.gpu_device") or "auto", n_gpu_layers=n_gpu_layers,
-                base_models=settings.get("router.base_models"),
-                # An explicit n_ctx is taken as asked; the settings' is a floor the plan may raise.
-                n_ctx_max=None if n_ctx else settings.get("runtime.n_ctx_max") or None,
-                docs=docs_service, docs_allow_remote=settings.get("docs.allow_remote"),
-                retrieval_max_tokens=settings.get("retrieval.max_tokens"))
+            assistant = cls(db, config, memory=service, docs=docs_service)
         except BaseException:
             for thing in owned:
                 thing.close()
@@ -300,19 +279,14 @@ class Assistant(AssistantCore, DocumentsApi):
         return gone
 
     # ---- turns: the caller's stop event, or the assistant's own Stop
-    def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
-             cancel: threading.Event | None = None, route: str = "auto",
-             flush_s: float = 1.0, _replaces: list[int] | None = None,
-             overflow: str = "refuse", docs: bool | str | None = None,
-             cascade: bool = True, memory: bool = True, read_ahead: bool = False,
-             domain: str = WINDOW_DOMAIN) -> Iterator[Chunk | TurnDone]:
-        return self._observe(super().send(conversation_id, text, params, self._stop_for(cancel), route, flush_s,
-                                          _replaces, overflow, docs, cascade, memory, read_ahead, domain))
+    def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(), *,
+             cancel: threading.Event | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+        """AssistantCore.send, stopped by `cancel` or, without one, by `stop()`."""
+        return self._observe(super().send(conversation_id, text, params, cancel=self._stop_for(cancel), **options))
 
-    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
-                   cancel: threading.Event | None = None, route: str = "auto",
-                   flush_s: float = 1.0) -> Iterator[Chunk | TurnDone]:
-        return self._observe(super().regenerate(conversation_id, params, self._stop_for(cancel), route, flush_s))
+    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(), *,
+                   cancel: threading.Event | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+        return self._observe(super().regenerate(conversation_id, params, cancel=self._stop_for(cancel), **options))
 
     def _stop_for(self, cancel: threading.Event | None) -> threading.Event:
         check_owner(self)  # every turn starts here: on the thread that drives this Assistant
@@ -324,8 +298,8 @@ class Assistant(AssistantCore, DocumentsApi):
     def _observe(self, events: Iterator[Chunk | TurnDone]) -> Iterator[Chunk | TurnDone]:
         with self.docs.turn() if self.docs is not None else nullcontext():  # indexing waits for the turn
             for item in events:
-                if isinstance(item, TurnDone) and item.stats.get("context"):
-                    self.water[item.conversation_id] = item.stats["context"]
+                if isinstance(item, TurnDone) and item.stats.context:
+                    self.water[item.conversation_id] = item.stats.context
                 yield item
 
     # ---- settings
@@ -334,28 +308,14 @@ class Assistant(AssistantCore, DocumentsApi):
         False: it applies on the next start (the front-end says so)."""
         if key not in LIVE_SETTINGS:
             return False
-        if key == "cascade.enabled" or key == "cascade.threshold":
-            s = self.settings
-            self.configure_cascade(s.get("cascade.enabled"), s.get("cascade.threshold") or None)
-        elif key == "router.base_models":
-            self.base_models = bool(value)
+        if key in CONFIG_SETTINGS:
+            field, convert = CONFIG_SETTINGS[key]
+            self.configure(**{field: convert(value)})
         elif key == "generate.repetition_guard":
             pass  # front-ends read it into each turn's GenerateParams: the next turn has it
-        elif key == "router.max_switch_s":
-            self.max_switch_s = float(value)
-        elif key == "summary.every_turns":
-            self.summary_every = int(value)
-        elif key == "memory.k":
-            self.memory_k = int(value)
-        elif key == "retrieval.max_tokens":
-            self.retrieval_max_tokens = int(value)
         elif key == "docs.k":
             if self.docs is not None:
                 self.docs.k = int(value)
-        elif key == "docs.allow_remote":
-            self.docs_allow_remote = bool(value)
-        elif key == "confidence.warn_threshold":
-            self.warn_threshold = float(value) or None
         elif key.startswith("l3."):
             self._reconnect_remote()
         elif key in ("tier.L1", "tier.L2") and not self.single_model:

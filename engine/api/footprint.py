@@ -33,8 +33,7 @@ def footprint(assistant: "Assistant") -> dict[str, int]:
     per thread that read) and the rows of ROWS.
     """
     a = assistant
-    out = {"water": len(a.water), "summary jobs": len(a._summary_jobs),
-           "conversation cache": len(a._conversations), "warm level": len(a._warm)}
+    out = {"water": len(a.water)} | a.map_sizes()
     kv = a.kv
     if kv is not None:
         out |= {"kv hot": sum(cid is not None for cid in list(kv.hot.values())), "kv warm": len(kv.warm.entries()),

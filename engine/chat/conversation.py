@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.chat.session import Message
-from engine.kv.snapshot import WINDOW_DOMAIN
+from engine.chat.stats import TurnStats
 from engine.memory.prompt import pinned_text
-from engine.memory.service import Hits
 from engine.storage import Database
 
 
@@ -23,7 +22,7 @@ class TurnDone:
     text: str
     token_ids: list[int]
     logprobs: list[float] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
+    stats: TurnStats | None = None
     level: str = ""
     route_reason: str = ""
     fallback: str | None = None
@@ -34,7 +33,7 @@ class TurnDone:
     def sources(self) -> list[dict]:
         """The document excerpts the answer's [n] refer to: {"n", "path", "page", "heading",
         "line", "text", "score", "collection"}."""
-        return self.stats.get("sources") or []
+        return self.stats.sources if self.stats is not None else []
 
 
 @dataclass(frozen=True)
@@ -44,29 +43,6 @@ class StableBlock:
 
     pinned: tuple[str, ...] = ()
     summary: str | None = None
-
-
-@dataclass
-class TurnInput:
-    """The new user message and what the memory made of it."""
-
-    user: Message
-    recall: Hits | None = None  # memories retrieved for it (None: no memory service)
-    fact: str | None = None  # "remember that …": the fact to pin once the message is stored
-    remembered: dict | None = None  # {"id", "text"} of the pinned memory, or {"error"}
-    replaces: list[int] = field(default_factory=list)  # an edited turn: message ids it supersedes
-    memory_tokens: int = 0  # tokens the recalled memories added to the turn
-    document_tokens: int = 0  # tokens the document excerpts added
-    sources: list[dict] = field(default_factory=list)  # what the answer's [n] refer to
-    docs_status: str = "off"  # "ok", "off" or why no excerpt was used
-    local_only: bool = False  # carries the user's documents: never sent to the remote tier
-    read_ahead: bool = False  # once answered, evaluate the markers that open the next user turn
-    # False: the memory neither reads nor keeps this turn (no recall, pinned facts, "remember
-    # that", indexing or summary): a stateless API client's turns, unless it asks (x_memory).
-    memory: bool = True
-    # Whose turn it is (engine/kv/snapshot.py WINDOW_DOMAIN): other chats' KV states serve it only
-    # within this trust domain.
-    domain: str = WINDOW_DOMAIN
 
 
 @dataclass

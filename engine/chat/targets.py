@@ -14,7 +14,7 @@ from typing import Iterator
 from engine.inference.backend import ContextFull, DecodeError, SamplingParams
 from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
                                 session_counter)
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats, common_prefix, generate
+from engine.inference.generate import Chunk, GenerateParams, TurnResult, GenerationStats, common_prefix, generate
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
 from engine.inference.runtime import FOREGROUND, Job, Worker
@@ -226,7 +226,7 @@ class LocalTarget:
         prompt = self.session(history).prompt(user)  # the vocabulary only, beside the model's thread
         kv = self.worker.view.kv_tokens
         cached = common_prefix(kv, prompt)
-        return TurnResult([], "", [], TurnStats(len(prompt), 0, cached, 0, 0.0, 0.0, 0.0, "cancelled",
+        return TurnResult([], "", [], GenerationStats(len(prompt), 0, cached, 0, 0.0, 0.0, 0.0, "cancelled",
                                                 "append" if cached else "fresh"))
 
 

@@ -204,7 +204,7 @@ class ChatLoop:
             sys.stdout.flush()
         self.generating = True
         try:
-            for item in self.assistant.send(self.conversation_id, text, self.params, self.cancel,
+            for item in self.assistant.send(self.conversation_id, text, self.params, cancel=self.cancel,
                                             route=self.args.route, overflow=self.args.overflow,
                                             docs=self.args.docs):
                 if isinstance(item, TurnDone):
@@ -229,37 +229,37 @@ class ChatLoop:
             self.out.event(event="superseded" if item.superseded else "done",
                            conversation_id=item.conversation_id, message_id=item.message_id, model=item.model,
                            level=item.level, route_reason=item.route_reason, fallback=item.fallback,
-                           confidence=item.stats.get("confidence"), risk=item.stats.get("risk"),
-                           context=item.stats.get("context"), summary_used=item.stats.get("summary_used", False),
-                           memories_used=item.stats.get("memories_used", []), memory=item.stats.get("memory"),
-                           sources=item.sources, text=item.text, stats=item.stats)
+                           confidence=item.stats.confidence, risk=item.stats.risk, context=item.stats.context,
+                           summary_used=item.stats.summary_used, memories_used=item.stats.memories_used,
+                           memory=item.stats.memory, sources=item.sources, text=item.text,
+                           stats=item.stats.as_json())
             return
         s = item.stats
         # The terminal has already shown what a repetition cut dropped: say where the answer ends.
         tail = {"cancelled": " [stopped]",
                 "repetition": f" [stopped: it began repeating itself; the answer ends at {item.text[-40:]!r}]",
-                }.get(s["finish_reason"], "")
-        est = "~" if s.get("tokens_estimated") else ""
+                }.get(s.finish_reason, "")
+        est = "~" if s.tokens_estimated else ""
         meta = (f"[{item.level} {item.model} · {item.route_reason}"
                 + (f" · fallback: {item.fallback}" if item.fallback else "")
-                + f" · {s['ttft_ms']:.0f} ms to first token · {est}{s['prompt_tokens_evaluated']} tokens evaluated, "
-                f"{s['prompt_tokens_cached']} cached"
-                + (f" (restored from {s['restored_from']} in {s['restore_ms']:.0f} ms)"
-                   if s.get("restored_from") in ("warm", "cold") else "")
-                + f" · {s['decode_tps']:.1f} tok/s]")
-        report = s.get("confidence") or {}
+                + f" · {s.ttft_ms:.0f} ms to first token · {est}{s.prompt_tokens_evaluated} tokens evaluated, "
+                f"{s.prompt_tokens_cached} cached"
+                + (f" (restored from {s.restored_from} in {s.restore_ms:.0f} ms)"
+                   if s.restored_from in ("warm", "cold") else "")
+                + f" · {s.decode_tps:.1f} tok/s]")
+        report = s.confidence or {}
         if report.get("low") and not item.superseded:
             meta += "\n[可能不准确 / may be inaccurate: confidence %.2f]" % report["geo_mean_prob"]
-        for hit in s.get("memories_used") or []:
+        for hit in s.memories_used:
             src = hit["source"]
             where = f"conversation {src['conversation_id']}, {src['date'][:10]}" if isinstance(src, dict) else src
             meta += f"\n[memory #{hit['id']} ({where}): {hit['text'][:80]}]"
-        remembered = (s.get("memory") or {}).get("remembered")
+        remembered = s.memory.get("remembered")
         if remembered:
             meta += (f"\n[remembered #{remembered['id']}: {remembered['text'][:80]}]" if "id" in remembered
                      else f"\n[not remembered: {remembered['error']}]")
-        if (s.get("risk") or {}).get("caution"):
-            meta += f"\n[{s['risk']['caution']}]"
+        if s.risk.get("caution"):
+            meta += f"\n[{s.risk['caution']}]"
         if item.sources and not item.superseded:
             meta += "\n" + sources_text(item.sources)
         if item.superseded:

@@ -32,7 +32,7 @@ class Chunk:
 
 
 @dataclass
-class TurnStats:
+class GenerationStats:
     prompt_tokens: int
     prompt_tokens_evaluated: int
     prompt_tokens_cached: int
@@ -63,7 +63,7 @@ class TurnResult:
     token_ids: list[int]  # the answer's content ids exactly as sampled (no end-of-turn token)
     text: str
     logprobs: list[float] = field(default_factory=list)
-    stats: TurnStats | None = None
+    stats: GenerationStats | None = None
 
 
 def _stop_hold(text: str, stops: tuple[str, ...]) -> int:
@@ -133,7 +133,7 @@ def generate(
     if not complete:  # stopped while reading the prompt: nothing to sample from
         n_eval = len(backend.kv_tokens) - cached
         ms = round((t_prompt - t0) * 1000, 2)
-        yield TurnResult([], "", [], TurnStats(len(prompt), n_eval, cached, 0, ms, 0.0, 0.0, "cancelled",
+        yield TurnResult([], "", [], GenerationStats(len(prompt), n_eval, cached, 0, ms, 0.0, 0.0, "cancelled",
                                                mode, prompt_ms=ms))
         return
     answer = _Answer(backend, params)
@@ -228,12 +228,12 @@ class _Answer:
         del self.ids[keep:], self.logprobs[keep:]
         self.text, self.finish = self.text[:at], finish
 
-    def stats(self, prompt: list[int], cached: int, mode: str, t0: float, t_prompt: float) -> TurnStats:
+    def stats(self, prompt: list[int], cached: int, mode: str, t0: float, t_prompt: float) -> GenerationStats:
         t_end = time.perf_counter()
         n_eval = len(prompt) - cached
         t_first, t_last = self.t_first, self.t_last
         decode_s = (t_last - t_first) if (t_first is not None and t_last is not None) else 0.0
-        return TurnStats(
+        return GenerationStats(
             prompt_tokens=len(prompt),
             prompt_tokens_evaluated=n_eval,
             prompt_tokens_cached=cached,

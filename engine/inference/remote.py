@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import httpx
 import tiktoken
 
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, TurnStats
+from engine.inference.generate import Chunk, GenerateParams, TurnResult, GenerationStats
 
 log = logging.getLogger(__name__)
 
@@ -355,7 +355,7 @@ class RemoteClient:
         completion = (usage or {}).get("completion_tokens") or estimate_tokens(text)
         decode_s = (t_last - t_first) if t_first and t_last else 0.0
         t_end = time.perf_counter()
-        stats = TurnStats(
+        stats = GenerationStats(
             prompt_tokens=(usage or {}).get("prompt_tokens") or prompt_estimate,
             prompt_tokens_evaluated=(usage or {}).get("prompt_tokens") or prompt_estimate,
             prompt_tokens_cached=0,

@@ -93,7 +93,7 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
                 job.emit(item)
         finally:
             if (turn.keep and final is not None and not job.cancel.is_set()
-                    and final.stats.get("finish_reason") != "cancelled"):
+                    and final.stats.finish_reason != "cancelled"):
                 conversations.answered(assistant, cid, turn.history, final.text, final.message_id, turn.domain)
             else:
                 conversations.failed(assistant, cid)

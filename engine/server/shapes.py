@@ -16,9 +16,9 @@ FINISH = {"stop": "stop", "stop_string": "stop", "repetition": "stop", "cancelle
 def usage(dones: list[TurnDone]) -> dict:
     """Token counts of every answer the request took (a cascade's re-ask included);
     cached_tokens: prompt tokens that came from the KV cache instead of being evaluated."""
-    prompt = sum(d.stats.get("prompt_tokens", 0) for d in dones)
-    completion = sum(d.stats.get("completion_tokens", 0) for d in dones)
-    cached = sum(d.stats.get("prompt_tokens_cached", 0) for d in dones)
+    prompt = sum(d.stats.prompt_tokens for d in dones)
+    completion = sum(d.stats.completion_tokens for d in dones)
+    cached = sum(d.stats.prompt_tokens_cached for d in dones)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
 
@@ -28,12 +28,12 @@ def extensions(done: TurnDone | None, docs: bool) -> dict:
     if done is None:
         return {}
     out = {"x_model": done.model, "x_level": done.level, "x_route_reason": done.route_reason,
-           "x_finish_reason": done.stats.get("finish_reason"),
+           "x_finish_reason": done.stats.finish_reason,
            # The geometric mean of the answer's token probabilities (the app's low-confidence warning).
            "x_confidence": done.confidence}
     if docs:
         out["x_sources"] = done.sources
-        out["x_documents"] = done.stats.get("documents")  # "ok", "off" or why no excerpt was used
+        out["x_documents"] = done.stats.documents  # "ok", "off" or why no excerpt was used
     return out
 
 
@@ -71,7 +71,7 @@ class Shape:
     def whole(self, chunks: list[Chunk], dones: list[TurnDone]) -> dict:
         """The response of a finished request; `chunks`: the final answer's (not a superseded one's)."""
         final = dones[-1]
-        finish = FINISH.get(final.stats.get("finish_reason"), "stop")
+        finish = FINISH.get(final.stats.finish_reason, "stop")
         # The answer's own tokens: a stop string or a repetition cut drops sampled tokens after it.
         kept = min(len(chunks), len(final.token_ids), len(final.logprobs))
         chunks = [Chunk(c.text, t, lp) for c, t, lp in zip(chunks[:kept], final.token_ids, final.logprobs)]
@@ -100,7 +100,7 @@ class Shape:
         return self._envelope(choice, True)
 
     def last(self, done: TurnDone) -> dict:
-        finish = FINISH.get(done.stats.get("finish_reason"), "stop")
+        finish = FINISH.get(done.stats.finish_reason, "stop")
         if self.chat:
             choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}
         else:

@@ -223,7 +223,7 @@ def test_settings_changed_in_the_dialog_apply_live_or_say_they_wait(qtbot, windo
     qtbot.waitUntil(lambda: "runtime.n_ctx" in window.status_label.text(), timeout=60_000)
     assert "memory.k" not in window.status_label.text()  # applied, not waiting
     a = window.worker.assistant
-    assert (a.memory_k, a.max_switch_s) == (1, 4.0)
+    assert (a.config.memory_k, a.config.max_switch_s) == (1, 4.0)
     # The context size waits for a restart (the loaded model as its thread published it: `a.backend`
     # is the engine thread's to look up).
     assert [m["n_ctx"] for m in a.status()["models"]] == [2048]

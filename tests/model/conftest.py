@@ -1,7 +1,7 @@
 import pytest
 
 from engine.inference.backend import Backend, LoadParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.storage import Database
 from engine.config.paths import db_path
 
@@ -15,7 +15,7 @@ def model_id(request, model_paths):
 
 @pytest.fixture
 def assistant(model_id):
-    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=2048, n_threads=THREADS))
+    a = Assistant(Database(db_path()), EngineConfig(model=model_id, load=LoadParams(n_ctx=2048, n_threads=THREADS)))
     yield a
     a.close()
     a.db.close()

@@ -5,7 +5,7 @@ import threading
 import time
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.inference.generate import GenerateParams
 from engine.config.paths import db_path
 from engine.storage import Database
@@ -14,7 +14,7 @@ from .helpers import THREADS
 
 
 def test_closing_a_turn_midway_stops_the_model(model_paths):
-    a = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=4096, n_threads=THREADS), kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=LoadParams(n_ctx=4096, n_threads=THREADS), kv_tiers=False))
     try:
         cid = a.new_conversation()
         worker = a.manager.loaded()[0]

@@ -4,7 +4,7 @@ a clear error or a faithful record, never a crash, never a half-written turn."""
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant, InputError
+from engine.api import Assistant, EngineConfig, InputError
 from engine.memory import MemoryService
 from engine.storage import Database
 
@@ -29,7 +29,7 @@ ACCEPTED = [
 def chat(model_paths, ready_embedder, tmp_path_factory):
     db = Database(tmp_path_factory.mktemp("bad") / "assistant.db")
     memory = MemoryService(db, ready_embedder).start()
-    a = Assistant(db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), memory=memory)
+    a = Assistant(db, EngineConfig(model="demo-small", load=LoadParams(n_ctx=2048, n_threads=THREADS)), memory=memory)
     yield a, memory
     a.close()
     memory.close()
@@ -44,7 +44,7 @@ def test_refused_input_leaves_nothing_half_done(chat, text, why):
         turn(a, cid, text)
     assert a.db.messages(cid) == []  # nothing committed: the text is still the user's to edit
     ok = turn(a, cid, "Hello!", max_tokens=4)  # and the conversation goes on
-    assert ok.stats["finish_reason"] in ("stop", "length")
+    assert ok.stats.finish_reason in ("stop", "length")
 
 
 @pytest.mark.parametrize("text,stored", ACCEPTED, ids=["cjk", "rtl", "nul", "surrogate", "marks"])

@@ -9,7 +9,7 @@ import pytest
 
 from engine.inference.backend import LoadParams, SamplingParams
 from engine.inference.generate import GenerateParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.chat.session import Session
 from engine.storage import Database
 
@@ -153,7 +153,7 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home, mode
                             "--no-memory")
     cid = done_events(events)[-1]["conversation_id"]
     db = Database(assistant_home / "assistant.db")
-    resumed = Assistant(db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS))
+    resumed = Assistant(db, EngineConfig(model="demo-small", load=LoadParams(n_ctx=2048, n_threads=THREADS)))
     try:
         # The CLI's sampling for `--temperature 0 --seed 1 --max-tokens 24` (default repeat penalty).
         cli_params = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=24)
@@ -163,7 +163,7 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home, mode
         second_run = resumed.conversation(cid).history()
     finally:
         resumed.close()
-    assert third.stats["prompt_tokens_cached"] == 0  # a new process: whole history evaluated
+    assert third.stats.prompt_tokens_cached == 0  # a new process: whole history evaluated
     # What resuming guarantees: the new process's prompt is, token for token, the one the original
     # process had. (The same turns in the same order: the first two answers are the original's.)
     replayed, fresh = (open_backend(model_paths["demo-small"]) for _ in range(2))
@@ -171,7 +171,7 @@ def test_resumed_conversation_answers_as_the_original_would(assistant_home, mode
         before, after = Session(replayed, template, first_run), Session(fresh, template, second_run)
         prompt3 = after.render(after.messages[:-1], True)
         assert prompt3 == before.render(before.messages[:-1], True)
-        assert third.stats["prompt_tokens"] == len(prompt3) == original[2]["stats"]["prompt_tokens"]
+        assert third.stats.prompt_tokens == len(prompt3) == original[2]["stats"]["prompt_tokens"]
         # ... and the logits it gives agree, within the measured bound, with the original's turn-by-turn
         # evaluation, fed the original's third answer. Not the text itself: the history evaluated in one
         # batch rounds differently from turn by turn, and a near-tie can part two greedy answers.

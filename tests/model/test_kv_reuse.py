@@ -24,12 +24,12 @@ def test_multiturn_evaluates_only_new_tokens(assistant):
         done = turn(assistant, cid, text)
         s = done.stats
         n_user = len(assistant.vocab.tokenize(text, special=False))
-        assert s["prompt_tokens"] == s["prompt_tokens_evaluated"] + s["prompt_tokens_cached"]
+        assert s.prompt_tokens == s.prompt_tokens_evaluated + s.prompt_tokens_cached
         if i == 0:
             continue
-        assert s["cache_mode"] == "append", s
-        assert s["prompt_tokens_cached"] == len(kv_before), s
-        assert s["prompt_tokens_evaluated"] <= n_user + OVERHEAD, (s, n_user)
+        assert s.cache_mode == "append", s
+        assert s.prompt_tokens_cached == len(kv_before), s
+        assert s.prompt_tokens_evaluated <= n_user + OVERHEAD, (s, n_user)
     # The KV cache holds exactly the conversation's tokens (bar the last sampled one, not yet evaluated).
     session = assistant.session(cid)
     full = session.render(session.messages, add_generation_prompt=False)
@@ -45,13 +45,13 @@ def test_read_ahead_evaluates_the_next_turns_opening_and_the_next_turn_uses_it(a
     ahead = session.next_user_prefix()
     kv = kv_tokens(assistant)
     if assistant.backend.n_swa:  # Gemma 3's sliding-window cache cannot always roll back: not read ahead
-        assert done.stats["read_ahead"] == 0 and len(kv) < len(ahead)
+        assert done.stats.read_ahead == 0 and len(kv) < len(ahead)
         return
     # The real tokenizer's ids: exactly the conversation, then the markers that open a user turn.
-    assert kv == ahead and 0 < done.stats["read_ahead"] <= 8
+    assert kv == ahead and 0 < done.stats.read_ahead <= 8
     nxt = turn(assistant, cid, "Thanks!")
-    assert nxt.stats["prompt_tokens_cached"] == len(ahead) and nxt.stats["cache_mode"] == "append"
-    assert nxt.stats["prompt_tokens_evaluated"] == nxt.stats["prompt_tokens"] - len(ahead)
+    assert nxt.stats.prompt_tokens_cached == len(ahead) and nxt.stats.cache_mode == "append"
+    assert nxt.stats.prompt_tokens_evaluated == nxt.stats.prompt_tokens - len(ahead)
 
 
 def test_incremental_rendering_equals_full_rendering(assistant):
@@ -83,7 +83,7 @@ def test_reuse_matches_from_scratch(assistant, model_paths, model_id):
     # The conversation's KV is, token for token, the head of its next prompt: only the new turn is left.
     assert prompt3[: len(kv)] == kv and len(kv) > len(prompt3) // 2
     answer = turn(assistant, cid, USER_TURNS[2], max_tokens=48)
-    assert (answer.stats["prompt_tokens_cached"], answer.stats["cache_mode"]) == (len(kv), "append")
+    assert (answer.stats.prompt_tokens_cached, answer.stats.cache_mode) == (len(kv), "append")
     ids = answer.token_ids
     reused = on_model(assistant, lambda backend: forced_logits(backend, prompt3, ids))
     scratch = open_backend(model_paths[model_id])
@@ -136,11 +136,11 @@ def test_cancel_keeps_state_consistent(assistant, model_paths, model_id):
     cid = assistant.new_conversation()
     turn(assistant, cid, USER_TURNS[0])
     cancelled = turn(assistant, cid, "Write a long poem about the sea.", max_tokens=64, cancel=CancelAfter(5))
-    assert cancelled.stats["finish_reason"] == "cancelled"
+    assert cancelled.stats.finish_reason == "cancelled"
     # One check before the model is asked, one for the short prompt's single piece: 3 of the 5
     # checks went to decoded tokens.
-    assert cancelled.stats["prompt_tokens_evaluated"] <= 128
-    assert cancelled.stats["completion_tokens"] == 3
+    assert cancelled.stats.prompt_tokens_evaluated <= 128
+    assert cancelled.stats.completion_tokens == 3
     row = assistant.db.messages(cid)[-1]
     assert row["token_ids"] == cancelled.token_ids and row["status"] == "done"
     session = assistant.session(cid)
@@ -152,8 +152,8 @@ def test_cancel_keeps_state_consistent(assistant, model_paths, model_id):
     after = turn(assistant, cid, USER_TURNS[2], max_tokens=32)
     n_user = len(assistant.vocab.tokenize(USER_TURNS[2], special=False))
     # +1: the last sampled token of the cancelled answer was never evaluated.
-    assert after.stats["prompt_tokens_evaluated"] <= n_user + OVERHEAD + 1
-    assert after.stats["cache_mode"] == "append"
+    assert after.stats.prompt_tokens_evaluated <= n_user + OVERHEAD + 1
+    assert after.stats.cache_mode == "append"
     # The state a cancel left behind gives the logits a fresh context gives, within the bound.
     reused = on_model(assistant, lambda backend: forced_logits(backend, prompt, after.token_ids))
     scratch = open_backend(model_paths[model_id])

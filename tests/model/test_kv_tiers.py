@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.kv.tiers import MAGIC
 from engine.config.paths import db_path, user_dir
 from engine.storage import Database
@@ -27,7 +27,7 @@ def new_tokens(a: Assistant, text: str) -> int:
 
 
 def open_assistant(model="demo-small", **kw) -> Assistant:
-    return Assistant(Database(db_path()), model, LoadParams(n_ctx=2048, n_threads=THREADS), **kw)
+    return Assistant(Database(db_path()), EngineConfig(model=model, load=LoadParams(n_ctx=2048, n_threads=THREADS)), **kw)
 
 
 def close(a: Assistant) -> None:
@@ -42,16 +42,16 @@ def test_interleaved_conversations_evaluate_only_new_tokens(model_paths, model):
         convs = [a.new_conversation(SYSTEM), a.new_conversation(SYSTEM.replace("careful", "terse"))]
         texts = ["Hi! Name a fruit.", "Another one?", "And a vegetable?", "Thanks, one more?"]
         first = [turn(a, c, texts[0], max_tokens=8) for c in convs]  # first visits: everything new
-        assert all(d.stats["restored_from"] is None for d in first)
+        assert all(d.stats.restored_from is None for d in first)
         for text in texts[1:]:
             for c in convs:  # A, B, A, B: each visit finds the other conversation in the context
                 d = turn(a, c, text, max_tokens=8)
-                assert d.stats["restored_from"] == "warm", d.stats
-                assert d.stats["cache_mode"] == "append"
-                assert d.stats["prompt_tokens_evaluated"] <= new_tokens(a, text) + OVERHEAD
-                assert d.stats["restore_ms"] > 0 and d.stats["ttft_ms"] >= d.stats["restore_ms"]
+                assert d.stats.restored_from == "warm", d.stats
+                assert d.stats.cache_mode == "append"
+                assert d.stats.prompt_tokens_evaluated <= new_tokens(a, text) + OVERHEAD
+                assert d.stats.restore_ms > 0 and d.stats.ttft_ms >= d.stats.restore_ms
         same = turn(a, convs[1], "Last one.", max_tokens=8)  # staying in a conversation: hot
-        assert same.stats["restored_from"] == "hot"
+        assert same.stats.restored_from == "hot"
         pages = a.kv_pages()[a.backend.identity]
         assert pages["used"] >= 1 and pages["capacity"] == 2048 // 256
         assert pages["conversations"][str(convs[1])]["hot"] >= 1
@@ -85,13 +85,13 @@ def test_cold_restore_after_restart_continues_exactly_as_never_evicted(tmp_path,
     again = open_assistant()
     try:
         done = turn(again, cid2, third, max_tokens=24)
-        assert done.stats["restored_from"] == "cold"
-        assert done.stats["prompt_tokens_cached"] >= history - 1
-        assert done.stats["prompt_tokens_evaluated"] <= new_tokens(again, third) + OVERHEAD
+        assert done.stats.restored_from == "cold"
+        assert done.stats.prompt_tokens_cached >= history - 1
+        assert done.stats.prompt_tokens_evaluated <= new_tokens(again, third) + OVERHEAD
         # The state restored from disk is the never-evicted one bit for bit, and the new turn's tokens
         # are evaluated in the same pieces: the one case where the very same answer is guaranteed.
-        assert (done.stats["prompt_tokens_cached"], done.stats["prompt_tokens_evaluated"]) == (
-            expected.stats["prompt_tokens_cached"], expected.stats["prompt_tokens_evaluated"])
+        assert (done.stats.prompt_tokens_cached, done.stats.prompt_tokens_evaluated) == (
+            expected.stats.prompt_tokens_cached, expected.stats.prompt_tokens_evaluated)
         assert (done.token_ids, done.text) == (expected.token_ids, expected.text)  # token for token
     finally:
         close(again)
@@ -132,8 +132,8 @@ def test_a_damaged_or_foreign_snapshot_is_rejected_and_rebuilt(assistant_home, m
     again = open_assistant()
     try:
         done = turn(again, cid, "One more thing?", max_tokens=8)
-        assert done.stats["restored_from"] is None  # never loaded: the history is re-evaluated
-        assert done.stats["prompt_tokens_cached"] == 0
+        assert done.stats.restored_from is None  # never loaded: the history is re-evaluated
+        assert done.stats.prompt_tokens_cached == 0
         assert sum(again.kv.cold.stats.rejected.values()) == 1 and not path.exists()
         assert again.kv_pages()["_tiers"]["cold"]["rejected"]
     finally:
@@ -150,8 +150,8 @@ def test_switching_while_evicted_states_are_written_in_the_background(assistant_
             turn(a, c, "Hi! Name a colour.", max_tokens=8)
         for c in convs:
             d = turn(a, c, "Another colour?", max_tokens=8)
-            assert d.stats["restored_from"] in ("cold", "hot"), d.stats
-            assert d.stats["prompt_tokens_evaluated"] <= new_tokens(a, "Another colour?") + OVERHEAD
+            assert d.stats.restored_from in ("cold", "hot"), d.stats
+            assert d.stats.prompt_tokens_evaluated <= new_tokens(a, "Another colour?") + OVERHEAD
         a.kv.flush()
         assert a.kv.cold.stats.written >= 3 and a.kv.cold.stats.loaded >= 2
     finally:
@@ -165,8 +165,7 @@ def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
     probe = ModelManager(params=params)
     sizes = [ram_bytes(probe.plan_for(probe.resolve(m), gpu=False)) for m in ("demo-small", "demo-int4")]
     manager = ModelManager(budget_bytes=max(sizes) + 1, params=params)  # one model at a time
-    a = Assistant(Database(db_path()), None, params, tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True,
-                  manager=manager)
+    a = Assistant(Database(db_path()), EngineConfig(load=params, tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True), manager=manager)
     try:
         cid = a.new_conversation(SYSTEM)
         list(a.send(cid, "Hi! Name a fruit.", greedy(8), route="L1"))
@@ -175,8 +174,8 @@ def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
         assert manager.evictions == 1
         # L1 again: reloaded, its conversation's state comes back from RAM.
         [back] = [x for x in a.send(cid, "Another one?", greedy(8), route="L1") if isinstance(x, TurnDone)]
-        assert back.level == "L1" and back.stats["restored_from"] == "warm"
-        assert back.stats["prompt_tokens_evaluated"] <= new_tokens(a, "Another one?") + OVERHEAD
+        assert back.level == "L1" and back.stats.restored_from == "warm"
+        assert back.stats.prompt_tokens_evaluated <= new_tokens(a, "Another one?") + OVERHEAD
     finally:
         close(a)
 

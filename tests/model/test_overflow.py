@@ -3,7 +3,7 @@
 import logging
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.config.paths import db_path
 from engine.storage import Database
 
@@ -17,21 +17,21 @@ OVERHEAD = 16
 
 
 def test_hundred_turns_at_n_ctx_1024(model_id, model_paths):
-    a = Assistant(Database(db_path()), model_id, LoadParams(n_ctx=N_CTX, n_threads=THREADS))
+    a = Assistant(Database(db_path()), EngineConfig(model=model_id, load=LoadParams(n_ctx=N_CTX, n_threads=THREADS)))
     try:
         cid = a.new_conversation("You are a helpful assistant. Keep answers short.")
         shifts, heavy = [], []
         for i in range(N_TURNS):
             text = f"Question {i}: tell me one fact about the number {i}."
             done = turn(a, cid, text, max_tokens=MAX_TOKENS)
-            s, ctx = done.stats, done.stats["context"]
-            assert s["prompt_tokens"] <= ctx["budget"] <= N_CTX - MAX_TOKENS
-            assert ctx["used"] == s["prompt_tokens"] and 0 < ctx["water_level"] <= 1
+            s, ctx = done.stats, done.stats.context
+            assert s.prompt_tokens <= ctx["budget"] <= N_CTX - MAX_TOKENS
+            assert ctx["used"] == s.prompt_tokens and 0 < ctx["water_level"] <= 1
             n_new = len(a.vocab.tokenize(text, special=False))
             if ctx["context_shift"]:
-                shifts.append((i, ctx["context_shift"], s["prompt_tokens_evaluated"]))
-            elif i > 0 and s["prompt_tokens_evaluated"] > n_new + OVERHEAD + 1:
-                heavy.append((i, s["prompt_tokens_evaluated"], s["cache_mode"]))
+                shifts.append((i, ctx["context_shift"], s.prompt_tokens_evaluated))
+            elif i > 0 and s.prompt_tokens_evaluated > n_new + OVERHEAD + 1:
+                heavy.append((i, s.prompt_tokens_evaluated, s.cache_mode))
         log.info("%s: shift points %s", model_id, shifts)
         assert shifts, "100 turns must overflow a 1024-token window"
         assert not heavy, f"full re-evaluations outside shift points: {heavy}"

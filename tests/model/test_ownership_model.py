@@ -54,4 +54,4 @@ def test_a_turn_rendered_with_the_vocabulary_is_read_token_for_token(assistant):
     turn(assistant, cid, "Name a colour.", max_tokens=8)
     prompt = assistant.session(cid).prompt(Message("user", "And another one?"))
     done = turn(assistant, cid, "And another one?", max_tokens=8)
-    assert done.stats["prompt_tokens"] == len(prompt) and done.stats["cache_mode"] == "append"
+    assert done.stats.prompt_tokens == len(prompt) and done.stats.cache_mode == "append"

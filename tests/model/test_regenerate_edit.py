@@ -2,7 +2,7 @@
 record (superseded), leaves the context, and the cache keeps what still matches."""
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant, InputError, TurnDone
+from engine.api import Assistant, EngineConfig, InputError, TurnDone
 from engine.config.paths import db_path
 from engine.storage import Database
 
@@ -13,7 +13,7 @@ from .helpers import THREADS, greedy, turn
 
 @pytest.fixture
 def a(model_paths):
-    assistant = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS))
+    assistant = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=LoadParams(n_ctx=2048, n_threads=THREADS)))
     yield assistant
     assistant.close()
     assistant.db.close()
@@ -34,10 +34,10 @@ def test_regenerate_supersedes_the_last_answer(a):
     assert rows[1]["id"] == first.message_id and rows[1]["superseded_by"] == again.message_id
     assert [m.id for m in a.conversation(cid).messages] == [rows[0]["id"], again.message_id]
     # Only the new answer is in the cache's history: the old answer's tokens were rolled back.
-    assert again.stats["cache_mode"] == "rollback"
+    assert again.stats.cache_mode == "rollback"
     nxt = turn(a, cid, "Another?", max_tokens=8)
-    assert nxt.stats["cache_mode"] == "append"
-    fresh = Assistant(a.db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), manager=a.manager)
+    assert nxt.stats.cache_mode == "append"
+    fresh = Assistant(a.db, EngineConfig(model="demo-small", load=LoadParams(n_ctx=2048, n_threads=THREADS)), manager=a.manager)
     assert [m.id for m in fresh.conversation(cid).messages][:2] == [rows[0]["id"], again.message_id]
 
 
@@ -57,5 +57,5 @@ def test_edit_and_resend_replaces_the_last_turn(a):
     assert by_id[old.message_id - 1]["superseded_by"] == new_user["id"]  # the old question too
     texts = [m.content for m in a.conversation(cid).messages]
     assert texts[2:] == ["Name an animal.", new.text] and "Name a colour." not in texts
-    fresh = Assistant(a.db, "demo-small", LoadParams(n_ctx=2048, n_threads=THREADS), manager=a.manager)
+    fresh = Assistant(a.db, EngineConfig(model="demo-small", load=LoadParams(n_ctx=2048, n_threads=THREADS)), manager=a.manager)
     assert [m.content for m in fresh.conversation(cid).messages] == texts

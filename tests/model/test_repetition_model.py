@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.chat.session import Message, Session
 from engine.config.paths import db_path
 from engine.inference.backend import LoadParams
@@ -61,11 +61,11 @@ def test_guard_off_runs_to_length(gemma):
 
 
 def test_stored_message_is_the_trimmed_answer(model_paths):
-    a = Assistant(Database(db_path()), "demo-int4", LoadParams(n_ctx=1024, n_threads=THREADS))
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-int4", load=LoadParams(n_ctx=1024, n_threads=THREADS)))
     try:
         cid = a.new_conversation()
         done = turn(a, cid, SKY, params=GenerateParams(GREEDY, max_tokens=120))
-        assert done.stats["finish_reason"] == "repetition"
+        assert done.stats.finish_reason == "repetition"
         assert done.text.count(SKY) == 1
         stored = a.db.messages(cid)[-1]
         assert stored["content"] == done.text

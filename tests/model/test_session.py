@@ -1,7 +1,7 @@
 """Stored token ids, not re-tokenized text, rebuild a conversation for the model that made them."""
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.chat.session import Message, Session
 from engine.inference.templates import CHATML_TEMPLATE, ChatTemplate
 
@@ -14,7 +14,7 @@ def test_stored_ids_are_used_for_their_model_only(assistant):
     original = assistant.session(cid).render(assistant.session(cid).messages, False)
     with assistant.db._conn:  # simulate text that would re-tokenize differently
         assistant.db._conn.execute("UPDATE messages SET content = 'XYZ' WHERE id = ?", (done.message_id,))
-    fresh = Assistant(assistant.db, assistant.model_id, LoadParams(n_ctx=512, n_threads=THREADS))
+    fresh = Assistant(assistant.db, EngineConfig(model=assistant.model_id, load=LoadParams(n_ctx=512, n_threads=THREADS)))
     try:
         s = fresh.session(cid)
         assert s.messages[-1].ids == {fresh.backend.identity: done.token_ids}

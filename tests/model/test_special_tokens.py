@@ -38,4 +38,4 @@ def test_user_text_never_becomes_control_tokens(assistant):
     rows = assistant.db.messages(cid)
     assert [r["role"] for r in rows] == ["user", "assistant"]
     assert rows[0]["content"] == INJECTIONS[0].strip()
-    assert done.stats["completion_tokens"] <= 8
+    assert done.stats.completion_tokens <= 8

@@ -1,7 +1,7 @@
 """The summary chain: background jobs on the L1 model that never cost the chat its KV cache."""
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.config.paths import db_path
 from engine.storage import Database
 
@@ -11,7 +11,7 @@ OVERHEAD = 16
 
 
 def test_background_summary_chain_keeps_foreground_kv(model_paths):
-    a = Assistant(Database(db_path()), "demo-small", LoadParams(n_ctx=4096, n_threads=THREADS), summary_every=2)
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=LoadParams(n_ctx=4096, n_threads=THREADS), summary_every=2))
     try:
         cid = a.new_conversation("You are a concise assistant.")
         for text in USER_TURNS[:4]:  # 2 to summarise + 2 recent ones kept out
@@ -24,12 +24,12 @@ def test_background_summary_chain_keeps_foreground_kv(model_paths):
         # The summary borrowed the context and gave it back: the next turn evaluates only new tokens.
         after = turn(a, cid, USER_TURNS[4], max_tokens=16)
         n_new = len(a.vocab.tokenize(USER_TURNS[4], special=False))
-        assert after.stats["cache_mode"] == "append"
-        assert after.stats["prompt_tokens_evaluated"] <= n_new + OVERHEAD + 1
+        assert after.stats.cache_mode == "append"
+        assert after.stats.prompt_tokens_evaluated <= n_new + OVERHEAD + 1
         # A foreground turn right after scheduling pre-empts the summary; the chain still grows.
         turn(a, cid, USER_TURNS[5], max_tokens=16)
         chat = turn(a, cid, "One more question: what is 2+2?", max_tokens=16)
-        assert chat.stats["cache_mode"] == "append"
+        assert chat.stats.cache_mode == "append"
         a.wait_for_summaries(120)
         chain = a.summaries(cid)
         assert len(chain) == 2 and chain[1]["previous_id"] == chain[0]["id"]

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant, InputError, TurnDone
+from engine.api import Assistant, EngineConfig, InputError, TurnDone
 from engine.inference.manager import ModelManager, ram_bytes
 from engine.config.paths import db_path
 from engine.inference.remote import RemoteConfig
@@ -31,7 +31,7 @@ def ask(assistant, cid, text, route="auto", max_tokens=16):
 
 @pytest.fixture
 def two_tier(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS))
+    a = Assistant(Database(db_path()), EngineConfig(tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS)))
     yield a
     a.close()
 
@@ -64,8 +64,7 @@ def test_user_override_per_message_and_per_conversation(two_tier):
 
 
 def test_cascade_uses_the_models_calibration(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=1024, n_threads=THREADS),
-                  cascade=True)
+    a = Assistant(Database(db_path()), EngineConfig(tiers=TIERS, base_models=True, load=LoadParams(n_ctx=1024, n_threads=THREADS), cascade=True))
     try:
         assert a.cascade_threshold == a._primary.model.entry.confidence_threshold == 0.09
     finally:
@@ -73,8 +72,7 @@ def test_cascade_uses_the_models_calibration(model_paths):
 
 
 def test_cascade_reasks_weak_l1_answer_on_l2(model_paths):
-    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS),
-                  cascade=True, cascade_threshold=0.999)
+    a = Assistant(Database(db_path()), EngineConfig(tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS), cascade=True, cascade_threshold=0.999))
     try:
         cid = a.new_conversation()
         first, second = ask(a, cid, "hi there!")
@@ -97,13 +95,12 @@ def test_sticky_when_kv_is_warm_on_l2(two_tier):
         assert d.level == "L2"
     [thanks] = ask(two_tier, cid, "thanks!")
     assert thanks.level == "L2" and thanks.route_reason.startswith("sticky"), thanks.route_reason
-    assert thanks.stats["cache_mode"] == "append"
+    assert thanks.stats.cache_mode == "append"
 
 
 def test_l3_end_to_end_then_falls_back_when_server_stops(model_paths):
     server = LoopbackServer(model_paths["demo-small"])
-    a = Assistant(Database(db_path()), tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS),
-                  remote=RemoteConfig(server.url, retries=1, backoff_s=0.05))
+    a = Assistant(Database(db_path()), EngineConfig(tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS), remote=RemoteConfig(server.url, retries=1, backoff_s=0.05)))
     try:
         cid = a.new_conversation()
         [d1] = ask(a, cid, DESIGN)

@@ -18,7 +18,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from engine.api import Assistant
+from engine.api import Assistant, EngineConfig
 from engine.config.paths import db_path
 from engine.inference.backend import Backend, LoadParams
 from engine.inference.generate import prefill
@@ -155,7 +155,7 @@ def test_a_cpu_plan_keeps_every_tensor_and_batch_off_the_device(model_paths, lav
 def _assistant(lavapipe, **kw) -> Assistant:
     manager = ModelManager(params=LoadParams(n_ctx=1024, n_threads=THREADS), gpu_device=lavapipe.name,
                            n_gpu_layers=-1)
-    return Assistant(Database(db_path()), "demo-small", manager=manager, **kw)
+    return Assistant(Database(db_path()), EngineConfig(model="demo-small"), manager=manager, **kw)
 
 
 def new_tokens(a: Assistant, text: str) -> int:
@@ -168,17 +168,17 @@ def test_turn_two_evaluates_only_its_new_tokens_and_a_switch_restores_from_ram(m
         convs = [a.new_conversation("You are brief and kind. Answer in one line."),
                  a.new_conversation("You are terse. Answer in one word.")]
         first = turn(a, convs[0], "Hi! Name a fruit.", max_tokens=2)
-        assert first.stats["offload"] == {"backend": "vulkan", "device": lavapipe.name, "n_gpu_layers": 31,
+        assert first.stats.offload == {"backend": "vulkan", "device": lavapipe.name, "n_gpu_layers": 31,
                                           "n_layers": 31, "note": None}
         assert first.fallback is None
         text = "And a vegetable?"
         second = turn(a, convs[0], text, max_tokens=2)
-        assert second.stats["cache_mode"] == "append" and second.stats["restored_from"] == "hot"
-        assert second.stats["prompt_tokens_evaluated"] <= new_tokens(a, text) + OVERHEAD
+        assert second.stats.cache_mode == "append" and second.stats.restored_from == "hot"
+        assert second.stats.prompt_tokens_evaluated <= new_tokens(a, text) + OVERHEAD
         turn(a, convs[1], "Hi!", max_tokens=2)  # the other chat takes the context
         back = turn(a, convs[0], "One more?", max_tokens=2)
-        assert back.stats["restored_from"] == "warm", back.stats
-        assert back.stats["prompt_tokens_evaluated"] <= new_tokens(a, "One more?") + OVERHEAD
+        assert back.stats.restored_from == "warm", back.stats
+        assert back.stats.prompt_tokens_evaluated <= new_tokens(a, "One more?") + OVERHEAD
     finally:
         a.close()
         a.db.close()

@@ -25,7 +25,7 @@ from app.chat_view import ChatView  # noqa: E402
 from app.render import markdown_html  # noqa: E402
 from engine.inference.backend import LoadParams  # noqa: E402
 from engine.chat.export import conversation_json, conversation_markdown  # noqa: E402
-from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.storage import clean_text  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.chat.session import Message  # noqa: E402
@@ -62,7 +62,7 @@ def control_ids(backend) -> set[int]:
 @pytest.fixture(scope="module", params=["demo-small", "demo-int4"])
 def chat(request, model_paths, tmp_path_factory):
     db = Database(tmp_path_factory.mktemp(request.param) / "assistant.db")
-    a = Assistant(db, request.param, PARAMS, kv_tiers=False)
+    a = Assistant(db, EngineConfig(model=request.param, load=PARAMS, kv_tiers=False))
     yield request.param, a
     a.close()
     db.close()
@@ -85,7 +85,7 @@ def test_control_token_text_stays_text_and_never_changes_roles(chat):
     assert user["token_ids"] == backend.tokenize(INJECTION, special=False)  # exactly the text's ids
     assert not set(user["token_ids"]) & control
     assert backend.detokenize(user["token_ids"]) == INJECTION
-    assert done.stats["finish_reason"] in ("stop", "length")
+    assert done.stats.finish_reason in ("stop", "length")
 
     # The next turn's prompt, rebuilt piece by piece: template control text parsed for special
     # tokens, every message's content (system, user, the answer) never.
@@ -113,7 +113,7 @@ def test_control_token_text_stays_text_and_never_changes_roles(chat):
 
 @pytest.mark.model
 def test_nul_and_lone_surrogates_are_cleaned_the_same_everywhere(model_paths):
-    a = Assistant(Database(db_path()), "demo-small", PARAMS, kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=PARAMS, kv_tiers=False))
     try:
         odd = "nul\x00here, lone \ud800 and a split pair \ud83d\ude00, end\x00"
         cid = a.new_conversation(system_prompt="Be brief.\x00\udfff")

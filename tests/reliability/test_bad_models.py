@@ -25,7 +25,7 @@ from app.main_window import MainWindow  # noqa: E402
 from tests.app.helpers import ready_window  # noqa: E402
 from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
 from engine.models.catalog import ModelNotFound  # noqa: E402
-from engine.api import Assistant, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.inference.manager import ModelManager, ram_bytes  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402
@@ -105,7 +105,7 @@ def test_a_bad_file_is_refused_with_its_reason(bad_files, kind):
 def routed(model_paths, tmp_path_factory):
     """The two-tier facade; each test below points its L2 at a different bad file."""
     db = Database(tmp_path_factory.mktemp("routed") / "assistant.db")
-    a = Assistant(db, tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=PARAMS, kv_tiers=False)
+    a = Assistant(db, EngineConfig(tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=PARAMS, kv_tiers=False))
     yield a
     a.close()
     db.close()
@@ -118,7 +118,7 @@ def test_a_broken_l2_leaves_l1_answering(routed, bad_files, kind, caplog):
     cid = a.new_conversation()
     forced = ask(a, cid, "Explain what a hash map is.", route="L2")
     assert (forced.level, forced.model, forced.fallback) == ("L1", "demo-small", FALLBACK)
-    assert forced.stats["completion_tokens"] > 0 and forced.text
+    assert forced.stats.completion_tokens > 0 and forced.text
     warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tier L2 unavailable")]
     assert warnings and all(re.search(BAD[kind][1], w) for w in warnings), warnings  # the log says why
     auto = ask(a, cid, "Thanks!")
@@ -144,13 +144,13 @@ def test_the_cli_names_the_problem_and_exits_3(bad_files, kind, assistant_home):
 @pytest.mark.parametrize("kind", ["missing", "unknown-arch"])
 def test_a_broken_l1_leaves_l2_answering_everything(bad_files, kind, tmp_path):
     l1 = str(tmp_path / "gone.gguf") if kind == "missing" else str(bad_files[kind])
-    a = Assistant(Database(db_path()), tiers={"L1": l1, "L2": "demo-small"}, load=PARAMS, kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(tiers={"L1": l1, "L2": "demo-small"}, load=PARAMS, kv_tiers=False))
     try:
         assert a.degraded and a.degraded.startswith("L1 model unavailable") and "L2 model answers" in a.degraded
         cid = a.new_conversation()
         for route in ("auto", "L1", "L2"):
             done = ask(a, cid, "Explain what a hash map is.", route=route)
-            assert done.model == "demo-small" and done.text and done.stats["completion_tokens"] > 0
+            assert done.model == "demo-small" and done.text and done.stats.completion_tokens > 0
         assert [r["role"] for r in a.db.messages(cid)] == ["user", "assistant"] * 3
     finally:
         a.close()
@@ -159,8 +159,8 @@ def test_a_broken_l1_leaves_l2_answering_everything(bad_files, kind, tmp_path):
 
 def test_both_tiers_broken_is_the_l2_error(bad_files):
     with pytest.raises(ModelLoadError, match="nosucharch"):
-        Assistant(Database(db_path()), tiers={"L1": str(bad_files["random-bytes"]),
-                                              "L2": str(bad_files["unknown-arch"])}, load=PARAMS, kv_tiers=False)
+        Assistant(Database(db_path()), EngineConfig(tiers={"L1": str(bad_files["random-bytes"]),
+                                              "L2": str(bad_files["unknown-arch"])}, load=PARAMS, kv_tiers=False))
 
 
 @pytest.mark.gui
@@ -188,8 +188,7 @@ def test_a_model_larger_than_the_ram_budget_is_refused_and_l1_stays(model_paths)
     assert big > small * 1.5, (small, big)
     budget = (small + big) // 2  # room for L1, not for L2 even with L1 evicted
     manager = ModelManager(budget_bytes=budget, params=params, vram_budget_mb=0)
-    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=params,
-                  manager=manager, kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=params, kv_tiers=False), manager=manager)
     try:
         cid = a.new_conversation()
         done = ask(a, cid, "Explain what a hash map is.", route="L2")

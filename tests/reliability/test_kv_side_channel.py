@@ -15,7 +15,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from engine.api import Assistant, GenerateParams, LoadParams
+from engine.api import Assistant, EngineConfig, GenerateParams, LoadParams
 from engine.config.paths import db_path
 from engine.server import ApiServer, ServerConfig
 from engine.storage import Database
@@ -58,7 +58,7 @@ def probe(server: ApiServer, user: str) -> tuple[str, list[list[int]]]:
 
 @pytest.fixture
 def assistant(assistant_home, model_paths):
-    a = Assistant(Database(db_path()), "demo-small", PARAMS)  # KV tiers on, as the app runs
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=PARAMS))  # KV tiers on, as the app runs
     yield a
     a.close()
 

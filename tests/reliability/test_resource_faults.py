@@ -29,7 +29,7 @@ import pytest
 from engine.inference.backend import LoadParams
 from engine.inference.manager import ModelManager
 from tests.fake_backend import FakeGPU
-from engine.api import Assistant, InputError, TurnDone
+from engine.api import Assistant, EngineConfig, InputError, TurnDone
 from engine.config.paths import db_path
 from engine.inference.remote import RemoteConfig
 from engine.storage import Database
@@ -302,7 +302,7 @@ class HangingEndpoint:
 def local_only(model_paths):
     """Both local tiers on demo-small (L3 falls back to it), and an L3 set per test."""
     def make(remote: RemoteConfig) -> Assistant:
-        return Assistant(Database(db_path()), "demo-small", PARAMS, remote=remote, kv_tiers=False)
+        return Assistant(Database(db_path()), EngineConfig(model="demo-small", load=PARAMS, remote=remote, kv_tiers=False))
     made = []
     yield lambda remote: made.append(make(remote)) or made[-1]
     for a in made:
@@ -360,8 +360,7 @@ def test_without_vram_l2_is_planned_on_the_cpu_and_answers(model_paths, vram_mb)
     # A budget is a share of a GPU's memory: the machine is scripted to have one with plenty free
     # (this VM has none), so the plan is the budget's alone; the load itself is real.
     manager = ModelManager(params=PARAMS, vram_budget_mb=vram_mb, devices=FakeGPU(free_mb=8192))
-    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": "demo-int4"}, manager=manager,
-                  kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(tiers={"L1": "demo-small", "L2": "demo-int4"}, kv_tiers=False), manager=manager)
     try:
         cid = a.new_conversation()
         [done] = [x for x in a.send(cid, "Explain what a hash map is.", greedy(6), route="L2")

@@ -31,7 +31,7 @@ from app.settings_dialog import SettingsDialog  # noqa: E402
 from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
 from engine.models.catalog import load_catalog  # noqa: E402
 from engine.models.downloads import DownloadError, download, part_path  # noqa: E402
-from engine.api import Assistant, InputError, TurnDone  # noqa: E402
+from engine.api import Assistant, EngineConfig, InputError, TurnDone  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.inference.remote import RemoteConfig  # noqa: E402
 from engine.config.settings import Settings  # noqa: E402
@@ -250,7 +250,7 @@ def test_the_api_key_is_never_logged_raised_returned_or_stored(model_paths, assi
     server = EchoingEndpoint()
     config = RemoteConfig(server.url, KEY, "remote-model", retries=1, backoff_s=0.01)
     assert KEY not in repr(config)
-    a = Assistant(Database(db_path()), "demo-small", PARAMS, remote=config, kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=PARAMS, remote=config, kv_tiers=False))
     seen: list[str] = []  # everything the caller of the facade gets: chunks, done payloads, errors
     try:
         cid = a.new_conversation()
@@ -360,8 +360,7 @@ def evil_gguf(model_paths, tmp_path_factory):
 
 @pytest.mark.model
 def test_a_model_with_a_hostile_template_is_refused_and_l1_answers(evil_gguf, caplog):
-    a = Assistant(Database(db_path()), tiers={"L1": "demo-small", "L2": str(evil_gguf)}, load=PARAMS,
-                  kv_tiers=False)
+    a = Assistant(Database(db_path()), EngineConfig(tiers={"L1": "demo-small", "L2": str(evil_gguf)}, load=PARAMS, kv_tiers=False))
     try:
         cid = a.new_conversation()
         [done] = [x for x in a.send(cid, "Explain what a hash map is.", greedy(4), route="L2")
@@ -377,7 +376,7 @@ def test_a_model_with_a_hostile_template_is_refused_and_l1_answers(evil_gguf, ca
     db = Database(db_path())
     try:
         with pytest.raises(ModelLoadError, match="cannot be used: chat template"):
-            Assistant(db, str(evil_gguf), PARAMS, kv_tiers=False)
+            Assistant(db, EngineConfig(model=str(evil_gguf), load=PARAMS, kv_tiers=False))
     finally:
         db.close()
 

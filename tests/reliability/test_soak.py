@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.api import Assistant, TurnDone
+from engine.api import Assistant, EngineConfig, TurnDone
 from engine.inference.generate import GenerateParams
 from engine.memory import MemoryService
 from engine.config.paths import db_path
@@ -75,8 +75,7 @@ def test_soak_200_turns_over_10_chats(assistant_home, tmp_path, model_paths):
     db = Database(db_path())
     memory = MemoryService.from_settings(db, Settings()).start()
     assert memory.embedder.wait(300), memory.embedder.state
-    a = Assistant(db, None, LoadParams(n_ctx=N_CTX, n_threads=THREADS), tiers={"L1": "demo-small", "L2": "demo-int4"},
-                  summary_every=5, memory=memory, kv_warm_mb=KV_WARM_MB)
+    a = Assistant(db, EngineConfig(load=LoadParams(n_ctx=N_CTX, n_threads=THREADS), tiers={"L1": "demo-small", "L2": "demo-int4"}, summary_every=5, kv_warm_mb=KV_WARM_MB), memory=memory)
     t0 = time.monotonic()
     try:
         chats = [a.new_conversation("Answer in one short sentence.") for _ in range(CHATS)]

@@ -1,16 +1,16 @@
 """The memory's part in a turn: pinned facts, recalled memories inside the new user turn, "remember
-that …", and indexing the finished turn. Mixed into the Assistant (uses self.memory, self.memory_k,
-self.retrieval_max_tokens, and TurnDocs' self._count_prompt)."""
+that …", and indexing the finished turn (engine/memory does the storing and searching)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
-from engine.chat.conversation import Conversation, StableBlock, TurnInput
+from engine.chat.conversation import Conversation, StableBlock
 from engine.chat.session import Message
 from engine.memory.prompt import Recall, fit_recalled, pinned_facts
 from engine.memory.relevance import is_small_talk, worth_recalling
-from engine.memory.service import Hits, MemoryInputError
+from engine.memory.service import Hits, MemoryInputError, MemoryService
 from engine.memory.store import is_mostly_cjk
 
 log = logging.getLogger(__name__)
@@ -21,17 +21,24 @@ log = logging.getLogger(__name__)
 RECALL_POOL = 40
 
 
-class TurnMemory:
-    def _pinned(self) -> tuple[str, ...]:
+class MemoryRecall:
+    """Args:
+        memory: the vector memory, or None (turns use none).
+        count: tokens of a text for the L1 vocabulary (the retrieval budget's unit).
+    """
+
+    def __init__(self, *, memory: MemoryService | None, count: Callable[[str], int]):
+        self.memory, self.count = memory, count
+
+    def pinned(self) -> tuple[str, ...]:
         if self.memory is None:
             return ()
         return tuple(pinned_facts([row.text for row in self.memory.pinned()]))
 
-    def _recall(self, conv: Conversation, text: str, budget: int | None = None) -> Recall | None:
+    def recall(self, conv: Conversation, text: str, k: int, budget: int) -> Recall | None:
         """Memories for this message that earn their tokens (engine/memory/relevance.py): none for
         small talk; above the floor; not what the window (as the model read it), the summary or
-        the pinned facts already hold; at most `memory_k`, trimmed by rank to `budget` tokens
-        (default `retrieval.max_tokens`; documents get what is left)."""
+        the pinned facts already hold; at most `k`, trimmed by rank to `budget` tokens."""
         if self.memory is None:
             return None
         if is_small_talk(text):
@@ -46,26 +53,28 @@ class TurnMemory:
                                        exclude_message_ids=[m.id for m in shown if m.id is not None])
             if found.status != "ok":
                 return Recall(status=found.status)
-            hits, dropped = worth_recalling(found, self.memory_k, *self.memory.thresholds(text),
-                                            is_mostly_cjk(text), texts)
-            kept, tokens = fit_recalled(hits, self.retrieval_max_tokens if budget is None else budget,
-                                        self._count_prompt, text)
+            hits, dropped = worth_recalling(found, k, *self.memory.thresholds(text), is_mostly_cjk(text), texts)
+            kept, tokens = fit_recalled(hits, budget, self.count, text)
         except Exception as exc:  # noqa: BLE001 - memory is an aid: the turn goes on without it
             log.exception("memory retrieval failed")
             return Recall(status=f"skipped: retrieval failed ({type(exc).__name__})")
         dropped["over_budget"] = len(hits) - len(kept)
         return Recall(kept, tokens=tokens, dropped={why: n for why, n in dropped.items() if n})
 
-    def _remember(self, conv: Conversation, turn: TurnInput) -> None:
+    def remember(self, conversation_id: int, user: Message, fact: str) -> dict:
         """Pin the fact of a "remember that …" message, citing the stored message."""
         try:
-            memory_id = self.memory.add(turn.fact, pin=True, source={"conversation_id": conv.id,
-                                                                    "message_id": turn.user.id})
-            turn.remembered = {"id": memory_id, "text": turn.fact}
+            memory_id = self.memory.add(fact, pin=True, source={"conversation_id": conversation_id,
+                                                                "message_id": user.id})
+            return {"id": memory_id, "text": fact}
         except MemoryInputError as exc:
-            turn.remembered = {"error": str(exc)}
+            return {"error": str(exc)}
 
-    def _index_turn(self, conv: Conversation, user: Message) -> None:
+    def forget_message(self, message_id: int) -> None:
+        if self.memory is not None:
+            self.memory.forget_message(message_id)
+
+    def index(self, conv: Conversation, user: Message) -> None:
         """Queue the turn's user message and the answer that stands for the memory index (the
         memory's thread chunks and embeds them; this returns at once)."""
         if self.memory is None or user.id is None:
@@ -81,17 +90,16 @@ class TurnMemory:
                 except MemoryInputError as exc:
                     log.warning("message %s not indexed: %s", m.id, exc)
 
-
-    def _memory_note(self, turn: TurnInput, block: StableBlock) -> dict:
+    def note(self, recall: Hits | None, remembered: dict | None, block: StableBlock) -> dict:
         """What the memory did for this turn (for `done.stats.memory`)."""
         if self.memory is None:
             return {"retrieval": "off"}
-        return {"retrieval": turn.recall.status if turn.recall is not None else "off",
-                "recall_dropped": getattr(turn.recall, "dropped", {}),
-                "pinned_in_prompt": len(block.pinned), "remembered": turn.remembered}
+        return {"retrieval": recall.status if recall is not None else "off",
+                "recall_dropped": getattr(recall, "dropped", {}),
+                "pinned_in_prompt": len(block.pinned), "remembered": remembered}
 
 
-def _memories_used(recall: Hits | None) -> list[dict]:
+def memories_used(recall: Hits | None) -> list[dict]:
     """The retrieved memories the model read, with their sources (for citing them)."""
     if not recall or recall.status != "ok":
         return []

@@ -1,0 +1,71 @@
+"""`TurnRequest`: what a front-end asks of one turn, typed and keyword-only."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+from engine.chat.targets import InputError
+from engine.inference.generate import GenerateParams
+from engine.kv.snapshot import WINDOW_DOMAIN
+from engine.storage import clean_text
+
+MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
+# What to do with a message too long for the context (MessageTooLong): refuse it, keep its head
+# and tail (the middle cut, a marker says how much), or have the L1 model summarise it in parts.
+# The stored message keeps every word typed; the shortened text is what the models read.
+OVERFLOW = ("refuse", "head_tail", "summarise")
+ROUTES = ("auto", "L1", "L2", "L3")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnRequest:
+    """Args:
+        kind: "send" (a new user message; an edit is a send that `replaces` the old turn) or
+            "regenerate" (answer the last user message again).
+        route: "auto" or a level that answers this message.
+        flush_s: how often the streaming answer is written to SQLite.
+        replaces: an edited message: the ids of the old turn it supersedes once stored.
+        overflow: a message too long for the context: "refuse" (MessageTooLong), "head_tail" or
+            "summarise" (see OVERFLOW; stats.context["overflow"] says what was done).
+        docs: answer from the user's documents: True (every collection), a collection name, False
+            (not this message); None: the conversation's "Use my documents". Excerpts go inside the
+            new user turn; `done.sources` lists what [n] cites.
+        cascade: False never re-asks a weak L1 answer on L2 (a front-end that cannot take back text
+            it has already passed on, e.g. an HTTP stream).
+        memory: False keeps the turn out of the memory both ways: nothing recalled or pinned into
+            it, no "remember that", not indexed, no background summary (a stateless API client's
+            turns: the answer depends on the messages sent, and nothing is kept).
+        read_ahead: once the answer is out, the model evaluates the markers that open the next user
+            turn (~6 tokens), before anyone asks (engine/chat/targets.py `_read_ahead`).
+        domain: the turn's trust domain: another conversation's KV state serves it only within its
+            own (an API client's turns get theirs; engine/kv/tiers.py `prepare`).
+    """
+
+    kind: str = "send"
+    conversation_id: int
+    text: str = ""
+    params: GenerateParams = GenerateParams()
+    cancel: threading.Event | None = None
+    route: str = "auto"
+    flush_s: float = 1.0
+    replaces: tuple[int, ...] = ()
+    overflow: str = "refuse"
+    docs: bool | str | None = None
+    cascade: bool = True
+    memory: bool = True
+    read_ahead: bool = False
+    domain: str = WINDOW_DOMAIN
+
+    def checked(self) -> "TurnRequest":
+        """The request with its text cleaned, or InputError for what cannot be sent."""
+        if self.overflow not in OVERFLOW:
+            raise InputError(f"overflow must be one of {', '.join(OVERFLOW)}, not {self.overflow!r}")
+        if self.kind == "regenerate":
+            return self
+        text = clean_text(self.text).strip()
+        if not text:
+            raise InputError("empty message")
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
+        return replace(self, text=text)

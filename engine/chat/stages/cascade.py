@@ -1,0 +1,57 @@
+"""Cascade: an auto-routed L1 answer whose confidence (geometric-mean token probability) is below
+the threshold is shown as superseded and asked again on L2."""
+
+from __future__ import annotations
+
+from engine.chat.config import EngineConfig
+from engine.chat.conversation import TurnDone
+from engine.chat.pipeline import Events, Rest
+from engine.chat.tier_set import TierSet
+from engine.chat.turn import Turn
+from engine.routing.router import RouteDecision
+
+# Geometric-mean token probability below which an L1 answer is re-asked on L2, for models the
+# catalog has no calibration for. Small models are less sure of everything: calibrate per model.
+DEFAULT_THRESHOLD = 0.35
+
+
+def cascade_threshold(config: EngineConfig, tiers: TierSet) -> float | None:
+    """The threshold in effect: None when the cascade is off; the configured one; else the L1
+    model's catalog calibration, else DEFAULT_THRESHOLD."""
+    if not config.cascade:
+        return None
+    if config.cascade_threshold is not None:
+        return config.cascade_threshold
+    entry = tiers.local("L1").worker.model.entry
+    return (entry.confidence_threshold if entry else 0.0) or DEFAULT_THRESHOLD
+
+
+class Cascade:
+    name = "cascade"
+
+    def __init__(self, *, tiers: TierSet):
+        self.tiers = tiers
+
+    def __call__(self, turn: Turn, rest: Rest) -> Events:
+        done = yield from rest(turn)
+        threshold = self._threshold(turn, done)
+        if threshold is None:
+            return done
+        done.superseded = True
+        yield done
+        reason = f"cascade: L1 confidence {done.confidence:.2f} < {threshold:.2f}"
+        turn.decision = RouteDecision("L2", reason, 0.0)
+        turn.commit_user, turn.supersedes = False, done
+        return (yield from rest(turn))
+
+    def _threshold(self, turn: Turn, done: TurnDone | None) -> float | None:
+        """The threshold `done` fell below, if it is to be asked again on L2; else None."""
+        req, models = turn.request, self.tiers.models
+        if (done is None or req.kind != "send" or not req.cascade or req.route != "auto" or done.level != "L1"
+                or done.route_reason.endswith("override") or done.confidence is None
+                or done.stats.finish_reason == "cancelled"
+                or not models.get("L2") or models["L2"] == models["L1"]
+                or not (turn.config.base_models or self.tiers.is_instruct("L2") is not False)):  # not a base model
+            return None
+        threshold = cascade_threshold(turn.config, self.tiers)
+        return threshold if threshold is not None and done.confidence < threshold else None

@@ -1,0 +1,30 @@
+"""Prompt: the new user message is stored before the answer starts (with the ids the target read),
+an edited turn's old messages leave the context, and "remember that …" pins its fact."""
+
+from __future__ import annotations
+
+from engine.chat.memory_recall import MemoryRecall
+from engine.chat.pipeline import Events, Rest
+from engine.chat.turn import Turn
+from engine.storage import Database
+
+
+class Prompt:
+    name = "prompt"
+
+    def __init__(self, *, db: Database, memory: MemoryRecall):
+        self.db, self.memory = db, memory
+
+    def __call__(self, turn: Turn, rest: Rest) -> Events:
+        user, conv, target = turn.user, turn.conv, turn.target
+        if turn.commit_user and user.id is None:
+            user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
+                                          token_ids=user.ids.get(target.identity), token_model=target.identity,
+                                          model_text=user.model_text)
+            conv.messages.append(user)
+            for old in turn.request.replaces:  # an edited message: the old turn leaves the context
+                self.db.supersede(old, user.id)
+                self.memory.forget_message(old)
+            if turn.fact:
+                turn.remembered = self.memory.remember(conv.id, user, turn.fact)
+        return (yield from rest(turn))

@@ -1,0 +1,137 @@
+"""The turn as a pipeline (engine/chat/pipeline.py): its stages in order, a new stage added with
+one line, typed requests and stats. The turns run on the scripted fake backend."""
+
+import dataclasses
+
+import pytest
+
+from engine.api import EngineConfig, GenerateParams, TurnRequest, TurnStats
+from engine.chat.pipeline import stage_names
+from engine.chat.stages import turn_stages
+from engine.inference.generate import Chunk, TurnResult
+from tests.fake_backend import dones, fakes, make_assistant, send  # noqa: F401
+
+STAGES = ["after", "route", "recall", "cascade", "fallback", "fit", "prompt", "store", "generate"]
+# The JSON shape of done.stats that the CLI's --json, the API's x_stats, the window and the stored
+# row carry: changing it is a change to every front-end.
+JSON_KEYS = {"prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "completion_tokens", "ttft_ms",
+             "prompt_tps", "decode_tps", "finish_reason", "cache_mode", "prompt_ms", "decode_ms",
+             "tokens_estimated", "context_shift", "restored_from", "restore_ms", "park_ms", "dropped_tokens",
+             "read_ahead", "level", "route_reason", "fallback", "offload", "confidence", "context",
+             "summary_used", "risk", "memories_used", "memory", "sources", "documents", "retrieval"}
+
+
+class Shout:
+    """A stage around the model's stream, as a reasoning parser would be: it rewrites each chunk and
+    the result the stages before it store."""
+
+    name = "shout"
+
+    def __call__(self, turn, rest):
+        stream = rest(turn)
+        while True:
+            try:
+                item = next(stream)
+            except StopIteration as end:
+                result = end.value
+                break
+            yield Chunk(item.text.upper(), item.token, item.logprob)
+        return dataclasses.replace(result, text=result.text.upper()) if result is not None else None
+
+
+class Twice:
+    """A stage that runs the rest of the turn more than once, as a tool loop would: each round's
+    answer ends the turn, the next round goes on from it."""
+
+    name = "twice"
+
+    def __init__(self):
+        self.rounds = 0
+
+    def __call__(self, turn, rest):
+        done = None
+        for _ in range(2):
+            self.rounds += 1
+            if done is not None:
+                turn.commit_user, turn.supersedes = False, done
+            done = yield from rest(turn)
+        return done
+
+
+def with_stage(stages, stage, before: str):
+    names = stage_names(stages)
+    at = names.index(before)
+    return (*stages[:at], stage, *stages[at:])
+
+
+def test_the_turn_runs_through_named_stages_in_order(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    assert stage_names(a.stages) == STAGES
+    assert turn_stages.__module__ == "engine.chat.stages"  # the one list a new stage joins
+
+
+def test_a_stage_around_the_stream_is_one_line(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation()
+    (plain,) = dones(send(a, cid, "hi"))
+    a.use_stages(with_stage(a.stages, Shout(), before="generate"))
+    events = send(a, cid, "again")
+    (done,) = dones(events)
+    shown = "".join(e.text for e in events if isinstance(e, Chunk))
+    assert shown == done.text == done.text.upper() and any(c.isalpha() for c in shown)
+    assert a.transcript(cid)[-1]["content"] == done.text  # the store stage kept what the stage made
+    assert plain.text != plain.text.upper()
+
+
+def test_a_stage_that_loops_reuses_the_kv_each_round(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    fake = fakes.backend("m")
+    twice = Twice()
+    a.use_stages(with_stage(a.stages, twice, before="fallback"))
+    cid = a.new_conversation()
+    start = fake.evaluated
+    (done,) = dones(send(a, cid, "hi"))
+    assert twice.rounds == 2
+    rows = a.transcript(cid)
+    assert [r["role"] for r in rows] == ["user", "assistant", "assistant"] and rows[1]["superseded"]
+    assert done.message_id == rows[2]["id"]
+    # The second round re-reads only what differs from the first: the prompt's cached prefix serves it.
+    assert done.stats.prompt_tokens_cached > 0
+    assert fake.evaluated - start < 2 * (done.stats.prompt_tokens + done.stats.completion_tokens)
+
+
+def test_requests_and_calls_take_their_options_by_name(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation()
+    with pytest.raises(TypeError):
+        TurnRequest(cid, "hi")  # noqa - keyword-only: a new field can never bind to the wrong slot
+    with pytest.raises(TypeError):
+        a.send(cid, "hi", GenerateParams(), None)  # cancel by name only
+    with pytest.raises(TypeError):
+        EngineConfig("demo-small")
+    with pytest.raises(TypeError):
+        list(a.send(cid, "hi", no_such_option=True))
+
+
+def test_stats_are_typed_and_their_json_shape_is_made_in_one_place(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation()
+    (done,) = dones(send(a, cid, "hi"))
+    assert isinstance(done.stats, TurnStats)
+    shape = done.stats.as_json()
+    assert set(shape) == JSON_KEYS
+    assert shape["retrieval"] == {"memory_tokens": 0, "document_tokens": 0, "max_tokens": 256}
+    assert a.transcript(cid)[-1]["stats"] == shape  # the stored row holds the same shape
+    assert done.stats.level == shape["level"] == "L1" and done.stats.finish_reason in ("stop", "length")
+
+
+def test_a_turn_keeps_the_config_it_started_with(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation()
+    events = a.send(cid, "hi", GenerateParams(max_tokens=8))
+    next(events)  # the turn has started
+    a.configure(retrieval_max_tokens=7)
+    done = [e for e in events if not isinstance(e, (Chunk, TurnResult))][-1]
+    assert done.stats.retrieval.max_tokens == 256
+    (after,) = dones(send(a, cid, "and now?"))
+    assert after.stats.retrieval.max_tokens == 7 and a.config.retrieval_max_tokens == 7
