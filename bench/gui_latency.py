@@ -40,6 +40,23 @@ def paste(seed: int, sentences: int = 150) -> str:
     return f"Paste {seed}: {body}\n\nWhat is this text about?"
 
 
+def report(args, built_ms: float, stop_ms: float, late: list[str], phases: dict[str, list[float]]) -> None:
+    print(f"window built and shown in {built_ms:.0f} ms (before the engine's first signal)")
+    print(f"GUI event-loop gaps (10 ms timer), model {args.model}, answers of ≤ {args.max_tokens} tokens, "
+          f"{os.cpu_count()} CPUs; Stop pressed {args.stop_after_s:.1f} s after sending → window idle in "
+          f"{stop_ms:.0f} ms\n")
+    for line in late:
+        print(f"late tick: {line}")
+    print("| phase | ticks | median ms | p99 ms | max ms | gaps > 50 ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, gaps in phases.items():
+        if not gaps:
+            continue
+        s = sorted(gaps)
+        print(f"| {name} | {len(s)} | {statistics.median(s):.1f} | {s[int(len(s) * 0.99)]:.1f} | {s[-1]:.1f} | "
+              f"{sum(g > 50 for g in s)} |")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--max-tokens", type=int, default=128)
@@ -115,20 +132,7 @@ def main() -> int:
     driver.timeout.connect(drive)
     driver.start()
     app.exec()
-    print(f"window built and shown in {built_ms:.0f} ms (before the engine's first signal)")
-    print(f"GUI event-loop gaps (10 ms timer), model {args.model}, answers of ≤ {args.max_tokens} tokens, "
-          f"{os.cpu_count()} CPUs; Stop pressed {args.stop_after_s:.1f} s after sending → window idle in "
-          f"{state['stop_ms']:.0f} ms\n")
-    for line in late:
-        print(f"late tick: {line}")
-    print("| phase | ticks | median ms | p99 ms | max ms | gaps > 50 ms |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, gaps in phases.items():
-        if not gaps:
-            continue
-        s = sorted(gaps)
-        print(f"| {name} | {len(s)} | {statistics.median(s):.1f} | {s[int(len(s) * 0.99)]:.1f} | {s[-1]:.1f} | "
-              f"{sum(g > 50 for g in s)} |")
+    report(args, built_ms, state["stop_ms"], late, phases)
     return finish(0)  # see app.main.finish: skip the interpreter's teardown of PySide6
 
 

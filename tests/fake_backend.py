@@ -17,7 +17,6 @@ engine's ChatML fallback template fits it, so prompts are plain readable bytes.
 
 from __future__ import annotations
 
-import re
 import struct
 import threading
 import time
@@ -26,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import gguf
-import numpy as np
 import pytest
 
 from engine.api import Assistant, EngineConfig, TurnDone
@@ -39,42 +36,12 @@ from engine.inference.manager import ModelManager
 from engine.models.devices import DeviceSnapshot, GPUInfo
 from engine.config.ownership import adopt, owned
 from engine.storage import Database
-
-BOS, EOS, IM_START, IM_END = 256, 257, 258, 259
-SPECIAL = {"<s>": BOS, "</s>": EOS, "<|im_start|>": IM_START, "<|im_end|>": IM_END}
-SPECIAL_TEXT = {v: k for k, v in SPECIAL.items()}
-N_VOCAB = 260
-_SPECIAL_RE = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL) + ")")
-
+from tests.fake_vocab import (BOS, EOS, IM_END, N_VOCAB, SPECIAL_TEXT, FakeVocab, _detokenize, _token_bytes, _tokenize,
+                              write_tiny_gguf)
 
 class FakeDecodeError(DecodeError):
     """What a failed llama_decode looks like to the engine (Backend.eval raises DecodeError)."""
 
-
-def write_tiny_gguf(path: Path, context_length: int = 8192, n_layers: int = 2, instruct: bool = True) -> Path:
-    """A well-formed GGUF of a few KB with the metadata the planner reads (no usable weights).
-    `instruct`: it carries a chat template, as instruction-tuned GGUFs do (base ones don't)."""
-    w = gguf.GGUFWriter(str(path), "llama")
-    if instruct:
-        w.add_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")
-    w.add_block_count(n_layers)
-    w.add_context_length(context_length)
-    w.add_embedding_length(64)
-    w.add_feed_forward_length(128)
-    w.add_head_count(4)
-    w.add_head_count_kv(2)
-    w.add_tensor("token_embd.weight", np.zeros((N_VOCAB, 64), dtype=np.float16))
-    for i in range(n_layers):
-        w.add_tensor(f"blk.{i}.attn_q.weight", np.zeros((64, 64), dtype=np.float16))
-    w.add_tensor("output_norm.weight", np.zeros(64, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
-# ---- scripted answers
 
 @dataclass
 class Answer:
@@ -159,58 +126,6 @@ class Gate:
 
 
 # ---- the backend
-
-def _tokenize(text: str, special: bool) -> list[int]:
-    if not text:
-        return []
-    if not special:
-        return list(text.encode("utf-8", errors="replace"))
-    ids: list[int] = []
-    for part in _SPECIAL_RE.split(text):
-        ids.extend([SPECIAL[part]] if part in SPECIAL else part.encode("utf-8", errors="replace"))
-    return ids
-
-
-def _token_bytes(token: int) -> bytes:
-    return bytes([token]) if 0 <= token < 256 else b""  # control tokens render empty
-
-
-def _detokenize(tokens: list[int]) -> str:
-    return b"".join(_token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
-
-
-class FakeVocab:
-    """Duck-types `VocabTokenizer`: the fake vocabulary, for any thread (`FakeBackend.vocab`)."""
-
-    def __init__(self, identity: str, add_bos: bool):
-        self.identity, self.add_bos, self.bos_id, self.eos_id = identity, add_bos, BOS, EOS
-
-    @staticmethod
-    def tokenize(text: str, special: bool) -> list[int]:
-        return _tokenize(text, special)
-
-    @staticmethod
-    def tokenize_control(text: str) -> list[int]:
-        return _tokenize(text, special=True)
-
-    @staticmethod
-    def token_bytes(token: int) -> bytes:
-        return _token_bytes(token)
-
-    @staticmethod
-    def detokenize(tokens: list[int]) -> str:
-        return _detokenize(tokens)
-
-    @staticmethod
-    def is_eog(token: int) -> bool:
-        return token in (EOS, IM_END)
-
-    def count(self, text: str) -> int:
-        return len(_tokenize(text, special=False))
-
-    def close(self) -> None:
-        pass
-
 
 class FakeBackend:
     """Duck-types `Backend` for the engine. Counters are exact: `history` holds every piece
