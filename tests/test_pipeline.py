@@ -12,8 +12,7 @@ from engine.inference.generate import Chunk, TurnResult
 from tests.fake_backend import dones, fakes, make_assistant, send  # noqa: F401
 
 STAGES = ["after", "route", "recall", "cascade", "fallback", "fit", "prompt", "store", "generate"]
-# The JSON shape of done.stats that the CLI's --json, the API's x_stats, the window and the stored
-# row carry: changing it is a change to every front-end.
+# The JSON shape of done.stats that the CLI's --json, the window and the stored row carry: changing it is a change to every front-end.
 JSON_KEYS = {"prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "completion_tokens", "ttft_ms",
              "prompt_tps", "decode_tps", "finish_reason", "cache_mode", "prompt_ms", "decode_ms",
              "tokens_estimated", "context_shift", "restored_from", "restore_ms", "park_ms", "dropped_tokens",

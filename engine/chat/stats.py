@@ -2,8 +2,8 @@
 
 The generation's own measurements (tokens, timings, finish reason, cache mode) come from
 engine/inference/generate.py; the turn adds where it ran and what went into its prompt. Front-ends
-read the fields; the CLI's `--json`, the API's `x_stats`, the window and the stored row get
-`as_json()`, whose keys are the fields' names.
+read the fields (the API's `x_*` fields among them); the CLI's `--json`, the window and the
+stored row get `as_json()`, whose keys are the fields' names.
 """
 
 from __future__ import annotations
