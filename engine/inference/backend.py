@@ -148,7 +148,7 @@ class Backend:
         self.n_swa = self._model.n_swa()
         # Other threads tokenize with this (the read-only vocabulary, caches and a lock of its own),
         # never with this backend, whose context and caches are its owner's.
-        self.vocab = VocabTokenizer.of_model(self.path, self._vocab)
+        self.vocab = VocabTokenizer.of_model(self.path, self._model)
         self._kv: list[int] = []  # exact ids in the KV cache, seq 0, positions 0..n-1: the one count
         self._control_cache: dict[str, list[int]] = {}  # the owner's: other threads use `vocab`
         self._piece_cache: dict[int, bytes] = {}

@@ -43,16 +43,19 @@ class VocabTokenizer:
         self._setup(path, model, model.vocab)
 
     @classmethod
-    def of_model(cls, path: str | Path, vocab) -> "VocabTokenizer":
-        """The vocabulary of a model already loaded from `path` (its `llama_vocab`), not freed by
-        close(): the model's owner closes this first, then frees the model."""
+    def of_model(cls, path: str | Path, model: llama.Model) -> "VocabTokenizer":
+        """The vocabulary of a model already loaded from `path`, not freed by close(): the model's
+        owner closes this first, then frees the model. It holds the model, so a backend dropped
+        without close() cannot free the vocabulary under a tokenizer another thread still uses."""
         self = cls.__new__(cls)
-        self._setup(path, None, vocab)
+        self._setup(path, None, model.vocab)
+        self._loaded = model
         return self
 
     def _setup(self, path: str | Path, model: llama.Model | None, vocab) -> None:
         self.path = Path(path)
         self._own_model = model  # ours to free, or None: the vocabulary is a loaded model's
+        self._loaded = None  # that loaded model (of_model), kept alive while this is open
         self._vocab = vocab
         self._lock = threading.Lock()
         self.identity = model_identity(self.path)
@@ -110,4 +113,4 @@ class VocabTokenizer:
         with self._lock:
             if self._own_model is not None:
                 self._own_model.close()
-            self._own_model = self._vocab = None
+            self._own_model = self._vocab = self._loaded = None
