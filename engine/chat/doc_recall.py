@@ -10,7 +10,7 @@ from typing import Callable
 
 from engine.chat.stats import stored_sources
 from engine.docs.prompt import documents_turn, sources
-from engine.docs.search import DocHits
+from engine.retrieval.fusion import Hits
 from engine.routing.router import RouteDecision
 from engine.storage import Database
 
@@ -37,14 +37,14 @@ class DocumentRecall:
             return row.get("docs") if row else None
         return "*" if docs is True else docs
 
-    def search(self, text: str, scope: str | None) -> DocHits | None:
+    def search(self, text: str, scope: str | None) -> Hits | None:
         if scope is None:
             return None
         try:
             return self.docs.search(text, collection=None if scope == "*" else scope)
         except Exception as exc:  # noqa: BLE001 - documents are an aid: the turn goes on without them
             log.exception("document retrieval failed")
-            return DocHits(status=f"skipped: retrieval failed ({type(exc).__name__})")
+            return Hits(status=f"skipped: retrieval failed ({type(exc).__name__})")
 
     @staticmethod
     def keep_local(decision: RouteDecision, found, allow_remote: bool, has_l2: bool) -> RouteDecision:
@@ -55,7 +55,7 @@ class DocumentRecall:
         return replace(decision, level=level,
                        reason=f"{decision.reason}; documents stay on this computer (setting docs.allow_remote) → {level}")
 
-    def excerpts(self, content: str, model_text: str, found: DocHits, budget: int) -> tuple[str | None, list[dict], int]:
+    def excerpts(self, content: str, model_text: str, found: Hits, budget: int) -> tuple[str | None, list[dict], int]:
         """The user turn with the excerpts that fit `budget` tokens ahead of its words (and of any
         recalled memories), what [n] refers to, and the tokens they added; None when none fits."""
         text, kept, used = documents_turn(content, model_text, found, budget, self.count)

@@ -10,8 +10,9 @@ from engine.chat.conversation import Conversation, StableBlock
 from engine.chat.session import Message
 from engine.memory.prompt import Recall, fit_recalled, pinned_facts
 from engine.memory.relevance import is_small_talk, worth_recalling
-from engine.memory.service import Hits, MemoryInputError, MemoryService
-from engine.memory.store import is_mostly_cjk
+from engine.memory.service import MemoryInputError, MemoryService
+from engine.retrieval.fusion import Hits
+from engine.retrieval.terms import is_mostly_cjk
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from engine.chat.request import TurnRequest
 from engine.chat.session import Message
 from engine.chat.window import Window
 from engine.inference.generate import GenerateParams
-from engine.memory.service import Hits
+from engine.retrieval.fusion import Hits
 from engine.routing.router import RouteDecision
 
 

@@ -14,7 +14,7 @@ import unicodedata
 from typing import Callable
 
 from engine.docs.store import ChunkRow
-from engine.retrieval import Candidates, Hit, Hits, Rules, fuse
+from engine.retrieval import Candidates, Hit, Rules, fuse
 from engine.retrieval.terms import query_pairs
 
 PER_FILE = 2          # chunks of one file among the hits of an ordinary question
@@ -24,7 +24,6 @@ _QUOTED = re.compile(r"[\"“”「」『』'‘’]([^\"“”「」『』'‘�
 _LIST_EN = re.compile(r"\b(list|enumerate|name)\s+(all|every|each|the)\b|\ball (the|of the)\b|\bwhat are (all|the)\b"
                       r"|\bwhich\b.*\b(all|every)\b", re.I)
 _LIST_ZH = re.compile(r"列出|列举|所有|全部|哪些|有哪|都有")
-DocHits = Hits  # the name chat's document recall imports; a document's Hit.source says where
 
 
 def wants_list(query: str) -> bool:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.retrieval.index import HybridIndex, Tables
-from engine.retrieval.terms import is_mostly_cjk  # noqa: F401 - the memory's callers ask it here
 from engine.storage import Database, now
 
 log = logging.getLogger(__name__)

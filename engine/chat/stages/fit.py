@@ -15,7 +15,7 @@ from engine.chat.targets import InputError, MessageTooLong
 from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
 from engine.chat.window import Window, head_tail
-from engine.memory.service import Hits
+from engine.retrieval.fusion import Hits
 
 log = logging.getLogger(__name__)
 
