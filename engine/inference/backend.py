@@ -73,6 +73,7 @@ def _check(params: LoadParams) -> None:
 def _load(path: Path, params: LoadParams, devices: list[int] | None, arch: str, debug: bool):
     """(model, context, llama.cpp's load log) for `params`; ModelLoadError, worded for the user."""
     n_threads = params.n_threads or os.cpu_count() or 1
+    llama.init()  # here, not in the try below: a broken llama.cpp install says so, not "damaged file"
     llama.set_verbose(debug)
     with llama.LoadLog() as captured:
         try:
