@@ -27,7 +27,8 @@ def new_tokens(a: Assistant, text: str) -> int:
 
 
 def open_assistant(model="demo-small", **kw) -> Assistant:
-    return Assistant(Database(db_path()), EngineConfig(model=model, load=LoadParams(n_ctx=2048, n_threads=THREADS)), **kw)
+    config = EngineConfig(model=model, load=LoadParams(n_ctx=2048, n_threads=THREADS), **kw)
+    return Assistant(Database(db_path()), config)
 
 
 def close(a: Assistant) -> None:

@@ -155,7 +155,7 @@ def test_a_cpu_plan_keeps_every_tensor_and_batch_off_the_device(model_paths, lav
 def _assistant(lavapipe, **kw) -> Assistant:
     manager = ModelManager(params=LoadParams(n_ctx=1024, n_threads=THREADS), gpu_device=lavapipe.name,
                            n_gpu_layers=-1)
-    return Assistant(Database(db_path()), EngineConfig(model="demo-small"), manager=manager, **kw)
+    return Assistant(Database(db_path()), EngineConfig(model="demo-small", **kw), manager=manager)
 
 
 def new_tokens(a: Assistant, text: str) -> int:
