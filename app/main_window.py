@@ -259,7 +259,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.status_label.setText(tr("Summarising the message…") if overflow == "summarise" else tr("Thinking…"))
         self._sent = (text, route, edit)
         call = "resend_edited" if edit else "send"
-        self._turn(cid, lambda a, p, cancel: getattr(a, call)(cid, text, p, cancel, route=route, overflow=overflow))
+        self._turn(cid, lambda a, p, cancel: getattr(a, call)(cid, text, p, cancel=cancel, route=route, overflow=overflow))
 
     def _show_confidence(self, stats: dict) -> None:
         """The flagged answer's warning with its weakest sentences (also inline in the bubble)."""
