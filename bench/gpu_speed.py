@@ -103,7 +103,7 @@ def restore_ms(model: str, device: str | None, threads: int) -> dict:
 
     def ask(a: Assistant, cid: int, text: str) -> dict:
         return [x for x in a.send(cid, text, GenerateParams(sampling=GREEDY, max_tokens=2))
-                if isinstance(x, TurnDone)][-1].stats
+                if isinstance(x, TurnDone)][-1].stats.as_json()
 
     a = open_assistant()
     try:

@@ -65,7 +65,7 @@ def build_history(db: Database, backend_tokens, target: int, seed: int) -> int:
 
 def ask(a: Assistant, cid: int, text: str) -> dict:
     done = [x for x in a.send(cid, text, PARAMS) if isinstance(x, TurnDone)][-1]
-    return done.stats
+    return done.stats.as_json()  # the JSON shape: the child process prints it
 
 
 def child_cold(model: str, cid: int) -> None:
