@@ -49,7 +49,7 @@ import json, os, resource, signal, sys
 from pathlib import Path
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.api import Assistant, TurnDone
+from engine.api import Assistant, EngineConfig, TurnDone
 from engine.inference.generate import GenerateParams
 from engine.config.paths import db_path, user_dir
 from engine.storage import Database
@@ -100,14 +100,14 @@ def turn(a, cid, text, on_first=None, flush_s=1.0):
 def attempt(name, *args, **kw):
     try:
         done = turn(*args, **kw)
-        out[name] = {"ok": done.text, "stats": done.stats}
+        out[name] = {"ok": done.text, "stats": done.stats.as_json()}
     except Exception as exc:  # what the caller of the facade gets
         out[name] = {"error": type(exc).__name__, "message": str(exc)}
 '''
 
 DB_SCENARIO = PRELUDE + r'''
 db = Database(db_path())
-a = Assistant(db, "demo-small", PARAMS, kv_tiers=False)
+a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_tiers=False))
 cid = a.new_conversation()
 attempt("before", a, cid, "Hello!")
 fill()
@@ -128,7 +128,7 @@ print(json.dumps(out))
 KV_SCENARIO = PRELUDE + r'''
 LONG = "Answer briefly and politely, in plain words, without lists. " * 22  # over 256 tokens: worth a file
 db = Database(db_path())
-a = Assistant(db, "demo-small", PARAMS, kv_cold_mb=100)
+a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_cold_mb=100))
 cid = a.new_conversation(system_prompt=LONG)
 attempt("before", a, cid, "Hello!")
 fill()
@@ -138,7 +138,7 @@ out["files_full"] = sorted(p.name for p in (HOME / "kv").glob("*")) if (HOME / "
 free()
 db.close()
 db = Database(db_path())
-a = Assistant(db, "demo-small", PARAMS, kv_cold_mb=100)  # the next start
+a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_cold_mb=100))  # the next start
 attempt("restarted", a, cid, "And again?")
 a.close()
 out["cold_free"] = vars(a.kv.cold.stats)
