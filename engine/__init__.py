@@ -1,3 +1,3 @@
 """Headless engine of the offline assistant. Never imports Qt."""
 
-__version__ = "0.1.0"
+from engine.config.version import __version__  # noqa: F401 - engine.__version__, as packages have

@@ -47,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "Settings": "engine.config.settings",
     "user_dir": "engine.config.paths",
     "install_dir": "engine.config.paths",
+    "__version__": "engine.config.version",  # for `assistant --version`
     "db_path": "engine.config.paths",
     "locked": "engine.config.locked_file",  # a file other processes write too: read-merge-write under it
     "write_atomic": "engine.config.locked_file",

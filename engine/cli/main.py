@@ -11,8 +11,7 @@ import json
 import logging
 import sys
 
-from engine import __version__
-from engine.api import (ConversationNotFound, FetchError, Settings, device_snapshot, fetch_demo_models, kv_on_disk,
+from engine.api import (ConversationNotFound, FetchError, __version__, Settings, device_snapshot, fetch_demo_models, kv_on_disk,
                         load_catalog, plan_fit, summary_chain)
 from engine.cli import hub
 from engine.cli.chat import Output, add_chat_parser
