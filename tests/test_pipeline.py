@@ -16,7 +16,7 @@ STAGES = ["after", "route", "recall", "cascade", "fallback", "fit", "prompt", "s
 JSON_KEYS = {"prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "completion_tokens", "ttft_ms",
              "prompt_tps", "decode_tps", "finish_reason", "cache_mode", "prompt_ms", "decode_ms",
              "tokens_estimated", "context_shift", "restored_from", "restore_ms", "park_ms", "dropped_tokens",
-             "read_ahead", "level", "route_reason", "fallback", "offload", "confidence", "context",
+             "read_ahead", "reasoning_tokens", "reasoning_ms", "reasoning_closed", "level", "route_reason", "fallback", "offload", "confidence", "context",
              "summary_used", "risk", "memories_used", "memory", "sources", "documents", "retrieval"}
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from engine.storage import clean_text
-from engine.inference.generate import _stop_hold
+from engine.inference.answer import _stop_hold
 from engine.inference.templates import CHATML_TEMPLATE, GEMMA_TEMPLATE, ChatTemplate, ChatTemplateError
 
 

@@ -19,7 +19,7 @@ class TurnDone:
     conversation_id: int
     message_id: int
     model: str
-    text: str
+    text: str  # the answer (a reasoning model's thinking is `reasoning`)
     token_ids: list[int]
     logprobs: list[float] = field(default_factory=list)
     stats: TurnStats | None = None
@@ -28,6 +28,7 @@ class TurnDone:
     fallback: str | None = None
     confidence: float | None = None
     superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
+    reasoning: str = ""  # a reasoning model's thinking, without its tags
 
     @property
     def sources(self) -> list[dict]:
@@ -83,5 +84,8 @@ def load_conversation(db: Database, conversation_id: int) -> Conversation:
             continue
         # Stored ids belong to the model that made/read them; other models re-tokenize.
         ids = {m["token_model"]: m["token_ids"]} if m["token_model"] and m["token_ids"] is not None else {}
-        messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"], m["model_text"]))
+        thought = ({m["token_model"]: m["reasoning_ids"]} if m["token_model"] and m["reasoning_ids"] is not None
+                   else {})
+        messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"], m["model_text"],
+                                reasoning=m["reasoning"], reasoning_ids=thought))
     return Conversation(conversation_id, row["system_prompt"], messages)

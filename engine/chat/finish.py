@@ -28,16 +28,22 @@ class Finish:
     def __call__(self, turn: Turn, answer: Message, result: TurnResult) -> TurnDone:
         target, conv = turn.target, turn.conv
         answer.content = result.text
+        thinks = bool(result.reasoning or result.reasoning_ids)
+        answer.reasoning = result.reasoning if thinks else None
         if target.identity:
             answer.ids = {target.identity: result.token_ids}
+            answer.reasoning_ids = {target.identity: result.reasoning_ids} if thinks else {}
             self.tiers.warm[conv.id] = target.level
             self._park(turn)
         stats = self.stats(turn, result)
         self.db.update_message(answer.id, content=result.text,
                                token_ids=result.token_ids if target.identity else None,
-                               logprobs=result.logprobs, status="done", stats=stats.as_json())
+                               logprobs=result.logprobs, status="done", stats=stats.as_json(),
+                               reasoning=answer.reasoning,
+                               reasoning_ids=result.reasoning_ids if thinks and target.identity else None)
         return TurnDone(conv.id, answer.id, target.model_id, result.text, result.token_ids, result.logprobs, stats,
-                        target.level, turn.decision.reason, stats.fallback, geometric_mean_prob(result.logprobs))
+                        target.level, turn.decision.reason, stats.fallback, geometric_mean_prob(result.logprobs),
+                        reasoning=result.reasoning)
 
     def _park(self, turn: Turn) -> None:
         """Copy the state to RAM while the user reads: a later switch only restores it."""

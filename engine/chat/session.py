@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.inference.backend import Backend, VocabTokenizer
-from engine.inference.templates import ChatTemplate
+from engine.inference.templates import ChatTemplate, Thought
 
 
 @dataclass
@@ -22,6 +22,10 @@ class Message:
     # What the models read when it differs from `content`: a user turn with the memories
     # retrieved for it. The ids (and the KV cache) are of this text; the UI shows `content`.
     model_text: str | None = None
+    # A reasoning model's answer: its thinking (no tags), and per model identity the ids sampled
+    # before the answer's (the block, its tags and the gap after: the context held them).
+    reasoning: str | None = None
+    reasoning_ids: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def text_for_model(self) -> str:
@@ -35,10 +39,20 @@ class Session:
     (`Worker.vocab`) on any thread; both give the same ids under the same identity."""
 
     def __init__(self, backend: Backend | VocabTokenizer, template: ChatTemplate,
-                 messages: list[Message] | None = None):
+                 messages: list[Message] | None = None, *, history: str = "template",
+                 think: bool | None = None):
         self.backend = backend
         self.template = template
         self.messages: list[Message] = list(messages or [])
+        self.history = history  # earlier thinking: the template's rule, "keep" or "drop"
+        # Asked of a template that reads `enable_thinking` (Qwen3); None: the template's default.
+        self.think = think if template.reasoning is not None and template.reasoning.toggle else None
+        self.generation_text = ""  # the control text the last prompt ended with
+
+    def _render(self, messages: list[Message], add_generation_prompt: bool) -> list[str | int | Thought]:
+        thoughts = [m.reasoning is not None for m in messages]
+        return self.template.render([m.role for m in messages], add_generation_prompt, thoughts=thoughts,
+                                    history=self.history, enable_thinking=self.think).pieces
 
     def content_ids(self, message: Message) -> list[int]:
         """The message's ids for this model: sampled/stored ones if it has them, else tokenized once."""
@@ -50,28 +64,76 @@ class Session:
     def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """Token ids of `messages` under the template: control text parsed for special tokens,
         contents never."""
-        return self._ids(self.template.render([m.role for m in messages], add_generation_prompt).pieces, messages)
+        pieces = self._render(messages, add_generation_prompt)
+        if add_generation_prompt:
+            self.generation_text = pieces[-1] if pieces and isinstance(pieces[-1], str) else ""
+        return self._ids(pieces, messages)
 
     def next_user_prefix(self) -> list[int]:
         """The ids a next user message's content will follow: the messages, then the template's
         markers that open a user turn (what a turn can evaluate ahead, while the user reads)."""
-        roles = [m.role for m in self.messages]
-        pieces = self.template.render(roles + ["user"], add_generation_prompt=True).pieces
-        return self._ids(pieces[:pieces.index(len(roles))], self.messages)  # cut where its content goes
+        n = len(self.messages)
+        pieces = self._render(self.messages + [Message("user", "")], add_generation_prompt=True)
+        return self._ids(pieces[:pieces.index(n)], self.messages)  # cut where its content goes
 
-    def _ids(self, pieces: list[str | int], messages: list[Message]) -> list[int]:
+    def _ids(self, pieces: list[str | int | Thought], messages: list[Message]) -> list[int]:
         ids: list[int] = []
-        for piece in pieces:
-            if isinstance(piece, int):
+        pieces = list(pieces)
+        k = 0
+        while k < len(pieces):
+            piece = pieces[k]
+            if isinstance(piece, Thought):
+                k += self._thought(piece, pieces, k, messages[piece.index], ids)
+            elif isinstance(piece, int):
                 ids.extend(self.content_ids(messages[piece]))
             else:
                 ids.extend(self.backend.tokenize_control(piece))
+            k += 1
         bos = self.backend.bos_id
         if self.backend.add_bos and bos >= 0 and (not ids or ids[0] != bos):
             ids.insert(0, bos)
         return ids
 
+    def _thought(self, slot: Thought, pieces: list, k: int, message: Message, ids: list[int]) -> int:
+        """An earlier answer's thinking the template kept, at `pieces[k]`: the ids the model sampled
+        there (the context holds them), so that keeping it costs no evaluation. Returns how many
+        pieces after `k` it covered (the tags between the thinking and the answer's slot)."""
+        fmt = self.template.reasoning
+        sampled = message.reasoning_ids.get(self.backend.identity)
+        if slot.whole:  # "keep": the thinking and the answer in one slot
+            ids.extend((sampled if sampled is not None else self._tokens(message.reasoning or "")))
+            ids.extend(self.content_ids(message))
+            return 0
+        between = pieces[k + 1] if k + 1 < len(pieces) else None
+        spliceable = (sampled is not None and isinstance(between, str) and between.strip() == fmt.close
+                      and k + 2 < len(pieces) and pieces[k + 2] == slot.index)
+        if not spliceable:  # rendered its own way: the text, as the template put it
+            ids.extend(self._tokens(message.reasoning or ""))
+            return 0
+        lead = b"".join(self.backend.token_bytes(t) for t in sampled[:4]).decode("utf-8", "replace")
+        if lead.lstrip().startswith(fmt.open):  # the sampled ids hold the opening tag: not twice
+            before = ids_of_tail(self.backend, ids, fmt.open)
+            del ids[len(ids) - before:]
+        ids.extend(sampled)
+        ids.extend(self.content_ids(message))
+        return 2
+
+    def _tokens(self, text: str) -> list[int]:
+        return self.backend.tokenize(text, special=False)
+
     def prompt(self, new_user: Message | None = None) -> list[int]:
         """The full prompt for the next answer: history (+ the new user message) + assistant header."""
         history = self.messages + ([new_user] if new_user else [])
         return self.render(history, add_generation_prompt=True)
+
+
+def ids_of_tail(backend, ids: list[int], tag: str) -> int:
+    """How many of the last `ids` spell `tag` and the whitespace after it (0 if they do not)."""
+    text = ""
+    for n in range(1, min(len(ids), 32) + 1):
+        text = backend.token_bytes(ids[-n]).decode("utf-8", "replace") + text
+        if text.rstrip() == tag:
+            return n
+        if len(text.strip()) > len(tag):
+            break
+    return 0

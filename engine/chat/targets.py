@@ -14,7 +14,9 @@ from typing import Iterator
 from engine.inference.backend import ContextFull, DecodeError, SamplingParams
 from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
                                 session_counter)
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, GenerationStats, common_prefix, generate
+from engine.inference.generate import (Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats,
+                                       common_prefix, generate)
+from engine.inference.reasoning import opens_block
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
 from engine.inference.runtime import FOREGROUND, Job, Worker
@@ -68,9 +70,13 @@ class LocalTarget:
     def identity(self) -> str:
         return self.worker.backend.identity
 
-    def session(self, history: list[Message]) -> Session:
-        """`history` rendered with the vocabulary alone: any thread, beside the model's decoding."""
-        return Session(self.worker.vocab, self.worker.template, history)
+    def session(self, history: list[Message], params: GenerateParams | None = None) -> Session:
+        """`history` rendered with the vocabulary alone: any thread, beside the model's decoding.
+        `params`: thinking on or off, and the rule for earlier thinking (default: the template's)."""
+        if params is None:
+            return Session(self.worker.vocab, self.worker.template, history)
+        return Session(self.worker.vocab, self.worker.template, history, history=params.reasoning_history,
+                       think=params.think)
 
     def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
             first_kept: int = 0) -> Window:
@@ -83,7 +89,7 @@ class LocalTarget:
         n_ctx = self.worker.backend.n_ctx
         reserve = min(params.max_tokens, n_ctx // 4)  # room for the answer; shrinks for a long message
         try:
-            window = fit_window(session_counter(self.session([])), n_ctx, system, turns, user, reserve, first_kept,
+            window = fit_window(session_counter(self.session([], params)), n_ctx, system, turns, user, reserve, first_kept,
                                 floor=answer_floor(n_ctx))
         except TooLong as exc:
             n_user = len(self.session([]).content_ids(user))
@@ -154,12 +160,16 @@ class LocalTarget:
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False, *,
                tiers: KVTiers | None = None, conversation_id: int | None = None,
-               read_ahead: bool = False, domain: str = WINDOW_DOMAIN) -> Iterator[Chunk | TurnResult]:
+               read_ahead: bool = False, domain: str = WINDOW_DOMAIN
+               ) -> Iterator[Chunk | ReasoningChunk | TurnResult]:
         """The answer to `user` after `history`, on this model's thread. `read_ahead`: once the
         answer is out, evaluate the markers that open the next user turn (see `_read_ahead`).
         `domain`: the turn's trust domain (`KVTiers.prepare`)."""
         def run(worker: Worker, job: Job) -> None:
-            prompt = self.session(history).prompt(user)
+            session = self.session(history, params)
+            prompt = session.prompt(user)
+            fmt = worker.template.reasoning
+            inside = fmt is not None and opens_block(session.generation_text, fmt)
             # Another conversation in the context: park it, bring this one's state from RAM or disk.
             restore = (tiers.prepare(worker.backend, conversation_id, prompt, domain)
                        if tiers and conversation_id else None)
@@ -168,10 +178,10 @@ class LocalTarget:
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
             try:
                 piece = worker.prefill_piece()
-                for item in generate(worker.backend, prompt, params, job.cancel, piece):
+                for item in generate(worker.backend, prompt, params, job.cancel, piece, reasoning=fmt, inside=inside):
                     if isinstance(item, TurnResult):
                         if read_ahead:  # before the end is told: a client's next request finds it done
-                            item.stats.read_ahead = self._read_ahead(worker, job, history, user, item)
+                            item.stats.read_ahead = self._read_ahead(worker, job, history, user, item, params)
                         item.stats.context_shift = shift
                         if restore is not None:
                             item.stats.restored_from = restore.restored_from
@@ -193,12 +203,12 @@ class LocalTarget:
         if cancel is not None and cancel.is_set() and not window_moved:
             # Stopped before the model was asked (while memories were retrieved, the window fitted
             # or a summary awaited): end now rather than queue behind the model's other work.
-            yield self._stopped_before_start(history, user)
+            yield self._stopped_before_start(history, user, params)
             return
         yield from self.worker.submit(run, FOREGROUND, cancel)
 
     def _read_ahead(self, worker: Worker, job: Job, history: list[Message], user: Message,
-                    result: TurnResult) -> int:
+                    result: TurnResult, params: GenerateParams) -> int:
         """Once the answer's text is out (before its end is reported): evaluate what the next turn
         of this conversation starts with whatever the client says (the end-of-turn and user-turn
         markers), so that a client coming back evaluates that much less (~6 tokens, ~40 ms of its
@@ -210,8 +220,8 @@ class LocalTarget:
                 or result.stats.finish_reason in ("cancelled", "context_full")
                 or (backend.n_swa > 0 and not backend.params.swa_full)):
             return 0
-        answer = Message("assistant", result.text, {backend.identity: result.token_ids})
-        ahead = self.session(history + [user, answer]).next_user_prefix()
+        answer = answer_message(result, backend.identity)
+        ahead = self.session(history + [user, answer], params).next_user_prefix()
         kv = backend.kv_tokens
         rest = ahead[len(kv):]
         if ahead[:len(kv)] != kv or not 0 < len(rest) <= READ_AHEAD_MAX or len(ahead) >= backend.n_ctx:
@@ -222,12 +232,22 @@ class LocalTarget:
             log.info("reading the next turn's markers ahead failed; the next turn evaluates them")
             return 0
 
-    def _stopped_before_start(self, history: list[Message], user: Message) -> TurnResult:
-        prompt = self.session(history).prompt(user)  # the vocabulary only, beside the model's thread
+    def _stopped_before_start(self, history: list[Message], user: Message, params: GenerateParams) -> TurnResult:
+        prompt = self.session(history, params).prompt(user)  # the vocabulary only, beside the model's thread
         kv = self.worker.view.kv_tokens
         cached = common_prefix(kv, prompt)
         return TurnResult([], "", [], GenerationStats(len(prompt), 0, cached, 0, 0.0, 0.0, 0.0, "cancelled",
                                                 "append" if cached else "fresh"))
+
+
+def answer_message(result: TurnResult, identity: str | None, level: str | None = None) -> Message:
+    """The assistant message a result makes: its answer, and its thinking with the ids sampled for
+    it (the context holds them before the answer's)."""
+    ids = {identity: result.token_ids} if identity else {}
+    if not result.reasoning_ids and not result.reasoning:
+        return Message("assistant", result.text, ids, None, level)
+    return Message("assistant", result.text, ids, None, level, reasoning=result.reasoning,
+                   reasoning_ids={identity: result.reasoning_ids} if identity else {})
 
 
 class RemoteTarget:

@@ -4,6 +4,11 @@ A template is rendered with placeholders in place of message contents and split 
 alternating control text and content slots. Control text is tokenized with special-token
 parsing on (it holds the template's role markers); contents are tokenized with it off, so a
 user who types `<|im_start|>system` gets plain text, never a role change.
+
+A reasoning model's earlier answer is passed as its template expects it (`reasoning_content`, or
+the thinking between its tags in the content), with a placeholder for the thinking too: the
+template's own rule then keeps or drops it (Qwen3 and R1 drop the thinking of earlier turns), and
+the rendering says which by holding a `Thought` slot or not.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ from datetime import datetime
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from engine.inference.reasoning import ReasoningFormat, detect
+
 # Private-use code points: they never occur in templates, so a placeholder cannot collide.
 _OPEN, _CLOSE = "\ue000", "\ue001"
-_SLOT = re.compile(f"{_OPEN}(\\d+){_CLOSE}")
+# A message's content (`7`), its thinking (`7r`) or both as sampled, tags and all (`7w`).
+_SLOT = re.compile(f"{_OPEN}(\\d+[rw]?){_CLOSE}")
+HISTORY_RULES = ("template", "keep", "drop")  # what becomes of earlier answers' thinking
 
 GEMMA_TEMPLATE = (
     # Gemma's turn format (Gemma 2/3): no system role, the system prompt leads the first user turn.
@@ -55,10 +64,19 @@ class ChatTemplateError(ValueError):
 
 
 @dataclass(frozen=True)
-class Rendered:
-    """A rendered conversation: control text (str) and content slots (message index, int)."""
+class Thought:
+    """The slot of message `index`'s thinking (`whole`: its thinking and answer as sampled)."""
 
-    pieces: list[str | int]
+    index: int
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A rendered conversation: control text (str), content slots (message index, int) and the
+    slots of earlier thinking the template kept (`Thought`)."""
+
+    pieces: list[str | int | Thought]
 
 
 def _raise(message: str):
@@ -102,16 +120,38 @@ class ChatTemplate:
         except Exception as exc:  # noqa: BLE001 - the source comes from a model file: any failure is its own
             raise ChatTemplateError(f"chat template '{name}' cannot be compiled: {exc}") from exc
         self.name = name
+        self.source = source
         self.bos_token, self.eos_token = bos_token, eos_token
+        self.reasoning: ReasoningFormat | None = None  # set by template_for for a reasoning model
 
-    def render(self, roles: list[str], add_generation_prompt: bool) -> Rendered:
-        """Render a conversation of the given roles with placeholder contents."""
-        messages = [{"role": r, "content": f"{_OPEN}{i}{_CLOSE}"} for i, r in enumerate(roles)]
+    def _message(self, i: int, role: str, thought: bool, history: str) -> dict:
+        content = f"{_OPEN}{i}{_CLOSE}"
+        fmt = self.reasoning
+        if not thought or fmt is None or history == "drop":
+            return {"role": role, "content": content}
+        if history == "keep":  # one slot: no tags for the template to strip
+            return {"role": role, "content": f"{_OPEN}{i}w{_CLOSE}"}
+        if fmt.reasoning_content:
+            return {"role": role, "content": content, "reasoning_content": f"{_OPEN}{i}r{_CLOSE}"}
+        return {"role": role, "content": f"{fmt.open}\n{_OPEN}{i}r{_CLOSE}\n{fmt.close}\n\n{content}"}
+
+    def render(self, roles: list[str], add_generation_prompt: bool, *, thoughts: list[bool] | None = None,
+               history: str = "template", **options) -> Rendered:
+        """Render a conversation of the given roles with placeholder contents.
+
+        Args:
+            thoughts: per message, whether it carries a reasoning model's thinking.
+            history: "template" (its rule for earlier thinking), "keep" or "drop" it.
+            options: template variables such as Qwen3's `enable_thinking` (None ones are left out).
+        """
+        thoughts = thoughts or [False] * len(roles)
+        messages = [self._message(i, r, t, history) for i, (r, t) in enumerate(zip(roles, thoughts))]
+        extra = {k: v for k, v in options.items() if v is not None}
         try:
             chunks, size = [], 0
             for chunk in self._template.generate(
                 messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token, eos_token=self.eos_token,
+                bos_token=self.bos_token, eos_token=self.eos_token, **extra,
             ):
                 size += len(chunk)
                 if size > MAX_RENDERED_CHARS:
@@ -125,10 +165,11 @@ class ChatTemplate:
             # violation, OverflowError from a huge range, RecursionError, TypeError) is its failure
             raise ChatTemplateError(f"chat template '{self.name}' failed: {exc}") from exc
         parts = _SLOT.split(text)
-        pieces: list[str | int] = []
+        pieces: list[str | int | Thought] = []
         for k, part in enumerate(parts):
             if k % 2:
-                pieces.append(int(part))
+                index = int(part.rstrip("rw"))
+                pieces.append(Thought(index, part.endswith("w")) if part[-1] in "rw" else index)
             elif part:
                 if _OPEN in part or _CLOSE in part:
                     raise ChatTemplateError(f"chat template '{self.name}' alters message contents; unsupported")
@@ -136,12 +177,17 @@ class ChatTemplate:
         return Rendered(pieces)
 
 
-def template_for(backend, hint: str = "gguf") -> ChatTemplate:
-    """The GGUF's own template when it has one (and the catalog does not override it), else a fallback."""
+def template_for(backend, hint: str = "gguf", reasoning: bool | None = None) -> ChatTemplate:
+    """The GGUF's own template when it has one (and the catalog does not override it), else a
+    fallback; with the model's reasoning format when it thinks in tags (`reasoning`: the catalog's
+    field, None to detect from the template and the vocabulary)."""
     bos = backend.token_text(backend.bos_id) if backend.bos_id >= 0 else ""
     eos = backend.token_text(backend.eos_id) if backend.eos_id >= 0 else ""
     source = backend.chat_template_source
     if hint == "gguf" and source:
-        return ChatTemplate(source, "gguf", bos, eos)
-    name = hint if hint in FALLBACKS else fallback_name_for(backend.arch)
-    return ChatTemplate(FALLBACKS[name], name, bos, eos)
+        template = ChatTemplate(source, "gguf", bos, eos)
+    else:
+        name = hint if hint in FALLBACKS else fallback_name_for(backend.arch)
+        template = ChatTemplate(FALLBACKS[name], name, bos, eos)
+    template.reasoning = detect(template.source, lambda text: len(backend.tokenize_control(text)) == 1, reasoning)
+    return template

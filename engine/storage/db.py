@@ -326,9 +326,15 @@ class Database:
 
     def update_message(self, message_id: int, *, content: str, token_ids: list[int] | None = None,
                        logprobs: list[float] | None = None, status: str | None = None,
-                       stats: dict | None = None) -> None:
-        """Rewrite a (streaming) message's content and ids; committed at once."""
+                       stats: dict | None = None, reasoning: str | None = None,
+                       reasoning_ids: list[int] | None = None) -> None:
+        """Rewrite a (streaming) message's content and ids; committed at once. `reasoning`,
+        `reasoning_ids`: a reasoning model's thinking and the ids sampled for it (None: unchanged)."""
         sets = {"content": content}
+        if reasoning is not None:
+            sets["reasoning"] = reasoning
+        if reasoning_ids is not None:
+            sets["reasoning_ids"] = encode_ids(reasoning_ids)
         if token_ids is not None:
             sets["token_ids"] = encode_ids(token_ids)
             sets["token_count"] = len(token_ids)
@@ -350,6 +356,7 @@ class Database:
         rows = self._q("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         for row in rows:
             row["token_ids"] = decode_ids(row["token_ids"])
+            row["reasoning_ids"] = decode_ids(row["reasoning_ids"])
             row["stats"] = json.loads(row["stats"]) if row["stats"] else None
         return rows
 

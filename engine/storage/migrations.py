@@ -278,6 +278,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         INSERT INTO messages_fts (messages_fts, rank) VALUES ('automerge', 2);
         INSERT INTO memories_fts (memories_fts, rank) VALUES ('automerge', 2);
     """),
+    ("0011_message_reasoning", """
+        -- A reasoning model's thinking, apart from the answer in `content`: shown folded, never
+        -- indexed for search or summarised. reasoning_ids: the ids sampled before the answer's
+        -- (int32 little-endian, valid for token_model), so the KV state it left is rebuilt exactly.
+        ALTER TABLE messages ADD COLUMN reasoning TEXT;
+        ALTER TABLE messages ADD COLUMN reasoning_ids BLOB;
+    """),
 ]
 
 

@@ -9,6 +9,7 @@ from engine.chat.finish import Finish
 from engine.chat.pipeline import Rest
 from engine.chat.session import Message
 from engine.chat.turn import Turn
+from engine.inference.generate import ReasoningChunk
 from engine.inference.remote import RemoteError
 from engine.storage import Database
 
@@ -23,6 +24,7 @@ class Store:
         answer = Message("assistant", "", {}, None, turn.target.level)
         parts: list[str] = []
         ids: list[int] = []
+        thought: list[str] = []  # a reasoning model's thinking
         finished = False
         last_flush = time.monotonic()
         stream = rest(turn)
@@ -35,11 +37,14 @@ class Store:
                     break
                 self._open(turn, answer)  # first output: the tier is answering, make the row
                 # Per token only appends: on a laptop every cycle spent here is taken from the decode.
-                parts.append(item.text)
-                if item.token >= 0:
-                    ids.append(item.token)
+                if isinstance(item, ReasoningChunk):
+                    thought.append(item.text)
+                else:
+                    parts.append(item.text)
+                    if item.token >= 0:
+                        ids.append(item.token)
                 if time.monotonic() - last_flush >= turn.request.flush_s:
-                    self._save(turn, answer, parts, ids)
+                    self._save(turn, answer, parts, ids, thought)
                     last_flush = time.monotonic()
                 yield item
             if result is None:
@@ -55,7 +60,7 @@ class Store:
             if answer.id is not None and not finished:
                 # Consumer stopped early or an error: keep what was shown, and let the conversation
                 # mirror what was sampled so the next turn's tokens extend the KV cache exactly.
-                self._save(turn, answer, parts, ids, status="done", stats={"finish_reason": "interrupted"})
+                self._save(turn, answer, parts, ids, thought, status="done", stats={"finish_reason": "interrupted"})
 
     def _open(self, turn: Turn, answer: Message) -> None:
         if answer.id is not None:
@@ -69,10 +74,16 @@ class Store:
             conv.messages = [m for m in conv.messages if m.id != old.message_id]
         conv.messages.append(answer)
 
-    def _save(self, turn: Turn, answer: Message, parts: list[str], ids: list[int], **final) -> None:
+    def _save(self, turn: Turn, answer: Message, parts: list[str], ids: list[int], thought: list[str],
+              **final) -> None:
         identity = turn.target.identity
         answer.content = "".join(parts)
         if identity:
             answer.ids = {identity: list(ids)}
-        self.db.update_message(answer.id, content=answer.content, token_ids=ids if identity else None, **final)
+        if thought:
+            # Its ids are not kept while it streams (the tags' tokens show no text): a turn after an
+            # interrupted one re-evaluates from the thinking's start.
+            answer.reasoning = "".join(thought).strip()
+        self.db.update_message(answer.id, content=answer.content, token_ids=ids if identity else None,
+                               reasoning=answer.reasoning, **final)
 
