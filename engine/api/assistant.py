@@ -195,10 +195,12 @@ class Assistant(AssistantCore, DocumentsApi):
         return self.db.search_conversations(query)
 
     def transcript(self, conversation_id: int) -> list[dict]:
-        """Every stored message (superseded ones flagged): {"id", "role", "content", "stats", "superseded"}."""
+        """Every stored message (superseded ones flagged): {"id", "role", "content", "reasoning" (a
+        reasoning model's thinking, else None), "stats", "superseded"}."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
-        return [{"id": r["id"], "role": r["role"], "content": r["content"], "stats": r["stats"] or {},
-                 "superseded": r["superseded_by"] is not None} for r in self.db.messages(conversation_id)]
+        return [{"id": r["id"], "role": r["role"], "content": r["content"], "reasoning": r["reasoning"],
+                 "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None}
+                for r in self.db.messages(conversation_id)]
 
     def export(self, conversation_id: int, fmt: str = "markdown") -> str:
         """The conversation as Markdown or JSON text."""

@@ -110,7 +110,7 @@ class Session:
         if not spliceable:  # rendered its own way: the text, as the template put it
             ids.extend(self._tokens(message.reasoning or ""))
             return 0
-        lead = b"".join(self.backend.token_bytes(t) for t in sampled[:4]).decode("utf-8", "replace")
+        lead = b"".join(self.backend.token_bytes(t) for t in sampled[:16]).decode("utf-8", "replace")
         if lead.lstrip().startswith(fmt.open):  # the sampled ids hold the opening tag: not twice
             before = ids_of_tail(self.backend, ids, fmt.open)
             del ids[len(ids) - before:]
