@@ -6,7 +6,7 @@ from here and nothing else from `engine`.
     assistant = Assistant.from_settings()          # the only place settings become an engine
     cid = assistant.new_conversation()
     for event in assistant.send(cid, "hello", GenerateParams(max_tokens=64)):
-        ...                                        # Chunk …, then TurnDone
+        ...                                        # Chunk … (ReasoningChunk …), then TurnDone
     assistant.close()
 
 Names resolve on first use (PEP 562): a front-end's first screen can import settings and paths
@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "LIVE_SETTINGS": "engine.api.assistant",
     "TurnDone": "engine.chat.conversation",
     "Chunk": "engine.inference.generate",
+    "ReasoningChunk": "engine.inference.generate",  # a reasoning model's thinking, beside the answer's Chunks
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",

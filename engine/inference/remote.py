@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import httpx
 import tiktoken
 
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, GenerationStats
+from engine.inference.generate import Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +309,10 @@ class RemoteClient:
         raise AssertionError("unreachable")
 
     def stream_chat(self, messages: list[dict], params: GenerateParams = GenerateParams(),
-                    cancel: threading.Event | None = None) -> Iterator[Chunk | TurnResult]:
+                    cancel: threading.Event | None = None) -> Iterator[Chunk | ReasoningChunk | TurnResult]:
         """Stream an answer: `Chunk`s (token -1: remote tokens have no local id), then a `TurnResult`.
+        A reasoning model's thinking (`reasoning_content`, or `reasoning` as some servers name it)
+        streams as `ReasoningChunk`s.
 
         `cancel` ends the turn (finish_reason "cancelled") within CANCEL_POLL_S, also while the
         endpoint sends nothing: the request runs on a reader thread this generator only waits on.
@@ -324,7 +326,9 @@ class RemoteClient:
         threading.Thread(target=self._read, args=(self._body(messages, params), feed), name="l3-stream",
                          daemon=True).start()
         parts: list[str] = []
+        thought: list[str] = []
         t_first, t_last, finish, usage = None, None, "stop", None
+        t_thought = None
         try:
             while True:
                 try:
@@ -340,10 +344,14 @@ class RemoteClient:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                chunk_usage, text, reason = item
+                chunk_usage, text, reason, reasoning = item
                 usage = chunk_usage or usage
                 if reason:
                     finish = reason
+                if reasoning:
+                    t_thought = t_thought or time.perf_counter()
+                    thought.append(reasoning)
+                    yield ReasoningChunk(reasoning, -1, 0.0)
                 if text:
                     t_last = time.perf_counter()
                     t_first = t_first or t_last
@@ -366,8 +374,11 @@ class RemoteClient:
             finish_reason=finish,
             cache_mode="remote",
             tokens_estimated=usage is None,
+            reasoning_tokens=(((usage or {}).get("completion_tokens_details") or {}).get("reasoning_tokens")
+                              or estimate_tokens("".join(thought))) if thought else 0,
+            reasoning_ms=round(((t_first or t_end) - t_thought) * 1000, 2) if t_thought else 0.0,
         )
-        yield TurnResult([], text, [], stats)
+        yield TurnResult([], text, [], stats, "".join(thought).strip())
 
     def _read(self, body: dict, feed: _Feed) -> None:
         """The reader thread: open the stream and hand (usage, text, finish_reason) per completion
@@ -388,8 +399,8 @@ class RemoteClient:
         except BaseException as exc:  # noqa: BLE001 - raised by the generator, in the turn's thread
             feed.items.put(exc)
 
-    def _chunks(self, response: httpx.Response) -> Iterator[tuple[dict | None, str, str | None]]:
-        """(usage, text, finish_reason) per completion chunk of the event stream, until [DONE].
+    def _chunks(self, response: httpx.Response) -> Iterator[tuple[dict | None, str, str | None, str]]:
+        """(usage, text, finish_reason, reasoning) per completion chunk of the event stream, until [DONE].
         Events of any type carry chunks (as OpenAI's own client reads them) except "error"."""
         events = 0
         for kind, data in sse_events(sse_lines(response.iter_bytes())):
@@ -400,12 +411,16 @@ class RemoteClient:
             try:
                 event = {"error": data or "(no detail)"} if kind == "error" else json.loads(data)
                 choice = (event.get("choices") or [{}])[0]
-                text, reason = (choice.get("delta") or {}).get("content") or "", choice.get("finish_reason")
+                delta = choice.get("delta") or {}
+                text, reason = delta.get("content") or "", choice.get("finish_reason")
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                if not isinstance(text, str) or not isinstance(reasoning, str):
+                    raise TypeError("content is not text")
             except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
                 raise RemoteError("protocol",
                                   f"L3 endpoint sent malformed JSON: {self._redact(data)[:120]!r}") from exc
             if event.get("error"):
                 raise RemoteError("server", f"L3 endpoint reported an error: {self._redact(_error_text(data))[:300]}")
-            yield event.get("usage"), text, reason
+            yield event.get("usage"), text, reason, reasoning
         if not events:
             raise RemoteError("protocol", "L3 endpoint's answer is not an event stream (no data events)")

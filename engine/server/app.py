@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from engine.api import Chunk, TurnDone
+from engine.api import Chunk, ReasoningChunk, TurnDone
 from engine.server import errors
 from engine.server.engine_thread import END, Job, embed_work, turn_work
 from engine.server.guard import BodyLimit, HostGuard, KeyGuard, OriginGuard
@@ -197,7 +197,7 @@ class Endpoints:
                     yield {"data": _json(errors.body(item))}
                     ended = True
                     return
-                if isinstance(item, Chunk):
+                if isinstance(item, (Chunk, ReasoningChunk)):
                     delta = shape.delta(item)
                     if delta is not None:
                         yield {"data": _json(delta)}

@@ -19,6 +19,10 @@ LEVELS = ("auto", "L1", "L2", "L3")
 MAX_TOKENS = 131_072  # asked beyond this is a mistake; the engine also caps it at what the context leaves
 MAX_STOPS = 4
 MAX_EMBED_INPUTS = 2048
+# `reasoning_effort` as a thinking budget in tokens (None: no budget beyond max_tokens' share);
+# "none" and "minimal" turn thinking off (Qwen3 by its template's switch, other models by closing
+# the block at once).
+REASONING_EFFORT = {"none": 0, "minimal": 0, "low": 512, "medium": 2048, "high": None}
 
 
 class RequestError(Exception):
@@ -122,8 +126,23 @@ def generate_params(body: dict, repetition_guard: bool) -> GenerateParams:
     n = body.get("n")
     if n is not None and n != 1:
         raise RequestError("n must be 1: one answer per request", "n")
+    think, budget = thinking(body)
     return GenerateParams(sampling=sampling, max_tokens=max_tokens or GenerateParams().max_tokens,
-                          stop=stops, repetition_guard=repetition_guard)
+                          stop=stops, repetition_guard=repetition_guard, think=think, reasoning_budget=budget)
+
+
+def thinking(body: dict) -> tuple[bool, int | None]:
+    """Thinking on or off and its budget, asked the ways clients send it: vLLM's and llama-server's
+    `chat_template_kwargs.enable_thinking`, and OpenAI's `reasoning_effort`."""
+    kwargs = _get(body, "chat_template_kwargs", (dict,), {}, "an object")
+    enable = _get(kwargs, "enable_thinking", (bool,), None, "true or false")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORT:
+        raise RequestError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORT)}", "reasoning_effort")
+    budget = REASONING_EFFORT.get(effort) if effort is not None else None
+    if enable is False or budget == 0:
+        return False, None
+    return True, budget
 
 
 def _content(message: dict, i: int) -> str:

@@ -1,12 +1,13 @@
-"""The engine's turn events (Chunk … TurnDone) in OpenAI's response shapes: chat completions and
-legacy completions, whole or as stream chunks, with `usage` and our `x_` extensions."""
+"""The engine's turn events (Chunk, ReasoningChunk … TurnDone) in OpenAI's response shapes: chat
+completions and legacy completions, whole or as stream chunks, with `usage` and our `x_` extensions.
+A reasoning model's thinking is `reasoning_content` (DeepSeek's API, vLLM and LM Studio name it so)."""
 
 from __future__ import annotations
 
 import time
 import uuid
 
-from engine.api import Chunk, TurnDone
+from engine.api import Chunk, ReasoningChunk, TurnDone
 
 # The engine's finish reasons in OpenAI's words (the engine's own is kept as x_finish_reason).
 FINISH = {"stop": "stop", "stop_string": "stop", "repetition": "stop", "cancelled": "stop",
@@ -15,12 +16,15 @@ FINISH = {"stop": "stop", "stop_string": "stop", "repetition": "stop", "cancelle
 
 def usage(dones: list[TurnDone]) -> dict:
     """Token counts of every answer the request took (a cascade's re-ask included);
-    cached_tokens: prompt tokens that came from the KV cache instead of being evaluated."""
+    cached_tokens: prompt tokens that came from the KV cache instead of being evaluated;
+    reasoning_tokens: of completion_tokens, a reasoning model's thinking."""
     prompt = sum(d.stats.prompt_tokens for d in dones)
     completion = sum(d.stats.completion_tokens for d in dones)
     cached = sum(d.stats.prompt_tokens_cached for d in dones)
+    reasoning = sum(d.stats.reasoning_tokens for d in dones)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": reasoning}}
 
 
 def extensions(done: TurnDone | None, docs: bool) -> dict:
@@ -76,8 +80,10 @@ class Shape:
         kept = min(len(chunks), len(final.token_ids), len(final.logprobs))
         chunks = [Chunk(c.text, t, lp) for c, t, lp in zip(chunks[:kept], final.token_ids, final.logprobs)]
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": final.text},
-                      "logprobs": self._logprobs(chunks), "finish_reason": finish}
+            message = {"role": "assistant", "content": final.text}
+            if final.reasoning:  # DeepSeek's, vLLM's and LM Studio's field for the thinking
+                message["reasoning_content"] = final.reasoning
+            choice = {"index": 0, "message": message, "logprobs": self._logprobs(chunks), "finish_reason": finish}
         else:
             choice = {"index": 0, "text": final.text, "logprobs": self._logprobs(chunks), "finish_reason": finish}
         return self._envelope(choice, False) | {"usage": usage(dones)} | extensions(final, self.docs)
@@ -89,7 +95,12 @@ class Shape:
         return self._envelope({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                "finish_reason": None}, True)
 
-    def delta(self, chunk: Chunk) -> dict | None:
+    def delta(self, chunk: Chunk | ReasoningChunk) -> dict | None:
+        if isinstance(chunk, ReasoningChunk):  # thinking: chat only (a completion has no such field)
+            if not chunk.text or not self.chat:
+                return None
+            return self._envelope({"index": 0, "delta": {"reasoning_content": chunk.text}, "logprobs": None,
+                                   "finish_reason": None}, True)
         if not chunk.text and not self.want_logprobs:
             return None
         logprobs = self._logprobs([chunk])
