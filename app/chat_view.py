@@ -3,12 +3,14 @@ answer streams (tokens arrive in batches; the document is rebuilt only for the l
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.citations import SOURCES, open_source
-from app.render import CODE_BLOCKS, message_html
+from app.render import CODE_BLOCKS, message_html, thinking_html
 
 RENDER_MS = 50
 
@@ -21,9 +23,10 @@ class ChatView(QTextBrowser):
         self.setOpenExternalLinks(False)
         self.setOpenLinks(False)  # model output never navigates the view
         self.anchorClicked.connect(self._on_link)
-        self.messages: list[dict] = []  # {"role", "content", "stats", "streaming"}
+        # {"role", "content", "stats", "streaming", "reasoning", "think_open", "think_t0"}
+        self.messages: list[dict] = []
         self._dirty = False
-        self._cache: dict[int, tuple[str, int, str]] = {}  # index -> (content, stats id, html)
+        self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
         self._timer = QTimer(self)
         self._timer.setInterval(RENDER_MS)
         self._timer.timeout.connect(self._render_if_dirty)
@@ -42,20 +45,32 @@ class ChatView(QTextBrowser):
 
     def append_tokens(self, text: str) -> None:
         if self.messages and self.messages[-1]["streaming"]:
-            self.messages[-1]["content"] += text
+            last = self.messages[-1]
+            last["content"] += text
+            if last.get("think_t0") and last.get("think_s") is None:  # the answer began: thinking is over
+                last["think_s"] = time.monotonic() - last["think_t0"]
+            self._dirty = True
+
+    def append_thinking(self, text: str) -> None:
+        """A reasoning model's thinking as it streams: into the answer's folded block."""
+        if self.messages and self.messages[-1]["streaming"]:
+            last = self.messages[-1]
+            last["reasoning"] = last.get("reasoning", "") + text
+            last.setdefault("think_t0", time.monotonic())
             self._dirty = True
 
     def finish(self, done: dict) -> None:
         if self.messages and self.messages[-1]["role"] == "assistant":
             last = self.messages[-1]
-            last.update(content=done["text"], streaming=False,
+            last.update(content=done["text"], streaming=False, reasoning=done.get("reasoning") or "",
                         stats=dict(done["stats"], level=done.get("level"), model=done.get("model")))
         self._render()
 
     def restart_answer(self) -> None:
         """The cascade re-asks on L2: the weak answer is replaced by the new one as it streams."""
         if self.messages and self.messages[-1]["role"] == "assistant":
-            self.messages[-1].update(content="", streaming=True, stats={})
+            self.messages[-1].update(content="", streaming=True, stats={}, reasoning="", think_t0=None,
+                                     think_s=None)
             self._render()
 
     def fail(self, message: str) -> None:
@@ -81,15 +96,22 @@ class ChatView(QTextBrowser):
             self._cache = {i: c for i, c in self._cache.items() if i < last}
             self._render()
 
-    def last_answer(self) -> str:
+    def last_answer(self, reasoning: bool = False) -> str:
+        """The last answer's text (`reasoning`: its thinking first, when it has some)."""
         for m in reversed(self.messages):
             if m["role"] == "assistant":
+                if reasoning and m.get("reasoning"):
+                    return f"<think>\n{m['reasoning']}\n</think>\n\n{m['content']}"
                 return m["content"]
         return ""
 
     def _on_link(self, url) -> None:
-        """Only the view's own "copy" and "cite" links do anything; links in model output are inert."""
-        if url.scheme() == "copy" and url.path() in CODE_BLOCKS:
+        """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
+        if url.scheme() == "think" and url.path().isdigit() and int(url.path()) < len(self.messages):
+            m = self.messages[int(url.path())]
+            m["think_open"] = not m.get("think_open")
+            self._render()
+        elif url.scheme() == "copy" and url.path() in CODE_BLOCKS:
             from PySide6.QtGui import QGuiApplication
 
             QGuiApplication.clipboard().setText(CODE_BLOCKS[url.path()])
@@ -100,8 +122,29 @@ class ChatView(QTextBrowser):
 
     # ---- drawing
     def _render_if_dirty(self) -> None:
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.get("streaming") and last.get("think_t0") and last.get("think_s") is None:
+            second = int(time.monotonic() - last["think_t0"])
+            if second != last.get("think_shown"):  # the "Thinking… N s" line counts up, once a second
+                last["think_shown"] = second
+                self._dirty = True
         if self._dirty:
             self._render()
+
+    @staticmethod
+    def _thinking(i: int, m: dict) -> str:
+        if m["role"] != "assistant" or not (m.get("reasoning") or (m.get("stats") or {}).get("reasoning_tokens")):
+            return ""
+        streaming = bool(m.get("streaming"))
+        if streaming:
+            seconds = m.get("think_s")
+            if seconds is None and m.get("think_t0"):
+                seconds = time.monotonic() - m["think_t0"]
+            streaming = m.get("think_s") is None  # "Thinking…" until the answer begins
+        else:
+            ms = (m.get("stats") or {}).get("reasoning_ms")
+            seconds = ms / 1000 if ms else None
+        return thinking_html(m.get("reasoning") or "", i, bool(m.get("think_open")), seconds, streaming)
 
     def _render(self) -> None:
         self._dirty = False
@@ -110,12 +153,14 @@ class ChatView(QTextBrowser):
         parts = []
         for i, m in enumerate(self.messages):  # finished messages are rendered once
             cached = self._cache.get(i)
-            if cached and not m.get("streaming") and cached[0] == m["content"] and cached[1] == id(m.get("stats")):
-                parts.append(cached[2])
+            key = (m["content"], id(m.get("stats")), bool(m.get("think_open")), m.get("reasoning") or "")
+            if cached and not m.get("streaming") and cached[0] == key:
+                parts.append(cached[1])
                 continue
-            piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"))
+            piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"),
+                                 thinking=self._thinking(i, m))
             if not m.get("streaming"):
-                self._cache[i] = (m["content"], id(m.get("stats")), piece)
+                self._cache[i] = (key, piece)
             parts.append(piece)
         self.setHtml("".join(parts))
         if at_bottom:

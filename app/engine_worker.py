@@ -23,7 +23,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.background import Runner
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
-                        SamplingParams, StorageError, TurnDone, adopt, check_owner)
+                        ReasoningChunk, SamplingParams, StorageError, TurnDone, adopt, check_owner)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -50,6 +50,7 @@ class EngineWorker(QObject):
     GUI thread."""
 
     tokens = Signal(int, str)  # (emitted on the GUI thread) conversation id, text since the last batch
+    thinking = Signal(int, str)  # the same for a reasoning model's thinking
 
     def __init__(self, model: str | None = None, n_ctx: int | None = None, memory: bool | None = None):
         super().__init__()
@@ -183,41 +184,34 @@ class EngineWorker(QObject):
 
     # ---- turns
     def turn(self, conversation_id: int, start: TurnStart, temperature: float, max_tokens: int,
-             on_answer: Callable[[int, dict], None], on_error: Callable[[int, BaseException], None]) -> None:
-        """Run one turn on the engine thread: token batches go to `tokens`, each answer (a superseded
-        low-confidence one too: its "superseded" is True) to `on_answer`, an exception that ended the
-        turn (MessageTooLong: the window asks the user) to `on_error`; then the chat list is read again."""
+             on_answer: Callable[[int, dict], None], on_error: Callable[[int, BaseException], None],
+             think: bool | None = None) -> None:
+        """Run one turn on the engine thread: token batches go to `tokens` (a reasoning model's
+        thinking to `thinking`), each answer (a superseded low-confidence one too: its "superseded"
+        is True) to `on_answer`, an exception that ended the turn (MessageTooLong: the window asks
+        the user) to `on_error`; then the chat list is read again. `think`: the chat's Think switch
+        (None: the setting)."""
         if self.runner is None or self.runner.closed or self.closing:
             return
-        self.runner.run(lambda: self._turn(conversation_id, start, temperature, max_tokens, on_answer),
+        self.runner.run(lambda: self._turn(conversation_id, start, temperature, max_tokens, on_answer, think),
                         on_error=lambda exc: on_error(conversation_id, exc))
         self.refresh()
 
     def _turn(self, cid: int, start: TurnStart, temperature: float, max_tokens: int,
-              on_answer: Callable[[int, dict], None]) -> None:
+              on_answer: Callable[[int, dict], None], think: bool | None = None) -> None:
         if self.assistant is None:
             raise InputError("the engine is not ready")
         if self.closing:
             return  # queued behind the turn the close cancelled
         self.cancel.clear()
-        settings = self.assistant.settings
-        guard = settings is None or bool(settings.get("generate.repetition_guard"))  # read per turn: live
-        params = GenerateParams(SamplingParams(temperature=temperature), max_tokens=max_tokens,
-                                repetition_guard=guard)
-        pending: list[str] = []
-        last = time.monotonic()
+        params = turn_params(self.assistant.settings, temperature, max_tokens, think)
+        batch = _Batches(self.runner, cid, self.tokens, self.thinking)
         for item in start(self.assistant, params, self.cancel):
             if isinstance(item, TurnDone):
-                if pending:
-                    self.runner.to_gui(self.tokens.emit, cid, "".join(pending))
-                    pending = []
+                batch.flush()
                 self.runner.to_gui(on_answer, cid, done_dict(item))
                 continue
-            pending.append(item.text)
-            now = time.monotonic()
-            if (now - last) * 1000 >= TOKEN_BATCH_MS:
-                self.runner.to_gui(self.tokens.emit, cid, "".join(pending))
-                pending, last = [], now
+            batch.add(item)
 
     # ---- the local API server's jobs (app/api_server.py)
     def post(self, fn: Callable[[], None]) -> None:
@@ -255,4 +249,44 @@ class _NotReady(Exception):
 def done_dict(item: TurnDone) -> dict:
     return {"text": item.text, "stats": item.stats.as_json(), "level": item.level, "model": item.model,
             "route_reason": item.route_reason, "fallback": item.fallback, "message_id": item.message_id,
-            "superseded": bool(item.superseded)}
+            "superseded": bool(item.superseded), "reasoning": item.reasoning}
+
+
+def turn_params(settings, temperature: float, max_tokens: int, think: bool | None) -> GenerateParams:
+    """A window turn's parameters, the settings read per turn (live). `think`: the chat's Think
+    switch (None: the reasoning.think setting)."""
+    def get(key, default):
+        return default if settings is None else settings.get(key)
+
+    budget = int(get("reasoning.budget_tokens", 0))
+    return GenerateParams(SamplingParams(temperature=temperature), max_tokens=max_tokens,
+                          repetition_guard=bool(get("generate.repetition_guard", True)),
+                          think=bool(get("reasoning.think", True)) if think is None else think,
+                          reasoning_budget=budget or None, reasoning_history=get("reasoning.history", "template"))
+
+
+class _Batches:
+    """A turn's streamed text, answer and thinking apart, handed to the GUI thread at most every
+    TOKEN_BATCH_MS: a signal per token would flood the window's event loop."""
+
+    def __init__(self, runner: Runner, cid: int, tokens, thinking):
+        self.runner, self.cid, self.signals = runner, cid, {False: tokens, True: thinking}
+        self.pending: list[str] = []
+        self.kind = False  # what `pending` holds: thinking (True) or answer text
+        self.last = time.monotonic()
+
+    def add(self, item) -> None:
+        kind = isinstance(item, ReasoningChunk)
+        if kind != self.kind:
+            self.flush()
+            self.kind = kind
+        self.pending.append(item.text)
+        now = time.monotonic()
+        if (now - self.last) * 1000 >= TOKEN_BATCH_MS:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.pending:
+            self.runner.to_gui(self.signals[self.kind].emit, self.cid, "".join(self.pending))
+            self.pending = []

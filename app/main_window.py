@@ -22,6 +22,7 @@ from app.i18n import tr
 from app.overflow import ask_overflow
 from app.render import answered_by
 from app.sidebar import ChatSidebar
+from app.think_toggle import ThinkToggle
 from app.window_panels import WindowPanels
 from engine.api import MessageTooLong, Settings
 
@@ -63,6 +64,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.worker.on_notice = self.status_label.setText
         self.worker.on_conversations = self._on_conversations
         self.worker.tokens.connect(self._on_tokens)
+        self.worker.thinking.connect(self._on_thinking)
         self.worker.start(self._on_ready, self._on_failed)  # the engine thread loads; the window shows now
 
     def _build_sidebar(self) -> ChatSidebar:
@@ -137,6 +139,10 @@ class MainWindow(WindowPanels, QMainWindow):
         self.docs_toggle.sig_query.connect(
             lambda cid: self.docs_worker.get_conversation(cid, self.docs_toggle.show_state))
         actions.addWidget(self.docs_toggle)
+        self.think_toggle = ThinkToggle(bool(Settings.shared().get("reasoning.think")))
+        self.think_toggle.sig_set.connect(
+            lambda cid, on: self.worker.call(lambda a: a.set_conversation_think(cid, on), lambda _: None))
+        actions.addWidget(self.think_toggle)
         self._update_actions()
         return actions
 
@@ -179,6 +185,7 @@ class MainWindow(WindowPanels, QMainWindow):
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
+        self.think_toggle.show_state(cid, None)  # a new chat starts from the setting
         self.view.set_messages([])
         self.gauges.conversation_id = cid
         self.gauges.set_water_level(None)
@@ -190,10 +197,11 @@ class MainWindow(WindowPanels, QMainWindow):
 
     def _load(self, cid: int) -> None:
         self.worker.call(lambda a: a.transcript(cid), lambda messages: self._on_history(cid, messages))
+        self.worker.call(lambda a: a.conversation_think(cid), lambda on: self.think_toggle.show_state(cid, on))
 
     def _on_history(self, cid: int, messages: list[dict]) -> None:
         if cid == self.conversation_id:
-            self.view.set_messages([{"role": m["role"], "content": m["content"],
+            self.view.set_messages([{"role": m["role"], "content": m["content"], "reasoning": m.get("reasoning") or "",
                                      "stats": dict(m["stats"], model=(m["stats"] or {}).get("model")),
                                      "superseded": m["superseded"]} for m in messages])
             last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
@@ -204,6 +212,11 @@ class MainWindow(WindowPanels, QMainWindow):
         self.progress.hide()  # the first token ends the wait
         if cid == self.conversation_id:
             self.view.append_tokens(text)
+
+    def _on_thinking(self, cid: int, text: str) -> None:
+        self.progress.hide()
+        if cid == self.conversation_id:
+            self.view.append_thinking(text)
 
     def _on_answer(self, cid: int, done: dict) -> None:
         if done["superseded"]:  # a low-confidence answer: asked again on L2
@@ -330,7 +343,8 @@ class MainWindow(WindowPanels, QMainWindow):
 
     def _turn(self, cid: int, start) -> None:
         """One turn on the engine thread (`start(assistant, params, cancel)` yields its events)."""
-        self.worker.turn(cid, start, self.temperature, self.max_tokens, self._on_answer, self._on_turn_error)
+        self.worker.turn(cid, start, self.temperature, self.max_tokens, self._on_answer, self._on_turn_error,
+                         think=self.think_toggle.isChecked())
 
     def _send_to(self, cid: int, text: str, route: str) -> None:
         self.conversation_id = cid

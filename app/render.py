@@ -70,6 +70,9 @@ def meta_line(stats: dict, level: str = "", model: str = "") -> str:
         parts.append(tr("{ms:.0f} ms to first token").format(ms=stats["ttft_ms"]))
     if stats.get("decode_tps"):
         parts.append(f"{stats['decode_tps']:.1f} tok/s")
+    if stats.get("reasoning_tokens"):
+        parts.append(tr("thought {n} tokens in {s:.1f} s").format(n=stats["reasoning_tokens"],
+                                                                   s=stats.get("reasoning_ms", 0) / 1000))
     if "prompt_tokens_evaluated" in stats:
         est = "~" if stats.get("tokens_estimated") else ""
         parts.append(tr("{ev} evaluated / {ca} cached").format(ev=f"{est}{stats['prompt_tokens_evaluated']}",
@@ -114,13 +117,33 @@ def notices_html(stats: dict) -> str:
     return "".join(out)
 
 
-def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False) -> str:
+def thinking_html(reasoning: str, index: int, open_: bool, seconds: float | None, streaming: bool) -> str:
+    """A reasoning model's thinking: one line, "Thinking… 12 s" while it streams ("Thought for 12 s"
+    after), that opens on click (`think:<index>` link) to show the text, muted."""
+    if seconds is None:
+        label = tr("Thinking…") if streaming else tr("Thoughts")
+    else:
+        label = (tr("Thinking… {s:.0f} s") if streaming else tr("Thought for {s:.0f} s")).format(s=seconds)
+    arrow = "▾" if open_ else "▸"
+    head = (f"<div style='color:{COLOURS['meta']};font-size:small'><a href='think:{index}' "
+            f"style='color:{COLOURS['meta']};text-decoration:none'>{arrow} {html.escape(label)}</a></div>")
+    if not open_:
+        return head
+    body = html.escape(reasoning).replace("\n", "<br>") or "…"
+    return (head + f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px;"
+            f"border-left:2px solid {COLOURS['meta']};padding-left:6px'>{body}</div>")
+
+
+def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False, *,
+                 thinking: str = "") -> str:
+    """One bubble; `thinking`: the thinking block's HTML above an answer (thinking_html)."""
     stats = stats or {}
     if role == "user":
         body = html.escape(text).replace("\n", "<br>")
         return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
                 f"<td style='background:{COLOURS['user']}'>{body}</td></tr></table>")
-    body = markdown_html(text) if text else "<i>…</i>"
+    body = markdown_html(text) if text else ("" if thinking and streaming else "<i>…</i>")
+    body = thinking + body
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
     tail = "" if streaming else citations_html(stats, COLOURS["meta"])  # [n] → the documents cited

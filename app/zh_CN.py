@@ -22,6 +22,13 @@ TABLE = {
     "Stop": "停止",
     "The model could not be loaded: {why}": "无法加载模型：{why}",
     "Thinking…": "思考中…",
+    "Thinking… {s:.0f} s": "思考中… {s:.0f} 秒",
+    "Thought for {s:.0f} s": "已思考 {s:.0f} 秒",
+    "Thoughts": "思考过程",
+    "thought {n} tokens in {s:.1f} s": "思考 {n} 个词元，用时 {s:.1f} 秒",
+    "Think": "深度思考",
+    "Reasoning models think before they answer (shown folded above the answer). Off: they answer at once.":
+        "推理模型先思考再回答（思考过程折叠显示在回答上方）。关闭后直接回答。",
     "VRAM": "显存",
     "conversation {cid}": "对话 {cid}",
     "fallback: {why}": "回退：{why}",

@@ -185,6 +185,18 @@ def test_r1_starts_inside_the_block_and_its_thinking_leaves_the_next_prompt(fake
     assert "Hmm, simple." not in fake.text(fake.prompts[-1])
 
 
+def test_keeping_r1s_thinking_reuses_the_cache_though_the_prompt_opened_the_block(fakes, make_assistant):
+    a, fakes = thinking_model(fakes, make_assistant, R1_LIKE, "Hmm.\n</think>\n\nYes.", "No.")
+    fake = fakes.backend("thinker")
+    cid = a.new_conversation("")
+    _, first = run(a, cid, "ok?", reasoning_history="keep")
+    kv = fake.kv
+    assert first.reasoning == "Hmm." and fake.text(kv).endswith("<think>\nHmm.\n</think>\n\nYes.")
+    _, second = run(a, cid, "sure?", reasoning_history="keep")
+    assert fake.prompts[-1][:len(kv)] == kv
+    assert second.stats.prompt_tokens_evaluated == len(fake.prompts[-1]) - len(kv)
+
+
 def test_a_budget_closes_the_block_and_the_answer_follows(fakes, make_assistant):
     a, fakes = thinking_model(fakes, make_assistant, QWEN3_LIKE,
                               Answer("<think>\n" + "".join(f"w{i} " for i in range(300)), stop=False))

@@ -344,6 +344,18 @@ class AssistantCore:
             raise ConversationNotFound(f"no conversation with id {conversation_id}")
         return row.get("docs")
 
+    def set_conversation_think(self, conversation_id: int, think: bool | None) -> None:
+        """A chat's Think switch for reasoning models: on, off, or None (the reasoning.think setting)."""
+        self.conversation(conversation_id)
+        self.db.update_conversation(conversation_id, think=None if think is None else int(bool(think)))
+
+    def conversation_think(self, conversation_id: int) -> bool | None:
+        """The chat's Think switch (None: never set, the setting applies)."""
+        row = self.db.conversation(conversation_id)
+        if row is None:
+            raise ConversationNotFound(f"no conversation with id {conversation_id}")
+        return None if row.get("think") is None else bool(row["think"])
+
     def map_sizes(self) -> dict[str, int]:
         """Entries in each per-conversation map (engine/api/footprint.py)."""
         return {"summary jobs": len(self.summary_chain.jobs), "conversation cache": len(self._conversations),

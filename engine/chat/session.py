@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.inference.backend import Backend, VocabTokenizer
+from engine.inference.reasoning import tag_tail
 from engine.inference.templates import ChatTemplate, Thought
 
 
@@ -101,7 +102,10 @@ class Session:
         fmt = self.template.reasoning
         sampled = message.reasoning_ids.get(self.backend.identity)
         if slot.whole:  # "keep": the thinking and the answer in one slot
-            ids.extend((sampled if sampled is not None else self._tokens(message.reasoning or "")))
+            if sampled is None:  # another model's answer: its thinking in this model's tags
+                sampled = (self.backend.tokenize_control(f"{fmt.open}\n") + self._tokens(message.reasoning or "")
+                           + self.backend.tokenize_control(fmt.closing_text()))
+            ids.extend(sampled)
             ids.extend(self.content_ids(message))
             return 0
         between = pieces[k + 1] if k + 1 < len(pieces) else None
@@ -112,8 +116,7 @@ class Session:
             return 0
         lead = b"".join(self.backend.token_bytes(t) for t in sampled[:16]).decode("utf-8", "replace")
         if lead.lstrip().startswith(fmt.open):  # the sampled ids hold the opening tag: not twice
-            before = ids_of_tail(self.backend, ids, fmt.open)
-            del ids[len(ids) - before:]
+            del ids[len(ids) - tag_tail(self.backend.token_bytes, ids, fmt.open):]
         ids.extend(sampled)
         ids.extend(self.content_ids(message))
         return 2
@@ -126,14 +129,3 @@ class Session:
         history = self.messages + ([new_user] if new_user else [])
         return self.render(history, add_generation_prompt=True)
 
-
-def ids_of_tail(backend, ids: list[int], tag: str) -> int:
-    """How many of the last `ids` spell `tag` and the whitespace after it (0 if they do not)."""
-    text = ""
-    for n in range(1, min(len(ids), 32) + 1):
-        text = backend.token_bytes(ids[-n]).decode("utf-8", "replace") + text
-        if text.rstrip() == tag:
-            return n
-        if len(text.strip()) > len(tag):
-            break
-    return 0

@@ -54,6 +54,12 @@ DEFAULTS: dict[str, Any] = {
     "docs.code": False,              # also index source code files (by extension)
     "docs.max_file_mb": 64.0,        # larger files are skipped with a reason
     "generate.repetition_guard": True,  # end an answer that loops (same block or line again and again)
+    # Reasoning models (Qwen3, the R1 distills: engine/inference/reasoning.py). A chat's Think switch
+    # starts from reasoning.think; off asks Qwen3's template, and closes R1's block at once.
+    "reasoning.think": True,
+    "reasoning.budget_tokens": 0,    # thinking tokens before the block is closed; 0 = up to 3/4 of max_tokens
+    "reasoning.history": "template",  # earlier answers' thinking in the prompt: template (the model's own
+                                     # rule: Qwen3 and R1 drop it) | keep | drop
     "runtime.n_ctx": 4096,
     "runtime.n_ctx_max": 16384,      # a longer context a model loads with where it was trained for it and
                                      # it costs ≤ 1 GiB more RAM and no GPU layers; 0 = exactly runtime.n_ctx
@@ -252,6 +258,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "memory.vector_backend": ("auto", "numpy", "sqlite-vec"),
     "ui.language": ("auto", "zh_CN", "en"),
     "ui.theme": ("light", "dark"),
+    "reasoning.history": ("template", "keep", "drop"),
 }
 # Inclusive numeric ranges.
 RANGES: dict[str, tuple[float, float]] = {
@@ -264,6 +271,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
     "server.port": (0, 65535), "server.max_body_mb": (0.001, 1024), "server.max_messages": (1, 100_000),
     "server.queue_depth": (1, 10_000), "server.request_timeout_s": (1, 86_400),
+    "reasoning.budget_tokens": (0, 1_000_000),
 }
 _INVALID = object()
 

@@ -77,5 +77,7 @@ class TurnResult:
     stats: GenerationStats | None = None
     reasoning: str = ""  # the thinking, without its tags
     # The ids before the answer's: the thinking block as sampled, its tags and the whitespace after
-    # it, with any closing tag the engine put in. The context holds reasoning_ids + token_ids.
+    # it, with any closing tag the engine put in; for a block the prompt opened (R1), the prompt's
+    # ids of its opening tag first. The context holds the prompt, then these ids (past the opening
+    # tag's), then token_ids.
     reasoning_ids: list[int] = field(default_factory=list)

@@ -15,7 +15,7 @@ from engine.inference.backend import Backend, ContextFull
 # Where callers have always imported them from.
 from engine.inference.events import (Chunk, GenerateParams, GenerationStats, ReasoningChunk,  # noqa: F401
                                      TurnResult)
-from engine.inference.reasoning import ReasoningFormat
+from engine.inference.reasoning import ReasoningFormat, tag_tail
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -81,5 +81,8 @@ def generate(
         return
     answer = Answer(backend, params, reasoning, inside)
     yield from answer.stream(prompt, cancel)
+    thought = answer.reasoning_ids
+    if inside and thought:  # the block's opening tag is the prompt's: its ids start the thinking's
+        thought = prompt[len(prompt) - tag_tail(backend.token_bytes, prompt, reasoning.open):] + thought
     yield TurnResult(answer.ids, answer.text, answer.logprobs, answer.stats(prompt, cached, mode, t0, t_prompt),
-                     answer.reasoning, answer.reasoning_ids)
+                     answer.reasoning, thought)

@@ -57,6 +57,19 @@ def opens_block(generation_prompt: str, fmt: ReasoningFormat) -> bool:
     return generation_prompt.rfind(fmt.open) > generation_prompt.rfind(fmt.close)
 
 
+def tag_tail(token_bytes, ids: list[int], tag: str) -> int:
+    """How many of the last `ids` spell `tag` and the whitespace after it (0 if they do not):
+    the ids of a block the prompt opened."""
+    text = ""
+    for n in range(1, min(len(ids), 32) + 1):
+        text = token_bytes(ids[-n]).decode("utf-8", "replace") + text
+        if text.rstrip() == tag:
+            return n
+        if len(text.strip()) > len(tag):
+            break
+    return 0
+
+
 def _partial_suffix(text: str, tag: str) -> int:
     """How many trailing chars of `text` could begin `tag` (held back until the next token)."""
     for k in range(min(len(tag) - 1, len(text)), 0, -1):

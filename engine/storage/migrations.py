@@ -284,6 +284,8 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- (int32 little-endian, valid for token_model), so the KV state it left is rebuilt exactly.
         ALTER TABLE messages ADD COLUMN reasoning TEXT;
         ALTER TABLE messages ADD COLUMN reasoning_ids BLOB;
+        -- A chat's Think switch: 1 on, 0 off, NULL the setting reasoning.think.
+        ALTER TABLE conversations ADD COLUMN think INTEGER;
     """),
 ]
 
