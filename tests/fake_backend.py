@@ -319,7 +319,7 @@ class FakeBackend:
 
     # ---- sampling
     @owned
-    def make_sampler(self, p: SamplingParams) -> _Sampler:
+    def make_sampler(self, p: SamplingParams, grammar: str | None = None) -> _Sampler:
         self.prompts.append(list(self._kv))
         answer = self.script.next(self.text(self._kv))
         return _Sampler(answer, _tokenize(answer.text, special=False))

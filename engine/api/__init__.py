@@ -25,6 +25,9 @@ _EXPORTS: dict[str, str] = {
     "TurnDone": "engine.chat.conversation",
     "Chunk": "engine.inference.generate",
     "ReasoningChunk": "engine.inference.generate",  # a reasoning model's thinking, beside the answer's Chunks
+    # structured output: OpenAI's response_format as a grammar, and what it cannot enforce
+    "response_grammar": "engine.inference.structured",
+    "SchemaUnsupported": "engine.inference.structured",
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from engine.chat.targets import InputError
 from engine.inference.generate import GenerateParams
+from engine.inference.structured import SchemaUnsupported, response_grammar
 from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.storage import clean_text
 
@@ -40,6 +41,8 @@ class TurnRequest:
             turn (~6 tokens), before anyone asks (engine/chat/targets.py `_read_ahead`).
         domain: the turn's trust domain: another conversation's KV state serves it only within its
             own (an API client's turns get theirs; engine/kv/tiers.py `prepare`).
+        response_format: OpenAI's `json_object` or `json_schema` (engine/inference/structured.py):
+            the answer is JSON that parses and fits the schema; a reasoning model answers at once.
     """
 
     kind: str = "send"
@@ -56,16 +59,26 @@ class TurnRequest:
     memory: bool = True
     read_ahead: bool = False
     domain: str = WINDOW_DOMAIN
+    response_format: dict | None = None
 
     def checked(self) -> "TurnRequest":
         """The request with its text cleaned, or InputError for what cannot be sent."""
         if self.overflow not in OVERFLOW:
             raise InputError(f"overflow must be one of {', '.join(OVERFLOW)}, not {self.overflow!r}")
+        request = self
+        fmt = self.response_format if self.response_format is not None else self.params.response_format
+        if fmt is not None:
+            try:
+                response_grammar(fmt)  # a feature it cannot enforce: said now, by name
+            except SchemaUnsupported as exc:
+                raise InputError(str(exc)) from exc
+            # Thinking is free text: a constrained answer starts at once.
+            request = replace(self, params=replace(self.params, response_format=fmt, think=False))
         if self.kind == "regenerate":
-            return self
+            return request
         text = clean_text(self.text).strip()
         if not text:
             raise InputError("empty message")
         if len(text) > MAX_MESSAGE_CHARS:
             raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
-        return replace(self, text=text)
+        return replace(request, text=text)

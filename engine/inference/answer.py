@@ -17,6 +17,7 @@ from engine.inference.backend import Backend
 from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk
 from engine.inference.reasoning import ReasoningFormat, Splitter
 from engine.inference.repetition import RepetitionGuard
+from engine.inference.structured import response_grammar
 
 # With no budget asked for, thinking may take the answer's max_tokens but this share of it, so
 # that an answer always has room after the thinking.
@@ -66,7 +67,8 @@ class Answer:
         self.ends: list[int] = []  # text length after each token, to cut ids at a stop string or a loop
         self.text, self.emitted = "", 0
         self.finish = "length"
-        self.guard = RepetitionGuard() if params.repetition_guard else None
+        # A constrained answer is never cut: a cut JSON would not parse (the grammar bounds it anyway).
+        self.guard = RepetitionGuard() if params.repetition_guard and not params.response_format else None
         self.dropped = 0
         self.t_first: float | None = None
         self.t_last: float | None = None
@@ -90,7 +92,7 @@ class Answer:
     def stream(self, prompt: list[int], cancel: threading.Event | None) -> Iterator[Chunk | ReasoningChunk]:
         """Sample token by token until the answer ends; yield the text as it may be shown."""
         backend = self.backend
-        sampler = backend.make_sampler(self.params.sampling)
+        sampler = backend.make_sampler(self.params.sampling, grammar=response_grammar(self.params.response_format))
         max_tokens = min(self.max_tokens, backend.n_ctx - len(prompt))
         pending: list[int] = []  # sampled (or put in by the engine), not yet evaluated
         while len(self.ids) + len(self.reasoning_ids) < max_tokens:

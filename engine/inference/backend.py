@@ -312,10 +312,12 @@ class Backend:
 
     # ---- sampling
     @owned
-    def make_sampler(self, p: SamplingParams) -> llama.Sampler:
+    def make_sampler(self, p: SamplingParams, grammar: str | None = None) -> llama.Sampler:
+        """A sampler for one answer; `grammar` (GBNF) constrains what it may pick."""
         seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(4), "little")
+        constraint = llama.Grammar(self._model, grammar) if grammar else None
         return llama.Sampler(self._ctx, self.n_vocab, temperature=p.temperature, top_k=p.top_k, top_p=p.top_p,
-                             min_p=p.min_p, repeat_penalty=p.repeat_penalty, seed=seed)
+                             min_p=p.min_p, repeat_penalty=p.repeat_penalty, seed=seed, grammar=constraint)
 
     @owned
     def sample(self, sampler: llama.Sampler) -> tuple[int, float]:

@@ -19,6 +19,9 @@ class GenerateParams:
     # Earlier answers' thinking in the prompt: "template" (the model's own rule: Qwen3 and R1 drop
     # it), "keep" or "drop" (engine/inference/templates.py).
     reasoning_history: str = "template"
+    # OpenAI's response_format: {"type": "json_object"} or {"type": "json_schema", "json_schema":
+    # {"schema": ...}} constrains sampling to JSON (engine/inference/structured.py); None: text.
+    response_format: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -350,8 +350,11 @@ class Sampler:
     PENALTY_LAST_N = 64
 
     def __init__(self, ctx: Context, n_vocab: int, *, temperature: float, top_k: int, top_p: float,
-                 min_p: float, repeat_penalty: float, seed: int):
+                 min_p: float, repeat_penalty: float, seed: int, grammar: "Grammar | None" = None):
         self._ctx = ctx
+        self.grammar = grammar
+        self._n_vocab = n_vocab
+        self._candidates = None  # the token data array, made on the first constrained pick
         self.ptr = chain = _C.llama_sampler_chain_init(_C.llama_sampler_chain_default_params())
         add = lambda sampler: _C.llama_sampler_chain_add(chain, sampler)  # noqa: E731 - the chain owns it
         add(_C.llama_sampler_init_penalties(n_vocab, self.PENALTY_LAST_N, repeat_penalty, 0.0, 0.0))
@@ -369,12 +372,97 @@ class Sampler:
 
     def sample(self) -> int:
         """The next token from the context's last logits (and accept it into the chain)."""
-        return int(_C.llama_sampler_sample(self.ptr, self._ctx.ptr, -1))
+        if self.grammar is None:
+            return int(_C.llama_sampler_sample(self.ptr, self._ctx.ptr, -1))
+        # As llama.cpp's common sampler does: the chain picks, the grammar checks that one token,
+        # and only a pick it rejects has the grammar filter the whole vocabulary (262k entries for
+        # Gemma) before the chain picks again.
+        logits = self._ctx.last_logits()
+        token = self._pick(logits, constrained=False)
+        if not self.grammar.allows(token, logits[token]):
+            token = self._pick(logits, constrained=True)
+        _C.llama_sampler_accept(self.grammar.ptr, token)
+        _C.llama_sampler_accept(self.ptr, token)
+        return token
+
+    def _pick(self, logits, constrained: bool) -> int:
+        import numpy as np  # here: only constrained answers need it
+
+        if self._candidates is None:
+            self._data = np.zeros(self._n_vocab, dtype=[("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+            self._data["id"] = np.arange(self._n_vocab, dtype=np.int32)
+            self._candidates = _C.llama_token_data_array(
+                data=self._data.ctypes.data_as(ctypes.POINTER(_C.llama_token_data)), size=0, selected=-1,
+                sorted=False)
+        self._data["logit"] = np.ctypeslib.as_array(logits, shape=(self._n_vocab,))
+        self._data["p"] = 0.0
+        self._data["id"] = np.arange(self._n_vocab, dtype=np.int32)  # samplers sort the array in place
+        array = self._candidates
+        array.size, array.selected, array.sorted = self._n_vocab, -1, False
+        if constrained:
+            _C.llama_sampler_apply(self.grammar.ptr, ctypes.byref(array))
+        _C.llama_sampler_apply(self.ptr, ctypes.byref(array))
+        return int(self._data["id"][array.selected])
 
     def close(self) -> None:
         if self.ptr:
             _C.llama_sampler_free(self.ptr)
         self.ptr = None
+        if self.grammar is not None:
+            self.grammar.close()
+
+
+class GrammarError(ValueError):
+    """llama.cpp could not parse a GBNF grammar."""
+
+
+class Grammar:
+    """A GBNF grammar over a model's vocabulary: the tokens it allows next, given those accepted."""
+
+    def __init__(self, model: Model, gbnf: str, root: str = "root"):
+        init()
+        self.ptr = _C.llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
+        if not self.ptr:
+            raise GrammarError("llama.cpp could not parse the grammar")
+
+    def allows(self, token: int, logit: float) -> bool:
+        one = _C.llama_token_data(token, logit, 0.0)
+        single = _C.llama_token_data_array(data=ctypes.pointer(one), size=1, selected=-1, sorted=False)
+        _C.llama_sampler_apply(self.ptr, ctypes.byref(single))
+        return one.logit != float("-inf")
+
+    def close(self) -> None:
+        if self.ptr:
+            _C.llama_sampler_free(self.ptr)
+        self.ptr = None
+
+
+def json_schema_grammar(schema: dict, own_rule) -> str:
+    """GBNF for a JSON schema: llama-cpp-python's port of llama.cpp's converter, with `own_rule(schema)`
+    giving the GBNF of the (sub)schemas it writes itself (None: the converter's)."""
+    import json
+
+    init()
+    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+    class Converter(SchemaConverter):
+        def visit(self, schema, name):
+            body = own_rule(schema) if isinstance(schema, dict) else None
+            if body is None:
+                return super().visit(schema, name)
+            return self._add_rule(name + "-" if name in RESERVED_NAMES else name or "root", body)
+
+    converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "request"), "")
+    return converter.format_grammar()
+
+
+def json_object_grammar() -> str:
+    """GBNF for any JSON object (llama.cpp's json.gbnf)."""
+    init()
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    return JSON_GBNF
 
     def __del__(self) -> None:
         if _C is not None and getattr(self, "ptr", None):

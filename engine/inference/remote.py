@@ -266,6 +266,8 @@ class RemoteClient:
             body["seed"] = s.seed
         if params.stop:
             body["stop"] = list(params.stop)
+        if params.response_format:  # the endpoint constrains its own output
+            body["response_format"] = params.response_format
         return body
 
     def _open(self, body: dict, stopped: threading.Event) -> httpx.Response | None:

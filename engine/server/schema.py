@@ -2,7 +2,8 @@
 (HTTP 400 with OpenAI's error shape) naming the parameter, never a 500.
 
 Fields a local engine cannot honour are refused when they would change the answer (tools, n > 1,
-JSON mode) and ignored when they are hints (frequency_penalty, user-agent extras).
+a schema feature the grammar cannot enforce) and ignored when they are hints (frequency_penalty,
+user-agent extras).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams
+from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams, SchemaUnsupported, response_grammar
 from engine.server.history import History
 
 LEVELS = ("auto", "L1", "L2", "L3")
@@ -127,8 +128,28 @@ def generate_params(body: dict, repetition_guard: bool) -> GenerateParams:
     if n is not None and n != 1:
         raise RequestError("n must be 1: one answer per request", "n")
     think, budget = thinking(body)
+    fmt = response_format(body)
     return GenerateParams(sampling=sampling, max_tokens=max_tokens or GenerateParams().max_tokens,
-                          stop=stops, repetition_guard=repetition_guard, think=think, reasoning_budget=budget)
+                          stop=stops, repetition_guard=repetition_guard, think=think and fmt is None,
+                          reasoning_budget=budget, response_format=fmt)
+
+
+def response_format(body: dict) -> dict | None:
+    """`response_format` checked: None for text, else what the engine constrains sampling to; a
+    schema feature the grammar cannot enforce is refused by name."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise RequestError("response_format must be an object of type text, json_object or json_schema",
+                           "response_format")
+    if fmt["type"] == "text":
+        return None
+    try:
+        response_grammar(fmt)
+    except SchemaUnsupported as exc:
+        raise RequestError(str(exc), exc.where) from None
+    return fmt
 
 
 def thinking(body: dict) -> tuple[bool, int | None]:
@@ -199,9 +220,6 @@ def parse_history(body: dict, max_messages: int) -> History:
 def _refuse_unsupported(body: dict) -> None:
     if body.get("tools") or body.get("functions"):
         raise RequestError("tools are not supported", "tools")
-    fmt = body.get("response_format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in (None, "text")):
-        raise RequestError("only the text response format is supported", "response_format")
     top = body.get("top_logprobs")
     if top not in (None, 0):
         raise RequestError("top_logprobs is not supported (logprobs of the chosen tokens are)", "top_logprobs")
