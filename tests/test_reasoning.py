@@ -11,6 +11,7 @@ tags, so earlier thinking stays in the prompt.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 
@@ -130,6 +131,8 @@ def test_thinking_streams_apart_and_only_the_answer_is_judged_and_stored(fakes, 
     assert done.confidence == pytest.approx(0.9)  # the unsure thinking does not count
     row = a.transcript(cid)[-1]
     assert (row["content"], row["reasoning"]) == ("Hello!", "The user greets me.")
+    assert "greets" not in a.export(cid) and "<summary>Thinking</summary>" in a.export(cid, reasoning=True)
+    assert json.loads(a.export(cid, "json"))["messages"][-1]["reasoning"] == "The user greets me."
     assert a.search_conversations("greets") == [] and a.search_conversations("Hello") == [cid]  # thinking: not indexed
 
 

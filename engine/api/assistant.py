@@ -202,12 +202,15 @@ class Assistant(AssistantCore, DocumentsApi):
                  "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None}
                 for r in self.db.messages(conversation_id)]
 
-    def export(self, conversation_id: int, fmt: str = "markdown") -> str:
-        """The conversation as Markdown or JSON text."""
+    def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:
+        """The conversation as Markdown or JSON text. A reasoning model's thinking is a field of
+        its own in JSON; in Markdown only with `reasoning` (folded above the answer)."""
         if fmt not in ("markdown", "json"):
             raise InputError(f"export format must be markdown or json, not {fmt!r}")
         self.conversation(conversation_id)
-        return (conversation_json if fmt == "json" else conversation_markdown)(self.db, conversation_id)
+        if fmt == "json":
+            return conversation_json(self.db, conversation_id)
+        return conversation_markdown(self.db, conversation_id, reasoning)
 
     def new_conversation_from(self, messages: list[tuple[str, str]], system_prompt: str = "") -> int:
         """A new conversation holding earlier turns that happened elsewhere (an API client's resent
