@@ -78,12 +78,15 @@ FUNCTIONS = {
     "llama_sampler_init_min_p": ([f32, size], SAMPLER),
     "llama_sampler_init_temp": ([f32], SAMPLER),
     "llama_sampler_sample": ([SAMPLER, ptr, i32], i32),
+    "llama_sampler_init_grammar": ([ptr, ctypes.c_char_p, ctypes.c_char_p], SAMPLER),
+    "llama_sampler_apply": ([SAMPLER, "LP_llama_token_data_array"], None),
+    "llama_sampler_accept": ([SAMPLER, i32], None),
     "llama_sampler_free": ([SAMPLER], None),
 }
 # Other module attributes: enum values (ints) and the rest (the log callback type, the token type).
 CONSTANTS = ["GGML_TYPE_F16", "GGML_TYPE_Q8_0", "GGML_TYPE_Q4_0", "LLAMA_FLASH_ATTN_TYPE_ENABLED",
              "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_LOAD_MODE_MMAP"]
-OTHER = ["__version__", "__file__", "llama_log_callback", "llama_token"]
+OTHER = ["__version__", "__file__", "llama_log_callback", "llama_token", "llama_token_data", "llama_token_data_array"]
 # struct: {field: type}; the seam names them `params` (model), `p` (context) and `batch`.
 FIELDS = {
     "llama_model_params": {"n_gpu_layers": i32, "vocab_only": boolean, "load_mode": ctypes.c_int, "devices": ptr},
@@ -95,8 +98,12 @@ FIELDS = {
     "llama_batch": {"n_tokens": i32, "token": ctypes.POINTER(i32), "pos": ctypes.POINTER(i32),
                     "seq_id": ctypes.POINTER(ctypes.POINTER(i32)), "n_seq_id": ctypes.POINTER(i32),
                     "logits": ctypes.POINTER(ctypes.c_int8)},
+    "llama_token_data": {"id": i32, "logit": f32, "p": f32},
+    "llama_token_data_array": {"data": "LP_llama_token_data", "size": size, "selected": ctypes.c_int64,
+                               "sorted": boolean},
 }
-_STRUCT_OF = {"params": "llama_model_params", "p": "llama_context_params", "batch": "llama_batch"}
+_STRUCT_OF = {"params": "llama_model_params", "p": "llama_context_params", "batch": "llama_batch",
+              "one": "llama_token_data", "array": "llama_token_data_array", "single": "llama_token_data_array"}
 
 
 def seam_uses() -> tuple[set[str], dict[str, set[str]]]:
@@ -155,7 +162,40 @@ def test_constant(C, name):
 def test_struct_field(C, struct, field):
     fields = dict(getattr(C, struct)._fields_)
     assert field in fields, f"{struct}.{field} is gone"
-    assert fields[field] is FIELDS[struct][field], f"{struct}.{field} is {fields[field]}, not {FIELDS[struct][field]}"
+    assert _type_ok(fields[field], FIELDS[struct][field]), \
+        f"{struct}.{field} is {fields[field]}, not {FIELDS[struct][field]}"
+
+
+def test_the_json_schema_converter_the_seam_extends(C):
+    from llama_cpp import llama_grammar
+
+    assert isinstance(llama_grammar.RESERVED_NAMES, (set, frozenset, dict, list, tuple))
+    assert "root" in llama_grammar.JSON_GBNF
+    converter = llama_grammar.SchemaConverter
+    for member in ("visit", "_add_rule", "resolve_refs", "format_grammar"):
+        assert callable(getattr(converter, member, None)), f"SchemaConverter.{member} is gone"
+    assert "root ::=" in llama_seam.json_schema_grammar({"type": "integer"}, lambda schema: None)
+
+
+@pytest.mark.model
+def test_a_grammar_allows_what_it_accepts_and_a_constrained_sampler_keeps_to_it(demo):
+    model, ctx, _ = demo
+    gbnf = 'root ::= "yes" | "no"'
+    grammar = llama_seam.Grammar(model, gbnf)
+    yes = llama_seam.tokenize(model.vocab, b"yes", False)[0]
+    hello = llama_seam.tokenize(model.vocab, b" Hello", False)[0]
+    assert grammar.allows(yes, 1.0) and not grammar.allows(hello, 1.0)
+    grammar.close()
+    with pytest.raises(llama_seam.GrammarError):
+        llama_seam.Grammar(model, "root ::= (")
+    ctx.clear()
+    ctx.decode(llama_seam.tokenize(model.vocab, b"Is the sky blue? Answer:", False), 0)
+    sampler = llama_seam.Sampler(ctx, llama_seam.vocab_facts(model.vocab)["n_vocab"], temperature=0.0, top_k=40,
+                                 top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=1,
+                                 grammar=llama_seam.Grammar(model, gbnf))
+    token = sampler.sample()
+    assert llama_seam.token_piece(model.vocab, token).decode() in ("yes", "no", "y", "n", "ye")
+    sampler.close()
 
 
 def test_only_the_seam_imports_llama_cpp():
@@ -166,7 +206,7 @@ def test_only_the_seam_imports_llama_cpp():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if any(n == "llama_cpp" or n.startswith("llama_cpp.") for n in names):
                 importers.append(str(path.relative_to(ROOT)))
-    assert importers == ["engine/inference/llama_seam.py"]
+    assert sorted(set(importers)) == ["engine/inference/llama_seam.py"]
 
 
 def test_importing_loads_nothing_until_init():
