@@ -185,7 +185,7 @@ class MainWindow(WindowPanels, QMainWindow):
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
-        self.think_toggle.show_state(cid, None)  # a new chat starts from the setting
+        self.think_toggle.take(cid)
         self.view.set_messages([])
         self.gauges.conversation_id = cid
         self.gauges.set_water_level(None)

@@ -1,6 +1,7 @@
 """The per-chat Think switch for reasoning models (Qwen3, the R1 distills): thinking on or off for
-this chat's next answers. It starts from the reasoning.think setting; a chat that set it keeps its
-own. Models that do not think ignore it. The window reads and stores it through the engine."""
+this chat's next answers. It starts from the reasoning.think setting; a new chat takes it as it
+stands, and a chat keeps its own. Models that do not think ignore it. The window reads and stores
+it through the engine."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ class ThinkToggle(QCheckBox):
         self.conversation_id: int | None = None
         self.setChecked(default)
         self.toggled.connect(self._toggled)
+
+    def take(self, conversation_id: int) -> None:
+        """A chat the window has just made takes the switch as it stands (stored when it is not
+        the setting's default)."""
+        self.conversation_id = conversation_id
+        if self.isChecked() != self.default:
+            self.sig_set.emit(conversation_id, self.isChecked())
 
     def show_state(self, conversation_id: int, on: bool | None) -> None:
         """The chat shown now and its stored switch (None: the setting's default)."""

@@ -108,8 +108,9 @@ def thinking_model(fakes, make_assistant, template: str, *answers):
     return make_assistant(str(path)), fakes
 
 
-def run(a, cid, text, **params) -> tuple[list, TurnDone]:
-    events = list(a.send(cid, text, GenerateParams(**({"max_tokens": 256} | params))))
+def run(a, cid, text, route: str = "L2", **params) -> tuple[list, TurnDone]:
+    """One turn; on L2 unless asked (short messages would be quick requests on L1: no thinking)."""
+    events = list(a.send(cid, text, GenerateParams(**({"max_tokens": 256} | params)), route=route))
     (done,) = [e for e in events if isinstance(e, TurnDone)]
     return events, done
 
@@ -234,7 +235,7 @@ def test_a_block_never_closed_is_all_thinking(fakes, make_assistant):
     stop = threading.Event()
     fakes.backend("thinker").on_sample.append(lambda backend, n: n == 40 and stop.set())
     cid = a.new_conversation("")
-    events = list(a.send(cid, "go", GenerateParams(max_tokens=512), cancel=stop))
+    events = list(a.send(cid, "go", GenerateParams(max_tokens=512), cancel=stop, route="L2"))
     (done,) = [e for e in events if isinstance(e, TurnDone)]
     assert done.stats.finish_reason == "cancelled" and done.text == ""
     assert done.reasoning.startswith("w0 w1") and done.stats.reasoning_tokens == 41
@@ -257,3 +258,18 @@ def test_a_looping_block_is_closed_like_a_spent_budget(fakes, make_assistant):
     _, done = run(a, cid, "go", max_tokens=2000)
     assert done.stats.reasoning_closed == "loop"
     assert done.stats.reasoning_tokens < 400
+
+
+def test_a_quick_request_on_l1_is_answered_without_thinking(fakes, make_assistant):
+    thought = "<think>\nHm.\n</think>\n\n"
+    a, fakes = thinking_model(fakes, make_assistant, QWEN3_LIKE, "Hello!", thought + "A plan.", thought + "Hi.")
+    fake = fakes.backend("thinker")
+    cid = a.new_conversation("")
+    _, done = run(a, cid, "hi", route="auto")  # a greeting: the router's quick rules send it to L1
+    assert done.level == "L1" and "answered without thinking" in done.route_reason
+    assert fake.text(fake.prompts[-1]).endswith("<think>\n\n</think>\n\n")
+    _, done = run(a, cid, "Design a sharded chat system for ten million users and compare two options",
+                  route="auto")
+    assert "without thinking" not in done.route_reason and done.reasoning == "Hm."
+    _, done = run(a, cid, "hi", route="L1")  # the user's own choice of tier: thinking as the switch says
+    assert "without thinking" not in done.route_reason and done.reasoning == "Hm."

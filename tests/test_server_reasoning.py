@@ -36,7 +36,7 @@ def test_reasoning_content_whole_and_streamed_with_its_tokens_in_usage(serve, fa
     server = thinking_server(serve, fakes, make_assistant, QWEN3_LIKE, THOUGHT + "Hello!", THOUGHT + "Again!")
     c = client(server)
     messages = [{"role": "user", "content": "hi"}]
-    r = c.chat.completions.create(model="auto", messages=messages)
+    r = c.chat.completions.create(model="L2", messages=messages)
     message = r.choices[0].message
     assert message.content == "Hello!" and message.model_extra["reasoning_content"] == "They said hi."
     reasoning = len(_tokenize(THOUGHT, False))
@@ -44,7 +44,7 @@ def test_reasoning_content_whole_and_streamed_with_its_tokens_in_usage(serve, fa
     assert r.usage.completion_tokens == reasoning + len("Hello!")
 
     messages += [{"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "and again"}]
-    chunks = list(c.chat.completions.create(model="auto", messages=messages, stream=True,
+    chunks = list(c.chat.completions.create(model="L2", messages=messages, stream=True,
                                             stream_options={"include_usage": True}))
     deltas = [ch.choices[0].delta for ch in chunks if ch.choices]
     thought = "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas)
@@ -59,7 +59,7 @@ def test_thinking_is_turned_off_the_ways_clients_ask(serve, fakes, make_assistan
     fake = fakes.backend("thinker")
     for extra in ({"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
                   {"reasoning_effort": "minimal"}):
-        r = c.chat.completions.create(model="auto", messages=[{"role": "user", "content": "q"}], **extra)
+        r = c.chat.completions.create(model="L2", messages=[{"role": "user", "content": "q"}], **extra)
         assert r.choices[0].message.content in ("Sure.", "Fine.")
         assert r.model_extra["x_finish_reason"] == "stop"
         assert "reasoning_content" not in r.choices[0].message.model_extra

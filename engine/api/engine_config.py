@@ -29,7 +29,8 @@ def engine_config(settings: Settings, *, remote: RemoteConfig | None, model: str
         summary_every=get("summary.every_turns"), memory_k=get("memory.k"),
         kv_warm_mb=get("kv.warm_budget_mb") or None, kv_cold_mb=get("kv.cold_budget_mb"),
         warn_threshold=get("confidence.warn_threshold") or None,
-        docs_allow_remote=get("docs.allow_remote"), retrieval_max_tokens=get("retrieval.max_tokens"))
+        docs_allow_remote=get("docs.allow_remote"), retrieval_max_tokens=get("retrieval.max_tokens"),
+        quick_no_think=get("reasoning.quick_off"))
 
 
 # Settings a running engine picks up at once (engine.api `apply_setting`), by the config field
@@ -40,4 +41,5 @@ CONFIG_SETTINGS = {
     "retrieval.max_tokens": ("retrieval_max_tokens", int), "docs.allow_remote": ("docs_allow_remote", bool),
     "confidence.warn_threshold": ("warn_threshold", lambda v: float(v) or None),
     "cascade.enabled": ("cascade", bool), "cascade.threshold": ("cascade_threshold", lambda v: float(v) or None),
+    "reasoning.quick_off": ("quick_no_think", bool),
 }

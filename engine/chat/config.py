@@ -36,6 +36,8 @@ class EngineConfig:
             temperature (None: the model's catalog calibration, applied to greedy answers only).
         docs_allow_remote: a turn carrying the user's documents may go to L3.
         retrieval_max_tokens: memories + document excerpts per user turn.
+        quick_no_think: a message the router sends to L1 by its quick-request rules is answered
+            without thinking (engine/routing/router.py `quick`).
     """
 
     model: str | None = None
@@ -59,6 +61,7 @@ class EngineConfig:
     warn_threshold: float | None = None
     docs_allow_remote: bool = False
     retrieval_max_tokens: int = 256
+    quick_no_think: bool = True
 
     def tier_models(self) -> dict[str, str]:
         """Level → model for the local tiers."""

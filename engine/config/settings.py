@@ -58,6 +58,8 @@ DEFAULTS: dict[str, Any] = {
     # starts from reasoning.think; off asks Qwen3's template, and closes R1's block at once.
     "reasoning.think": True,
     "reasoning.budget_tokens": 0,    # thinking tokens before the block is closed; 0 = up to 3/4 of max_tokens
+    "reasoning.quick_off": True,     # a request the router sends to L1 by its quick-request rules (greetings,
+                                     # thanks, short facts) is answered without thinking
     "reasoning.history": "template",  # earlier answers' thinking in the prompt: template (the model's own
                                      # rule: Qwen3 and R1 drop it) | keep | drop
     "runtime.n_ctx": 4096,

@@ -437,15 +437,24 @@ class Grammar:
         self.ptr = None
 
 
+# A JSON string's character, as llama.cpp's own converter writes it now.
+JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
+
+
 def json_schema_grammar(schema: dict, own_rule) -> str:
     """GBNF for a JSON schema: llama-cpp-python's port of llama.cpp's converter, with `own_rule(schema)`
     giving the GBNF of the (sub)schemas it writes itself (None: the converter's)."""
     import json
 
     init()
-    from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+    from llama_cpp.llama_grammar import RESERVED_NAMES, BuiltinRule, SchemaConverter
 
     class Converter(SchemaConverter):
+        def _add_primitive(self, name, rule):
+            if name == "char":  # the port lets raw control characters into strings; JSON does not
+                rule = BuiltinRule(JSON_CHAR, rule.deps)
+            return super()._add_primitive(name, rule)
+
         def visit(self, schema, name):
             body = own_rule(schema) if isinstance(schema, dict) else None
             if body is None:

@@ -326,6 +326,13 @@ def classify(text: str) -> RouteDecision:
     return _done("L2", basis + detail, t0, score)
 
 
+def quick(decision: RouteDecision) -> bool:
+    """A quick request: the classifier itself sent it to L1 (a greeting, thanks, a short fact), not
+    a user's override, stickiness or a fallback. A reasoning model answers it without thinking."""
+    return (decision.level == "L1" and decision.wanted is None
+            and decision.reason not in ("user override", "conversation override"))
+
+
 def _done(level: str, reason: str, t0: int, score: float = 0.0) -> RouteDecision:
     return RouteDecision(level, reason, (time.perf_counter_ns() - t0) / 1000.0, score)
 

@@ -16,6 +16,7 @@ from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
 from engine.chat.window import Window, head_tail
 from engine.retrieval.fusion import Hits
+from engine.routing.router import quick
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,10 @@ class Fit:
         turn.window = window
         turn.history = window.messages if window else turn.conv.history()
         turn.params = turn.request.params  # a long message leaves less room than asked: the answer gets what is left
+        if (turn.config.quick_no_think and turn.target.level == "L1" and turn.params.think and quick(turn.decision)
+                and turn.target.worker.template.reasoning is not None):  # a quick request on a thinking L1
+            turn.params = replace(turn.params, think=False)
+            turn.decision = replace(turn.decision, reason=f"{turn.decision.reason}; answered without thinking")
         if window is not None and window.max_answer is not None and window.max_answer < turn.params.max_tokens:
             turn.params = replace(turn.params, max_tokens=window.max_answer)
         done = yield from rest(turn)
