@@ -109,7 +109,7 @@ class ChatView(QTextBrowser):
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
         if url.scheme() == "think" and url.path().isdigit() and int(url.path()) < len(self.messages):
             m = self.messages[int(url.path())]
-            m["think_open"] = not m.get("think_open")
+            m["think_open"] = not m.get("think_open", not m["content"] and not m.get("streaming"))
             self._render()
         elif url.scheme() == "copy" and url.path() in CODE_BLOCKS:
             from PySide6.QtGui import QGuiApplication
@@ -144,7 +144,9 @@ class ChatView(QTextBrowser):
         else:
             ms = (m.get("stats") or {}).get("reasoning_ms")
             seconds = ms / 1000 if ms else None
-        return thinking_html(m.get("reasoning") or "", i, bool(m.get("think_open")), seconds, streaming)
+        # An answer that is all thinking (a block never closed) shows it open: there is nothing else.
+        opened = m.get("think_open", not m["content"] and not m.get("streaming"))
+        return thinking_html(m.get("reasoning") or "", i, bool(opened), seconds, streaming)
 
     def _render(self) -> None:
         self._dirty = False
@@ -153,7 +155,7 @@ class ChatView(QTextBrowser):
         parts = []
         for i, m in enumerate(self.messages):  # finished messages are rendered once
             cached = self._cache.get(i)
-            key = (m["content"], id(m.get("stats")), bool(m.get("think_open")), m.get("reasoning") or "")
+            key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "")
             if cached and not m.get("streaming") and cached[0] == key:
                 parts.append(cached[1])
                 continue

@@ -123,7 +123,8 @@ def thinking_html(reasoning: str, index: int, open_: bool, seconds: float | None
     if seconds is None:
         label = tr("Thinking…") if streaming else tr("Thoughts")
     else:
-        label = (tr("Thinking… {s:.0f} s") if streaming else tr("Thought for {s:.0f} s")).format(s=seconds)
+        shown = f"{seconds:.0f}" if seconds >= 10 or streaming else f"{seconds:.1f}"
+        label = (tr("Thinking… {s} s") if streaming else tr("Thought for {s} s")).format(s=shown)
     arrow = "▾" if open_ else "▸"
     head = (f"<div style='color:{COLOURS['meta']};font-size:small'><a href='think:{index}' "
             f"style='color:{COLOURS['meta']};text-decoration:none'>{arrow} {html.escape(label)}</a></div>")
@@ -142,7 +143,7 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
         body = html.escape(text).replace("\n", "<br>")
         return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
                 f"<td style='background:{COLOURS['user']}'>{body}</td></tr></table>")
-    body = markdown_html(text) if text else ("" if thinking and streaming else "<i>…</i>")
+    body = markdown_html(text) if text else ("" if thinking else "<i>…</i>")  # all thinking: it is the content
     body = thinking + body
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
