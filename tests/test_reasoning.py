@@ -273,3 +273,12 @@ def test_a_quick_request_on_l1_is_answered_without_thinking(fakes, make_assistan
     assert "without thinking" not in done.route_reason and done.reasoning == "Hm."
     _, done = run(a, cid, "hi", route="L1")  # the user's own choice of tier: thinking as the switch says
     assert "without thinking" not in done.route_reason and done.reasoning == "Hm."
+
+
+def test_the_catalog_marks_its_reasoning_families():
+    from engine.models.catalog import load_catalog
+
+    entries = load_catalog().entries
+    thinking = {e.family for e in entries if e.reasoning}
+    assert thinking == {"qwen3", "deepseek-r1-distill-qwen"}
+    assert all(e.reasoning is None for e in entries if e.family not in thinking)

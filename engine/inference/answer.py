@@ -92,7 +92,9 @@ class Answer:
     def stream(self, prompt: list[int], cancel: threading.Event | None) -> Iterator[Chunk | ReasoningChunk]:
         """Sample token by token until the answer ends; yield the text as it may be shown."""
         backend = self.backend
-        sampler = backend.make_sampler(self.params.sampling, grammar=response_grammar(self.params.response_format))
+        grammar = response_grammar(self.params.response_format)
+        sampler = (backend.make_sampler(self.params.sampling, grammar=grammar) if grammar
+                   else backend.make_sampler(self.params.sampling))
         max_tokens = min(self.max_tokens, backend.n_ctx - len(prompt))
         pending: list[int] = []  # sampled (or put in by the engine), not yet evaluated
         while len(self.ids) + len(self.reasoning_ids) < max_tokens:

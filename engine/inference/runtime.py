@@ -222,7 +222,7 @@ class Worker:
         backend = _on_a_yielding_thread(build, f"load:{model.id}")
         hint = model.entry.chat_template if model.entry else "gguf"
         try:
-            template = template_for(backend, hint)
+            template = template_for(backend, hint, model.entry.reasoning if model.entry else None)
             # The GGUF's template is untrusted input: one that cannot render a plain exchange makes
             # the model unusable, said once at load (the facade falls back) rather than on every turn.
             template.render(["user", "assistant", "user"], add_generation_prompt=True)

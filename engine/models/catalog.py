@@ -56,6 +56,9 @@ class ModelEntry:
     # False unless the catalog says so: a base model answers chat prompts with nonsense, so the
     # default must never claim instruction tuning (demo-int4 is a base model).
     instruct: bool = False
+    # Thinks in <think> tags before its answer (engine/inference/reasoning.py): None = detect from
+    # the GGUF's template and vocabulary; true/false overrides.
+    reasoning: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)  # hub id (HUBS) -> repository
     files: dict[str, str] = field(default_factory=dict)  # quant -> GGUF file name
     sizes: dict[str, int] = field(default_factory=dict)  # quant -> bytes (approximate unless size_checked)
