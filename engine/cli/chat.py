@@ -14,7 +14,7 @@ import threading
 from typing import Iterator
 
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
-                        ModelNotFound, RemoteError, SamplingParams, StorageError, TurnDone)
+                        ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone)
 from engine.cli.docs import add_chat_flag, sources_text, use_documents
 
 log = logging.getLogger("assistant")
@@ -48,6 +48,10 @@ def add_chat_parser(sub) -> None:
     c.add_argument("--cascade-threshold", type=float, help="confidence below which L1 answers are re-asked")
     c.add_argument("--no-repetition-guard", action="store_true",
                    help="let an answer that repeats itself run on to --max-tokens")
+    c.add_argument("--no-think", action="store_true",
+                   help="a reasoning model answers without thinking (default: the reasoning.think setting)")
+    c.add_argument("--reasoning-budget", type=int, metavar="N",
+                   help="thinking tokens before a reasoning model's block is closed")
     c.add_argument("--no-memory", action="store_true",
                    help="neither retrieve memories into turns nor index this chat's messages")
     c.add_argument("--vram-budget-mb", type=float, help="VRAM for the GPU tier (default: free VRAM minus a margin)")
@@ -114,6 +118,11 @@ def _tty_lines() -> Iterator[str]:
             return
 
 
+def _setting(assistant: Assistant, key: str, default):
+    settings = getattr(assistant, "settings", None)
+    return default if settings is None else settings.get(key)
+
+
 class ChatLoop:
     """Runs `assistant chat`: messages and in-session commands (/new, /switch ID, /list, /help)."""
 
@@ -125,6 +134,9 @@ class ChatLoop:
             sampling=SamplingParams(temperature=args.temperature, seed=args.seed),
             max_tokens=args.max_tokens,
             repetition_guard=not args.no_repetition_guard,
+            think=not args.no_think and bool(_setting(assistant, "reasoning.think", True)),
+            reasoning_budget=args.reasoning_budget or _setting(assistant, "reasoning.budget_tokens", 0) or None,
+            reasoning_history=_setting(assistant, "reasoning.history", "template"),
         )
         self.failures = 0
         self.generating = False
@@ -203,13 +215,32 @@ class ChatLoop:
             sys.stdout.write("\nassistant> ")
             sys.stdout.flush()
         self.generating = True
+        thinking = False  # a reasoning model's thinking is being shown (dim on a terminal)
+        dim, plain = ("\x1b[2m", "\x1b[0m") if sys.stdout.isatty() else ("", "")
         try:
             for item in self.assistant.send(self.conversation_id, text, self.params, cancel=self.cancel,
                                             route=self.args.route, overflow=self.args.overflow,
                                             docs=self.args.docs):
                 if isinstance(item, TurnDone):
+                    if thinking and not self.out.json:
+                        sys.stdout.write(plain + "\n")
+                    thinking = False
                     self._done(item)
+                elif isinstance(item, ReasoningChunk):
+                    if not item.text:
+                        continue
+                    if self.out.json:
+                        self.out.event(event="thinking", text=item.text)
+                        continue
+                    if not thinking:
+                        sys.stdout.write(dim + "(thinking) ")
+                        thinking = True
+                    sys.stdout.write(item.text)
+                    sys.stdout.flush()
                 elif item.text:
+                    if thinking and not self.out.json:
+                        sys.stdout.write(plain + "\n\n")
+                        thinking = False
                     if self.out.json:
                         self.out.event(event="token", text=item.text)
                     else:
@@ -232,7 +263,7 @@ class ChatLoop:
                            confidence=item.stats.confidence, risk=item.stats.risk, context=item.stats.context,
                            summary_used=item.stats.summary_used, memories_used=item.stats.memories_used,
                            memory=item.stats.memory, sources=item.sources, text=item.text,
-                           stats=item.stats.as_json())
+                           reasoning=item.reasoning, stats=item.stats.as_json())
             return
         s = item.stats
         # The terminal has already shown what a repetition cut dropped: say where the answer ends.
