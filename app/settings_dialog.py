@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
 from app.api_server_settings import ApiServerSection
 from app.i18n import tr
 from app.model_parts import entry_label
+from app.reasoning_settings import ReasoningSettings
 from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,8 @@ class SettingsDialog(QDialog):
         self.forget_requested = False
         content = QWidget()  # the sections scroll: together they are taller than many screens
         layout = QVBoxLayout(content)
-        for box in (self._models_box(), self._l3_box(), self._behaviour_box(), self._appearance_box()):
+        self.reasoning = ReasoningSettings(self.settings)
+        for box in (self._models_box(), self._l3_box(), self._behaviour_box(), self.reasoning, self._appearance_box()):
             layout.addWidget(box)
         self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
         layout.addWidget(self.api_server)
@@ -267,5 +269,6 @@ class SettingsDialog(QDialog):
         s.set("kv.cold_budget_mb", float(self.cold.value()))
         s.set("ui.theme", self.theme.currentData())
         s.set("ui.language", self.language.currentData())
+        self.reasoning.save(s)
         self.api_server.save(s)
         self.accept()
