@@ -140,3 +140,20 @@ def test_gpu_choice_lists_ggml_devices_and_persists(qtbot, assistant_home, model
     dialog.gpu_device.setCurrentIndex(dialog.gpu_device.findData(pick))
     dialog.save()
     assert Settings(assistant_home / "settings.json").get("runtime.gpu_device") == pick
+
+
+def test_the_reasoning_group_saves_its_settings(qtbot, assistant_home):
+    settings = Settings(assistant_home / "settings.json")
+    dialog = SettingsDialog(settings)
+    qtbot.addWidget(dialog)
+    group = dialog.reasoning
+    assert group.think.isChecked() and group.quick.isChecked() and group.budget.value() == 0
+    assert group.history.currentData() == "template"
+    group.think.setChecked(False)
+    group.quick.setChecked(False)
+    group.budget.setValue(1024)
+    group.history.setCurrentIndex(group.history.findData("keep"))
+    dialog.save()
+    stored = json.loads((assistant_home / "settings.json").read_text(encoding="utf-8"))
+    assert (stored["reasoning.think"], stored["reasoning.quick_off"], stored["reasoning.budget_tokens"],
+            stored["reasoning.history"]) == (False, False, 1024, "keep")
