@@ -282,3 +282,14 @@ def test_the_catalog_marks_its_reasoning_families():
     thinking = {e.family for e in entries if e.reasoning}
     assert thinking == {"qwen3", "deepseek-r1-distill-qwen"}
     assert all(e.reasoning is None for e in entries if e.family not in thinking)
+
+
+def test_bad_reasoning_options_are_refused_before_the_turn(fakes, make_assistant):
+    from engine.api import InputError
+
+    a, _ = thinking_model(fakes, make_assistant, QWEN3_LIKE, "x")
+    cid = a.new_conversation("")
+    for bad in ({"reasoning_history": "sometimes"}, {"reasoning_budget": -1}):
+        with pytest.raises(InputError):
+            list(a.send(cid, "hi", GenerateParams(**bad)))
+    assert a.transcript(cid) == []  # nothing stored

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from engine.chat.targets import InputError
 from engine.inference.generate import GenerateParams
 from engine.inference.structured import SchemaUnsupported, response_grammar
+from engine.inference.templates import HISTORY_RULES
 from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.storage import clean_text
 
@@ -65,6 +66,11 @@ class TurnRequest:
         """The request with its text cleaned, or InputError for what cannot be sent."""
         if self.overflow not in OVERFLOW:
             raise InputError(f"overflow must be one of {', '.join(OVERFLOW)}, not {self.overflow!r}")
+        if self.params.reasoning_history not in HISTORY_RULES:
+            raise InputError(f"reasoning_history must be one of {', '.join(HISTORY_RULES)}, "
+                             f"not {self.params.reasoning_history!r}")
+        if self.params.reasoning_budget is not None and self.params.reasoning_budget < 0:
+            raise InputError("reasoning_budget must be 0 or more tokens")
         request = self
         fmt = self.response_format if self.response_format is not None else self.params.response_format
         if fmt is not None:
