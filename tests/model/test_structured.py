@@ -19,7 +19,8 @@ from tests.data.json_schemas import SCHEMAS, UNSUPPORTED
 
 from .helpers import THREADS
 
-GREEDY = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=384)
+# Room for the longest answer any schema here allows (bounded strings, arrays and numbers), escapes included.
+GREEDY = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=1024)
 
 
 @pytest.fixture(scope="module")
