@@ -71,7 +71,7 @@ def test_the_openai_client_gets_schema_valid_json(small):
         schema = SCHEMAS["recipe"]
         r = client.chat.completions.create(
             model="L1", messages=[{"role": "user", "content": "A pancake recipe as JSON."}], temperature=0,
-            max_tokens=384, response_format={"type": "json_schema", "json_schema": {"name": "recipe", "schema": schema,
+            max_tokens=1024, response_format={"type": "json_schema", "json_schema": {"name": "recipe", "schema": schema,
                                                                                    "strict": True}})
         jsonschema.validate(json.loads(r.choices[0].message.content), schema)
         bad = client.with_options(max_retries=0).chat.completions.with_raw_response
