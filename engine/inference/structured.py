@@ -83,6 +83,8 @@ def _digits_range(lo: str, hi: str) -> str:
         return " ".join(f'"{d}"' for d in lo)
     if len(lo) == 1:
         return f"[{lo}-{hi}]"
+    if set(lo) == {"0"} and set(hi) == {"9"}:  # every digit string of this length (keeps the rule linear)
+        return f"[0-9]{{{len(lo)}}}"
     rest = len(lo) - 1
     if lo[0] == hi[0]:
         return f'"{lo[0]}" ({_digits_range(lo[1:], hi[1:])})'
