@@ -302,3 +302,18 @@ def test_init_is_one_call_from_many_threads(C):
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert errors == [None] * 8 and llama_seam.version() == C.__version__
+
+
+def test_every_owner_of_native_memory_frees_it_when_dropped():
+    """A class that frees llama.cpp memory in close() also does so when it is garbage (a sampler
+    left to the collector once leaked its candidate buffer: n_vocab × 12 bytes a turn)."""
+    tree = ast.parse(SEAM.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            methods = {m.name for m in node.body if isinstance(m, ast.FunctionDef)}
+            if "close" in methods:
+                assert "__del__" in methods, f"{node.name} has close() but no __del__"
+    # and no method left outside its class by an edit
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            assert not any(isinstance(n, ast.FunctionDef) and n.name.startswith("__") for n in node.body), node.name

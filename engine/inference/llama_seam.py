@@ -411,6 +411,10 @@ class Sampler:
         if self.grammar is not None:
             self.grammar.close()
 
+    def __del__(self) -> None:
+        if _C is not None and getattr(self, "ptr", None):
+            self.close()
+
 
 class GrammarError(ValueError):
     """llama.cpp could not parse a GBNF grammar."""
@@ -435,6 +439,10 @@ class Grammar:
         if self.ptr:
             _C.llama_sampler_free(self.ptr)
         self.ptr = None
+
+    def __del__(self) -> None:
+        if _C is not None and getattr(self, "ptr", None):
+            self.close()
 
 
 # A JSON string's character, as llama.cpp's own converter writes it now.
@@ -472,7 +480,3 @@ def json_object_grammar() -> str:
     from llama_cpp.llama_grammar import JSON_GBNF
 
     return JSON_GBNF
-
-    def __del__(self) -> None:
-        if _C is not None and getattr(self, "ptr", None):
-            self.close()
