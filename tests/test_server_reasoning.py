@@ -71,7 +71,7 @@ def test_thinking_options_are_checked():
     assert thinking({"reasoning_effort": "low"}) == (True, 512)
     assert thinking({"reasoning_effort": "high"}) == (True, None)
     assert thinking({"chat_template_kwargs": {"enable_thinking": False}, "reasoning_effort": "high"}) == (False, None)
-    for bad in ({"reasoning_effort": "max"}, {"chat_template_kwargs": {"enable_thinking": "no"}},
+    for bad in ({"reasoning_effort": "max"}, {"reasoning_effort": ["low"]}, {"chat_template_kwargs": {"enable_thinking": "no"}},
                 {"chat_template_kwargs": []}):
         with pytest.raises(RequestError):
             thinking(bad)

@@ -158,7 +158,7 @@ def thinking(body: dict) -> tuple[bool, int | None]:
     kwargs = _get(body, "chat_template_kwargs", (dict,), {}, "an object")
     enable = _get(kwargs, "enable_thinking", (bool,), None, "true or false")
     effort = body.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORT:
+    if effort is not None and (not isinstance(effort, str) or effort not in REASONING_EFFORT):
         raise RequestError(f"reasoning_effort must be one of {', '.join(REASONING_EFFORT)}", "reasoning_effort")
     budget = REASONING_EFFORT.get(effort) if effort is not None else None
     if enable is False or budget == 0:
