@@ -23,7 +23,8 @@ from PySide6.QtCore import QObject, Signal
 
 from app.background import Runner
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
-                        ReasoningChunk, SamplingParams, StorageError, TurnDone, adopt, check_owner)
+                        ReasoningChunk, SamplingParams, StorageError, TurnDone, adopt, check_owner,
+                        reasoning_options)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -255,14 +256,9 @@ def done_dict(item: TurnDone) -> dict:
 def turn_params(settings, temperature: float, max_tokens: int, think: bool | None) -> GenerateParams:
     """A window turn's parameters, the settings read per turn (live). `think`: the chat's Think
     switch (None: the reasoning.think setting)."""
-    def get(key, default):
-        return default if settings is None else settings.get(key)
-
-    budget = int(get("reasoning.budget_tokens", 0))
-    return GenerateParams(SamplingParams(temperature=temperature), max_tokens=max_tokens,
-                          repetition_guard=bool(get("generate.repetition_guard", True)),
-                          think=bool(get("reasoning.think", True)) if think is None else think,
-                          reasoning_budget=budget or None, reasoning_history=get("reasoning.history", "template"))
+    guard = settings is None or bool(settings.get("generate.repetition_guard"))
+    return GenerateParams(SamplingParams(temperature=temperature), max_tokens=max_tokens, repetition_guard=guard,
+                          **reasoning_options(settings, think=think))
 
 
 class _Batches:

@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "ReasoningChunk": "engine.inference.generate",  # a reasoning model's thinking, beside the answer's Chunks
     # structured output: OpenAI's response_format as a grammar, and what it cannot enforce
     "response_grammar": "engine.inference.structured",
+    "reasoning_options": "engine.api.engine_config",  # a turn's think/budget/history from the settings
     "SchemaUnsupported": "engine.inference.structured",
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",

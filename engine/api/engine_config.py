@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.chat.config import EngineConfig
-from engine.config.settings import Settings
+from engine.config.settings import DEFAULTS, Settings
 from engine.inference.backend import LoadParams
 from engine.inference.remote import RemoteConfig
 
@@ -31,6 +31,17 @@ def engine_config(settings: Settings, *, remote: RemoteConfig | None, model: str
         warn_threshold=get("confidence.warn_threshold") or None,
         docs_allow_remote=get("docs.allow_remote"), retrieval_max_tokens=get("retrieval.max_tokens"),
         quick_no_think=get("reasoning.quick_off"))
+
+
+def reasoning_options(settings: Settings | None, *, think: bool | None = None,
+                      budget: int | None = None) -> dict:
+    """A turn's reasoning fields of `GenerateParams` from the reasoning.* settings (None: the
+    defaults); `think` and `budget`, when given, are the front-end's own choice (a chat's switch, a
+    flag) over the setting."""
+    get = (lambda key: DEFAULTS[key]) if settings is None else settings.get
+    return {"think": bool(get("reasoning.think")) if think is None else think,
+            "reasoning_budget": budget or int(get("reasoning.budget_tokens")) or None,
+            "reasoning_history": get("reasoning.history")}
 
 
 # Settings a running engine picks up at once (engine.api `apply_setting`), by the config field

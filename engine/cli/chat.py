@@ -14,7 +14,8 @@ import threading
 from typing import Iterator
 
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
-                        ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone)
+                        ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone,
+                        reasoning_options)
 from engine.cli.docs import add_chat_flag, sources_text, use_documents
 
 log = logging.getLogger("assistant")
@@ -118,11 +119,6 @@ def _tty_lines() -> Iterator[str]:
             return
 
 
-def _setting(assistant: Assistant, key: str, default):
-    settings = getattr(assistant, "settings", None)
-    return default if settings is None else settings.get(key)
-
-
 class ChatLoop:
     """Runs `assistant chat`: messages and in-session commands (/new, /switch ID, /list, /help)."""
 
@@ -134,9 +130,8 @@ class ChatLoop:
             sampling=SamplingParams(temperature=args.temperature, seed=args.seed),
             max_tokens=args.max_tokens,
             repetition_guard=not args.no_repetition_guard,
-            think=not args.no_think and bool(_setting(assistant, "reasoning.think", True)),
-            reasoning_budget=args.reasoning_budget or _setting(assistant, "reasoning.budget_tokens", 0) or None,
-            reasoning_history=_setting(assistant, "reasoning.history", "template"),
+            **reasoning_options(assistant.settings, think=False if args.no_think else None,
+                                budget=args.reasoning_budget),
         )
         self.failures = 0
         self.generating = False
