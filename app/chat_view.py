@@ -96,12 +96,10 @@ class ChatView(QTextBrowser):
             self._cache = {i: c for i, c in self._cache.items() if i < last}
             self._render()
 
-    def last_answer(self, reasoning: bool = False) -> str:
-        """The last answer's text (`reasoning`: its thinking first, when it has some)."""
+    def last_answer(self) -> str:
+        """The last answer's text (a reasoning model's thinking is not part of it)."""
         for m in reversed(self.messages):
             if m["role"] == "assistant":
-                if reasoning and m.get("reasoning"):
-                    return f"<think>\n{m['reasoning']}\n</think>\n\n{m['content']}"
                 return m["content"]
         return ""
 

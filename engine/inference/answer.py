@@ -58,9 +58,9 @@ class _Thinking:
 
 class Answer:
     def __init__(self, backend: Backend, params: GenerateParams, reasoning: ReasoningFormat | None = None,
-                 inside: bool = False, max_tokens: int | None = None):
+                 inside: bool = False):
         self.backend, self.params = backend, params
-        self.max_tokens = params.max_tokens if max_tokens is None else max_tokens
+        self.max_tokens = params.max_tokens
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.ids: list[int] = []
         self.logprobs: list[float] = []
@@ -128,10 +128,11 @@ class Answer:
         as if sampled, evaluated with the next token, and the answer starts after it."""
         think = self.think
         think.closed = "loop" if think.looped else "budget"
-        closing = self.backend.tokenize_control(think.fmt.closing_text())
+        closing_text = think.fmt.closing_text()
+        closing = self.backend.tokenize_control(closing_text)
         pending.extend(closing)
         think.ids.extend(closing)
-        text = self.decoder.decode(b"", final=True) + think.fmt.closing_text()
+        text = self.decoder.decode(b"", final=True) + closing_text
         self.decoder.reset()
         reasoning, answer = think.splitter.feed(text)
         think.text += reasoning
