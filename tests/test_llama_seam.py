@@ -54,6 +54,7 @@ FUNCTIONS = {
     "llama_batch_free": (["llama_batch"], None),
     "llama_decode": ([ptr, "llama_batch"], i32),
     "llama_synchronize": ([ptr], None),
+    "llama_set_abort_callback": ([ptr, "CFunctionType", ptr], None),
     "llama_get_logits_ith": ([ptr, i32], ctypes.POINTER(f32)),
     "llama_get_memory": ([ptr], ptr),
     "llama_memory_clear": ([ptr, boolean], None),
@@ -85,8 +86,9 @@ FUNCTIONS = {
 }
 # Other module attributes: enum values (ints) and the rest (the log callback type, the token type).
 CONSTANTS = ["GGML_TYPE_F16", "GGML_TYPE_Q8_0", "GGML_TYPE_Q4_0", "LLAMA_FLASH_ATTN_TYPE_ENABLED",
-             "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_LOAD_MODE_MMAP"]
-OTHER = ["__version__", "__file__", "llama_log_callback", "llama_token", "llama_token_data", "llama_token_data_array"]
+             "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_LOAD_MODE_MMAP",
+             "LLAMA_LOAD_MODE_NONE"]
+OTHER = ["__version__", "__file__", "llama_log_callback", "ggml_abort_callback", "llama_token", "llama_token_data", "llama_token_data_array"]
 # struct: {field: type}; the seam names them `params` (model), `p` (context) and `batch`.
 FIELDS = {
     "llama_model_params": {"n_gpu_layers": i32, "vocab_only": boolean, "load_mode": ctypes.c_int, "devices": ptr},
@@ -276,6 +278,25 @@ def test_context_decodes_saves_and_rolls_back(demo):
     assert ctx.load_state(saved) and ctx.pos_min() == 0
     with pytest.raises(llama_seam.DecodeFailed):
         ctx.decode(ids, 300)  # past the context: llama.cpp refuses
+
+
+@pytest.mark.model
+def test_an_aborted_decode_drops_its_piece_and_the_next_one_runs(demo):
+    """abort() reaches llama.cpp through the C flag reader (strlen as the abort callback): the
+    decode stops, its positions are dropped, and after clear_abort() the same tokens give the
+    logits an unaborted decode gives."""
+    model, ctx, _ = demo
+    ctx.clear()
+    ids = llama_seam.tokenize(model.vocab, b"The quick brown fox jumps over the lazy dog", False)
+    ctx.decode(ids, 0)
+    row = np.ctypeslib.as_array(ctx.last_logits(), shape=(49152,)).copy()
+    ctx.clear()
+    ctx.abort()
+    with pytest.raises(llama_seam.DecodeAborted):
+        ctx.decode(ids, 0)
+    ctx.clear_abort()
+    ctx.decode(ids, 0)  # the aborted positions are gone: the same positions decode again
+    assert np.allclose(np.ctypeslib.as_array(ctx.last_logits(), shape=(49152,)), row, atol=1e-3)
 
 
 @pytest.mark.model

@@ -41,6 +41,12 @@ class ModelEntry:
     head_dim_v: int = 0
     context_length: int = 0
     sliding_window: int = 0
+    # The rest of the shape (config.json's hidden_size, intermediate_size, vocab_size,
+    # tie_word_embeddings): what the weights and the compute buffers are made of. 0 = not recorded.
+    n_embd: int = 0
+    n_ff: int = 0
+    n_vocab: int = 0
+    tied_embeddings: bool = False
     chat_template: str = "gguf"  # "gguf" = from metadata, else a fallback registry name
     confidence_threshold: float = 0.0  # calibrated cascade threshold for this model; 0 = the default
     warn_threshold: float = 0.0  # geo-mean token prob below which an answer is flagged low-confidence; 0 = never

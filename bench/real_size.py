@@ -1,0 +1,208 @@
+"""The engine on models shaped like the catalog's (issue 25), against bare llama-cpp-python.
+
+    .venv/bin/python bench/real_size.py [--model qwen2.5-1.5b-instruct-q4_k_m] [--only prompt stop]
+                                        [--timed-pieces]
+
+The model is bench/real_size_model.py's synthetic GGUF of that catalog entry (made once, cached
+under ~/.cache/offline-assistant-bench): the real shape, quant mix and vocabulary size, random
+weights. Sections:
+
+- prompt: a chat through `engine.api.Assistant` (n_ctx 4096, 2 threads, greedy, 4-token answers):
+  turn 1 pastes ~1 000 tokens, turn 2 asks a short question, turn 3 pastes ~1 400 more. Each
+  turn's new tokens are evaluated by bare llama-cpp-python (`Llama.eval`, n_batch 512) on top of
+  the same cached prefix, right after ours, so machine noise hits both. Prompt tok/s and the ratio.
+  `--timed-pieces` runs ours with prompt pieces sized by time (the engine before issue 25).
+- stop: Stop pressed 1 s into a turn-3-sized paste (x3): time from the press until the turn has
+  ended and the model is free, and what the cache kept.
+- rss: in a new process per model (both demo models and the synthetic one), load through
+  `engine.api.Assistant`, answer a ~1 000-token paste, and compare the process's peak RSS (VmHWM)
+  with the planner's host-memory figure (`planner.ram_bytes`, what the welcome and fit badges use).
+
+Prints markdown tables (docs/benchmarks.md quotes them). Slow on 2 cores: ~3 min at 1.5B.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# A data dir of its own: the KV tiers' cold files of an earlier run would serve its prompts.
+os.environ["ASSISTANT_HOME"] = tempfile.mkdtemp(prefix="bench-real-home-")
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from real_size_model import synthesize  # noqa: E402
+
+from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
+from engine.chat.session import Message  # noqa: E402
+from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
+from engine.inference.generate import GenerateParams  # noqa: E402
+from engine.models.ggml_registry import registry  # noqa: E402
+from engine.storage.db import Database  # noqa: E402
+
+log = logging.getLogger("bench.real_size")
+N_CTX = 4096
+THREADS = 2
+PARAMS = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=4)
+
+
+def paste(words: int, seed: int) -> str:
+    """A long, plain paste of roughly `words` words (about as many tokens)."""
+    topics = ["the harbour", "the old mill", "a night train", "the glacier", "the market", "a lighthouse"]
+    lines = [f"Note {seed}.{i}: {topics[(i + seed) % len(topics)]} keeps its own rhythm, and the people "
+             f"who work there measure the day by it ({i})." for i in range(words // 20)]
+    return "Please read this log and wait for my question.\n" + "\n".join(lines)
+
+
+def _bare(path: Path):
+    from llama_cpp import Llama  # the anchor: llama-cpp-python's own loop, n_batch 512
+
+    return Llama(model_path=str(path), n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=THREADS,
+                 n_threads_batch=THREADS, verbose=False)
+
+
+def _bare_tps(bare, prefix: list[int], new: list[int]) -> float:
+    bare.reset()
+    if prefix:
+        bare.eval(prefix)
+    t0 = time.perf_counter()
+    bare.eval(new)
+    return len(new) / (time.perf_counter() - t0)
+
+
+def prompt_table(path: Path, timed_pieces: bool) -> list[str]:
+    home = Path(tempfile.mkdtemp(prefix="bench-real-"))
+    assistant = Assistant(Database(home / "bench.db"),
+                          EngineConfig(model=str(path), load=LoadParams(n_ctx=N_CTX, n_threads=THREADS)))
+    bare = _bare(path)
+    cid = assistant.new_conversation("You are a careful assistant.")
+    rows = ["| turn | new tokens | cached | ours tok/s | bare tok/s | ours / bare |", "|---:|---:|---:|---:|---:|---:|"]
+    for turn, text in enumerate([paste(900, 1), "What is the first note about?", paste(1300, 2)], start=1):
+        full = assistant.session(cid).prompt(Message("user", text))
+        done = next(x for x in assistant.send(cid, text, PARAMS) if isinstance(x, TurnDone))
+        s = done.stats
+        ours = s.prompt_tokens_evaluated / (s.prompt_ms / 1000)
+        cached = s.prompt_tokens_cached
+        theirs = _bare_tps(bare, full[:cached], full[cached:cached + s.prompt_tokens_evaluated])
+        rows.append(f"| {turn} | {s.prompt_tokens_evaluated} | {cached} | {ours:.1f} | {theirs:.1f} | "
+                    f"{ours / theirs:.2f}× |")
+        log.info("turn %d: %s", turn, rows[-1])
+    bare.close()
+    assistant.close()
+    return rows
+
+
+def stop_table(path: Path, stops: int) -> list[str]:
+    home = Path(tempfile.mkdtemp(prefix="bench-real-"))
+    assistant = Assistant(Database(home / "bench.db"),
+                          EngineConfig(model=str(path), load=LoadParams(n_ctx=N_CTX, n_threads=THREADS)))
+    rows = ["| stop | pressed after | turn ended after the press | tokens the cache kept |", "|---:|---:|---:|---:|"]
+    waits = []
+    for i in range(stops):
+        cid = assistant.new_conversation()
+        cancel = threading.Event()
+        timer = threading.Timer(1.0, cancel.set)
+        t0 = time.perf_counter()
+        timer.start()
+        done = None
+        for item in assistant.send(cid, paste(1300, 10 + i), PARAMS, cancel=cancel):
+            if isinstance(item, TurnDone):
+                done = item
+        ended = time.perf_counter()
+        pressed = t0 + 1.0
+        waits.append((ended - pressed) * 1000)
+        kept = done.stats.prompt_tokens_evaluated if done else 0
+        rows.append(f"| {i + 1} | 1.0 s | {waits[-1]:.0f} ms | {kept} |")
+    assistant.close()
+    rows.append(f"| median | | {statistics.median(waits):.0f} ms | |")
+    return rows
+
+
+RSS_CHILD = """
+import os, sys, tempfile
+from pathlib import Path
+sys.path[:0] = [{root!r}, {bench!r}]
+from real_size import PARAMS, N_CTX, THREADS, paste
+from engine.api import Assistant, EngineConfig, TurnDone
+from engine.inference.backend import LoadParams
+from engine.models.planner import plan, ram_bytes
+from engine.storage.db import Database
+model = sys.argv[1]
+assistant = Assistant(Database(Path(tempfile.mkdtemp()) / "b.db"),
+                      EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX, n_threads=THREADS)))
+done = next(x for x in assistant.send(assistant.new_conversation(), paste(900, 3), PARAMS) if isinstance(x, TurnDone))
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
+kib = lambda k: int(status[k].split()[0])
+planned = ram_bytes(plan(model, vram_budget_mb=0, n_ctx=N_CTX)) / 2**20
+baseline = float(os.environ["BASELINE_MIB"])
+print(f"{{planned:.0f}} {{kib('VmHWM') / 1024 - baseline:.0f}} {{kib('VmRSS') / 1024 - baseline:.0f}} {{done.stats.prompt_tokens}}")
+"""
+
+BASELINE_CHILD = """
+import sys
+sys.path[:0] = [{root!r}, {bench!r}]
+from engine.api import Assistant
+from engine.inference import llama_seam
+llama_seam.init()
+status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
+print(int(status["VmHWM"].split()[0]) / 1024)
+"""
+
+
+def rss_table(models: list[str]) -> list[str]:
+    """Peak RSS of a process that loads each model and answers a paste, less the same process's
+    RSS before any model (Python, Qt-free engine imports, ggml's backends), against the plan."""
+    import subprocess
+
+    fmt = {"root": str(ROOT), "bench": str(ROOT / "bench")}
+    base = float(subprocess.run([sys.executable, "-c", BASELINE_CHILD.format(**fmt)], capture_output=True,
+                                text=True, check=True).stdout.split()[-1])
+    rows = [f"Process baseline before any model: {base:.0f} MiB (subtracted below)", "",
+            "| model | planner MiB | peak RSS MiB | RSS after the turn MiB | peak / plan |", "|---|---:|---:|---:|---:|"]
+    for model in models:
+        out = subprocess.run([sys.executable, "-c", RSS_CHILD.format(**fmt), model], capture_output=True, text=True,
+                             env=dict(os.environ, BASELINE_MIB=str(base)))
+        if out.returncode != 0:
+            raise SystemExit(f"{model}: {out.stderr[-2000:]}")
+        planned, peak, now, _ = (float(x) for x in out.stdout.split()[-4:])
+        rows.append(f"| {Path(model).stem} | {planned:.0f} | {peak:.0f} | {now:.0f} | {peak / planned:.2f} |")
+        log.info("%s", rows[-1])
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="qwen2.5-1.5b-instruct-q4_k_m")
+    ap.add_argument("--only", nargs="+", choices=["prompt", "stop", "rss"], default=["prompt", "stop", "rss"])
+    ap.add_argument("--timed-pieces", action="store_true", help="prompt pieces sized by time (before issue 25)")
+    ap.add_argument("--stops", type=int, default=3)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="# %(message)s")
+    path = synthesize(args.model)
+    registry().load()
+    print(f"Synthetic {args.model} ({path.stat().st_size / 2**30:.2f} GiB), n_ctx {N_CTX}, {THREADS} threads\n")
+    if args.timed_pieces:  # as before issue 25: no abort inside a piece, so pieces sized by time
+        Backend.abortable = property(lambda self: False)
+    if "prompt" in args.only:
+        label = "pieces sized by time (before issue 25)" if args.timed_pieces else "whole n_batch pieces, Stop aborts inside one"
+        print(f"### Prompt evaluation per turn, ours ({label}) vs bare llama-cpp-python\n")
+        print("\n".join(prompt_table(path, args.timed_pieces)) + "\n")
+    if "stop" in args.only:
+        print("### Stop during a long paste\n")
+        print("\n".join(stop_table(path, args.stops)) + "\n")
+    if "rss" in args.only:
+        print(f"### Peak RSS against the planner (n_ctx {N_CTX}, one ~1 000-token turn)\n")
+        print("\n".join(rss_table(["demo-small", "demo-int4", str(path)])) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
