@@ -15,7 +15,8 @@ weights. Sections:
 - stop: Stop pressed 1 s into a turn-3-sized paste (x3): time from the press until the turn has
   ended and the model is free, and what the cache kept.
 - rss: in a new process per model (both demo models and the synthetic one), load through
-  `engine.api.Assistant`, answer a ~1 000-token paste, and compare the process's peak RSS (VmHWM)
+  `engine.api.Assistant`, answer a paste that nearly fills the context (the plan is for a full
+  one), and compare the process's peak RSS (VmHWM)
   with the planner's host-memory figure (`planner.ram_bytes`, what the welcome and fit badges use).
 
 Prints markdown tables (docs/benchmarks.md quotes them). Slow on 2 cores: ~3 min at 1.5B.
@@ -51,6 +52,7 @@ from engine.storage.db import Database  # noqa: E402
 log = logging.getLogger("bench.real_size")
 N_CTX = 4096
 THREADS = 2
+RSS_PASTE_WORDS = 2200  # ~3 400 tokens: the context nearly full, as the plan assumes
 PARAMS = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=4)
 
 
@@ -138,12 +140,16 @@ from engine.storage.db import Database
 model = sys.argv[1]
 assistant = Assistant(Database(Path(tempfile.mkdtemp()) / "b.db"),
                       EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX, n_threads=THREADS)))
-done = next(x for x in assistant.send(assistant.new_conversation(), paste(900, 3), PARAMS) if isinstance(x, TurnDone))
+done = next(x for x in assistant.send(assistant.new_conversation(), paste(int(sys.argv[2]), 3), PARAMS)
+            if isinstance(x, TurnDone))
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
 kib = lambda k: int(status[k].split()[0])
-planned = ram_bytes(plan(model, vram_budget_mb=0, n_ctx=N_CTX)) / 2**20
+p = plan(model, vram_budget_mb=0, n_ctx=N_CTX)
+planned = ram_bytes(p) / 2**20
 baseline = float(os.environ["BASELINE_MIB"])
-print(f"{{planned:.0f}} {{kib('VmHWM') / 1024 - baseline:.0f}} {{kib('VmRSS') / 1024 - baseline:.0f}} {{done.stats.prompt_tokens}}")
+parts = " + ".join(f"{{b / 2**20:.0f}}" for b in (p.weights_bytes_total, p.kv_bytes_total,
+                                                 p.host_compute_bytes_estimate, p.vocab_bytes_estimate))
+print(parts, f"{{planned:.0f}} {{kib('VmHWM') / 1024 - baseline:.0f}} {{kib('VmRSS') / 1024 - baseline:.0f}} {{done.stats.prompt_tokens}}")
 """
 
 BASELINE_CHILD = """
@@ -166,14 +172,17 @@ def rss_table(models: list[str]) -> list[str]:
     base = float(subprocess.run([sys.executable, "-c", BASELINE_CHILD.format(**fmt)], capture_output=True,
                                 text=True, check=True).stdout.split()[-1])
     rows = [f"Process baseline before any model: {base:.0f} MiB (subtracted below)", "",
-            "| model | planner MiB | peak RSS MiB | RSS after the turn MiB | peak / plan |", "|---|---:|---:|---:|---:|"]
+            "| model | prompt tokens | planner: weights + KV + compute + vocabulary = MiB | peak RSS MiB | RSS after the turn MiB "
+            "| peak / plan |", "|---|---:|---|---:|---:|---:|"]
     for model in models:
-        out = subprocess.run([sys.executable, "-c", RSS_CHILD.format(**fmt), model], capture_output=True, text=True,
-                             env=dict(os.environ, BASELINE_MIB=str(base)))
+        out = subprocess.run([sys.executable, "-c", RSS_CHILD.format(**fmt), model, str(RSS_PASTE_WORDS)],
+                             capture_output=True, text=True, env=dict(os.environ, BASELINE_MIB=str(base)))
         if out.returncode != 0:
             raise SystemExit(f"{model}: {out.stderr[-2000:]}")
-        planned, peak, now, _ = (float(x) for x in out.stdout.split()[-4:])
-        rows.append(f"| {Path(model).stem} | {planned:.0f} | {peak:.0f} | {now:.0f} | {peak / planned:.2f} |")
+        line = out.stdout.strip().splitlines()[-1].split()
+        parts, (planned, peak, now, tokens) = " ".join(line[:7]), (float(x) for x in line[7:])
+        rows.append(f"| {Path(model).stem} | {tokens:.0f} | {parts} = {planned:.0f} | {peak:.0f} | {now:.0f} "
+                    f"| {peak / planned:.2f} |")
         log.info("%s", rows[-1])
     return rows
 
@@ -199,7 +208,7 @@ def main() -> int:
         print("### Stop during a long paste\n")
         print("\n".join(stop_table(path, args.stops)) + "\n")
     if "rss" in args.only:
-        print(f"### Peak RSS against the planner (n_ctx {N_CTX}, one ~1 000-token turn)\n")
+        print(f"### Peak RSS against the planner (n_ctx {N_CTX}, one turn filling most of it)\n")
         print("\n".join(rss_table(["demo-small", "demo-int4", str(path)])) + "\n")
     return 0
 

@@ -70,7 +70,9 @@ def test_6gb_gpu_gets_the_7b_whole_on_the_gpu():
     assert rec.gpu is not None and rec.gpu.device == "CUDA0"
     budget = int(5.6 * GIB) - 512 * 2**20  # free minus the planner's margin
     assert 4_683_000_000 < rec.l2.vram_bytes <= budget
-    assert rec.l2.ram_bytes < 300 * 2**20  # everything on the GPU: host memory is buffers only
+    # Everything on the GPU: host memory is only what llama.cpp keeps on the CPU (the token
+    # embedding, ~290 MiB here) and the vocabulary's two copies (~55 MiB), no weights of a layer.
+    assert rec.l2.ram_bytes < 400 * 2**20
     assert rec.l2.speed == "fast" and rec.l2.tok_s == pytest.approx(250e9 / 4_683_000_000, abs=0.1)
     assert "RTX 3060" in rec.l2.why
 

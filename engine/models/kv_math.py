@@ -141,15 +141,15 @@ def facts_from_gguf(info: GGUFInfo, name: str | None = None) -> ModelFacts:
 def facts_from_catalog(entry: ModelEntry) -> ModelFacts:
     """Facts of a model that is not downloaded: catalog facts, weights estimated from size_bytes.
 
-    The catalog has no vocabulary or embedding width: n_embd is taken as n_heads*head_dim_k and the
+    Where the entry has no n_embd or n_vocab, n_embd is taken as n_heads*head_dim_k and the
     vocabulary from VOCAB_BY_ARCH; the embedding is removed from the file size and the rest split
     evenly over the layers (as if the output were tied). Offloading the output layer is then costed
     as an untied output matrix at Q6_K (or the file's type if larger), so the GPU side errs high
     while a CPU-only load still adds up to the file size.
     """
     n = entry.n_layers
-    n_embd = entry.n_heads * entry.head_dim_k
-    vocab = VOCAB_BY_ARCH.get(entry.arch, 262144)
+    n_embd = entry.n_embd or entry.n_heads * entry.head_dim_k
+    vocab = entry.n_vocab or VOCAB_BY_ARCH.get(entry.arch, 262144)
     quant = entry.quant.upper()
     embd = int(vocab * n_embd * _EMBD_BITS.get(quant, 8.5) / 8)
     output = int(vocab * n_embd * max(_OUTPUT_BITS.get(quant, 6.5625), _EMBD_BITS.get(quant, 0)) / 8)
@@ -235,6 +235,30 @@ def weights_split(f: ModelFacts, n_gpu_layers: int) -> tuple[int, int]:
     else:
         cpu += f.output_bytes
     return gpu, cpu
+
+
+def compute_resident_estimate(f: ModelFacts, n_ctx: int, n_ubatch: int = 512, flash_attn: bool = False) -> int:
+    """ESTIMATE of the part of the compute buffer a full context makes resident in RAM.
+
+    llama.cpp reserves the buffer for its worst-case graph, where every token of a micro-batch
+    asks for logits; the engine asks for one position per decode, so those pages are never
+    touched (demo-int4, 262 144 entries: 512 MiB reserved, none resident). What is touched at a
+    full context: the attention scores and mask, or one row of logits, plus the hidden states.
+    Measured against peak RSS by bench/real_size.py (docs/benchmarks.md, "Real size")."""
+    ub = min(n_ubatch, n_ctx)
+    cells = pad(n_ctx)
+    scores = 0 if flash_attn else cells * ub * max(f.n_heads) * 4
+    return max(f.n_vocab * 4, scores + cells * ub * 4) + 6 * ub * f.n_embd * 4
+
+
+# The vocabulary (tokens, scores, merges, llama.cpp's maps) in memory, per copy: 16, 31 and 42 MiB
+# measured for 49 152, 151 936 and 262 144 entries (RSS before and after a vocab-only load).
+VOCAB_FIXED_BYTES = 10 * 2**20
+VOCAB_BYTES_PER_TOKEN = 122
+
+
+def vocab_bytes(n_vocab: int) -> int:
+    return VOCAB_FIXED_BYTES + VOCAB_BYTES_PER_TOKEN * n_vocab
 
 
 def compute_buffer_estimate(f: ModelFacts, n_ctx: int, n_ubatch: int = 512, flash_attn: bool = False) -> int:

@@ -56,6 +56,11 @@ class Plan:
     mha_ratio: float  # KV of the same model with n_kv_heads = n_heads, over this one's
     explanation: str
     notes: tuple[str, ...] = ()
+    # What a full context makes resident in RAM beyond the weights and KV (ram_bytes): the CPU
+    # compute pages a turn touches (kv_math.compute_resident_estimate; reserved is above) and the
+    # vocabulary, held twice (the model's, and the tokenizer other threads use).
+    host_compute_bytes_estimate: int = 0
+    vocab_bytes_estimate: int = 0
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -239,9 +244,13 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
     where = {"full": f"all {full} layers ({f.n_layers} repeating + output) on the GPU",
              "partial": f"{t.ngl} of {full} layers on the GPU, {full - t.ngl} on the CPU",
              "cpu": "everything on the CPU"}[offload]
+    host_compute = kv_math.compute_resident_estimate(f, t.n_ctx, n_ubatch, t.fa) if offload == "cpu" else 0
+    vocab = 2 * kv_math.vocab_bytes(f.n_vocab)
     if offload == "cpu":
         use = (f"RAM: weights {w_cpu / MIB:.0f} MiB, KV {kv_total / MIB:.0f} MiB, compute "
-               f"~{kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa) / MIB:.0f} MiB estimated")
+               f"~{host_compute / MIB:.0f} MiB estimated (of "
+               f"~{kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa) / MIB:.0f} MiB reserved), "
+               f"vocabulary ~{vocab / MIB:.0f} MiB")
     else:
         use = (f"GPU {(w_gpu + kv_gpu + compute) / MIB:.0f} of {budget / MIB:.0f} MiB: weights {w_gpu / MIB:.0f}, "
                f"KV {kv_gpu / MIB:.0f}, compute ~{compute / MIB:.0f} estimated")
@@ -257,10 +266,13 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
         kv_bytes_gpu=kv_gpu, weights_bytes_gpu=w_gpu, weights_bytes_total=w_gpu + w_cpu,
         compute_buffer_bytes_estimate=kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa),
         gpu_bytes_total=w_gpu + kv_gpu + compute, fits=offload == "full", offload=offload,
-        mha_ratio=kv_math.mha_ratio(f), explanation=explanation, notes=f.notes)
+        mha_ratio=kv_math.mha_ratio(f), explanation=explanation, notes=f.notes,
+        host_compute_bytes_estimate=host_compute, vocab_bytes_estimate=vocab)
 
 
 def ram_bytes(p: Plan) -> int:
-    """Host memory a planned load takes: weights and KV left on the CPU, plus CPU compute buffers."""
-    cpu_compute = p.compute_buffer_bytes_estimate if p.offload == "cpu" else 0
-    return (p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu) + cpu_compute
+    """Host memory a planned load takes at a full context: weights and KV left on the CPU, the CPU
+    compute pages a turn touches, and the vocabulary's two copies. Within 10 % of the peak RSS of
+    both demo models and a synthetic Qwen2.5-1.5B on a CPU load (bench/real_size.py --only rss)."""
+    return ((p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu)
+            + p.host_compute_bytes_estimate + p.vocab_bytes_estimate)
