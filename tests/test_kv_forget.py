@@ -94,8 +94,8 @@ def test_a_park_racing_the_delete_leaves_no_snapshot_in_ram(tmp_path):
     kv = KVTiers(tmp_path / "kv", warm_budget_bytes=10**9, cold_budget_bytes=10**9)
     kv._facts[IDENT] = FACTS
     context = _Context(list(range(300)))
-    kv.hot[IDENT] = 6  # its turn just ended; the model's thread parks it in the background
-    parking = threading.Thread(target=kv.park, args=(context, 6))
+    kv.hot[IDENT] = 6  # in the context; the model is being unloaded, so its thread parks it
+    parking = threading.Thread(target=kv.release, args=(context,))
     parking.start()
     assert context.copying.wait(10)
     kv.forget(6)  # the API server deletes the conversation while its state is being copied
