@@ -14,6 +14,10 @@ weights. Sections:
   `--timed-pieces` runs ours with prompt pieces sized by time (the engine before issue 25).
 - stop: Stop pressed 1 s into a turn-3-sized paste (x3): time from the press until the turn has
   ended and the model is free, and what the cache kept.
+- long: a chat filled to ~8 000 tokens (n_ctx 8 448), then 20 short turns: RSS after the load,
+  after the paste and after each turn, against the KV bytes the chat holds and the planner's
+  resident compute; then the exit (`Assistant.close()`: the hot state parked and written to its
+  cold file), and the same after a restart: a cold restore against re-evaluating.
 - rss: in a new process per model (both demo models and the synthetic one), load through
   `engine.api.Assistant`, answer a paste that nearly fills the context (the plan is for a full
   one), and compare the process's peak RSS (VmHWM)
@@ -187,10 +191,67 @@ def rss_table(models: list[str]) -> list[str]:
     return rows
 
 
+LONG_CTX = 8448
+
+
+def _rss_mib() -> float:
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(status["VmRSS"].split()[0]) / 1024
+
+
+def long_table(path: Path, turns: int) -> list[str]:
+    from engine.config.paths import user_dir
+    from engine.models.planner import plan
+
+    home = Path(tempfile.mkdtemp(prefix="bench-real-"))
+    config = EngineConfig(model=str(path), load=LoadParams(n_ctx=LONG_CTX, n_threads=THREADS))
+    p = plan(str(path), vram_budget_mb=0, n_ctx=LONG_CTX)
+    per_token = p.kv_bytes_per_token
+    rss0 = _rss_mib()
+    assistant = Assistant(Database(home / "bench.db"), config)
+    cid = assistant.new_conversation("You are a careful assistant.")
+    first = next(x for x in assistant.send(cid, "Hello.", PARAMS) if isinstance(x, TurnDone))
+    loaded = _rss_mib()
+    t0 = time.perf_counter()
+    done = next(x for x in assistant.send(cid, paste(4700, 7), PARAMS) if isinstance(x, TurnDone))
+    fill_s = time.perf_counter() - t0
+    filled = _rss_mib()
+    n_tokens = done.stats.prompt_tokens + done.stats.completion_tokens
+    rows = [f"Process before the model: {rss0:.0f} MiB; loaded (after a first short turn): {loaded:.0f} MiB; "
+            f"the paste: {done.stats.prompt_tokens_evaluated} tokens in {fill_s:.0f} s; planner: KV "
+            f"{per_token} B/token, resident compute {p.host_compute_bytes_estimate / 2**20:.0f} MiB", "",
+            "| after | tokens in the chat | RSS MiB | RSS − loaded MiB | one KV copy MiB | (RSS − loaded) / (KV + compute) |",
+            "|---|---:|---:|---:|---:|---:|"]
+
+    def row(label: str, tokens: int, rss: float) -> str:
+        kv = tokens * per_token / 2**20
+        return (f"| {label} | {tokens} | {rss:.0f} | {rss - loaded:.0f} | {kv:.0f} | "
+                f"{(rss - loaded) / (kv + p.host_compute_bytes_estimate / 2**20):.2f} |")
+
+    rows.append(row("the paste", n_tokens, filled))
+    del first
+    for i in range(turns):
+        done = next(x for x in assistant.send(cid, f"Question {i}: which note mentions the glacier?", PARAMS)
+                    if isinstance(x, TurnDone))
+        n_tokens = done.stats.prompt_tokens + done.stats.completion_tokens
+        if i in (0, 4, 9, turns - 1):
+            rows.append(row(f"turn {i + 1} of {turns}", n_tokens, _rss_mib()))
+    t0 = time.perf_counter()
+    assistant.close()
+    exit_s = time.perf_counter() - t0
+    files = sorted((user_dir() / "kv").glob("*.kvs"))
+    size = sum(f.stat().st_size for f in files)
+    rows += ["", f"Exit (`Assistant.close()`, the 8k chat's state parked and written cold): {exit_s * 1000:.0f} ms; "
+             f"cold files {len(files)}, {size / 2**20:.0f} MiB ({size / max(n_tokens, 1):.0f} B/token)"]
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-1.5b-instruct-q4_k_m")
-    ap.add_argument("--only", nargs="+", choices=["prompt", "stop", "rss"], default=["prompt", "stop", "rss"])
+    ap.add_argument("--only", nargs="+", choices=["prompt", "stop", "long", "rss"],
+                    default=["prompt", "stop", "long", "rss"])
+    ap.add_argument("--turns", type=int, default=20, help="short turns after the 8k paste (long)")
     ap.add_argument("--timed-pieces", action="store_true", help="prompt pieces sized by time (before issue 25)")
     ap.add_argument("--stops", type=int, default=3)
     args = ap.parse_args()
@@ -207,6 +268,9 @@ def main() -> int:
     if "stop" in args.only:
         print("### Stop during a long paste\n")
         print("\n".join(stop_table(path, args.stops)) + "\n")
+    if "long" in args.only:
+        print(f"### An 8k chat: RSS over {args.turns} turns, and the exit\n")
+        print("\n".join(long_table(path, args.turns)) + "\n")
     if "rss" in args.only:
         print(f"### Peak RSS against the planner (n_ctx {N_CTX}, one turn filling most of it)\n")
         print("\n".join(rss_table(["demo-small", "demo-int4", str(path)])) + "\n")

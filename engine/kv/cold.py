@@ -1,5 +1,7 @@
-"""The cold tier: one snapshot file per (conversation, model) on disk, written atomically, checked
-before it is loaded, and pruned to a disk budget."""
+"""The cold tier: one snapshot file per (conversation, model) on disk, checked before it is
+loaded, and pruned to a disk budget. A file is written whole (atomically) the first time; after
+that, a state that extends the file's tokens adds only its new cells as a segment of their own,
+so an exit after a short turn on a long chat writes that turn, not the chat (issue 25)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from engine.config.paths import private_dir, private_file
-from engine.kv.snapshot import Snapshot, common_prefix, tokens_digest
+from engine.kv import state_format
+from engine.kv.snapshot import Snapshot, common_prefix
 
 log = logging.getLogger(__name__)
 
 MIN_COLD_TOKENS = 256    # a shorter chat re-evaluates faster than a file round trip is worth
 MAGIC = b"OAKV"
-FORMAT = 1
+FORMAT = 2  # 1: one payload after the header, no segments (such files are rejected, then re-made)
 _HEAD = struct.Struct("<4sI")  # magic, header length
+SEGMENT = b"OSEG"
+_SEG = struct.Struct("<4sIIQI")  # magic, first token index, tokens, payload bytes, CRC-32 of the payload
+MAX_SEGMENTS = 16  # a restore joins them all; past this the file is rewritten whole
 _NAME = re.compile(r"c(\d+)-([0-9a-f]{12})\.kvs")  # what `file_name` makes
 
 
@@ -48,6 +56,7 @@ def parse_file_name(name: str) -> tuple[int, str] | None:
 @dataclass
 class ColdStats:
     written: int = 0
+    appended: int = 0
     loaded: int = 0
     rejected: dict[str, int] = field(default_factory=dict)  # reason -> count
     pruned: int = 0
@@ -57,8 +66,11 @@ class ColdStats:
 class ColdTier:
     """One snapshot file per (conversation, model) in `folder`, LRU-pruned to `budget_bytes`.
 
-    File: MAGIC, header length, JSON header (facts, token count and digest, payload length and
-    CRC-32), then the payload: int32 token ids followed by llama.cpp's sequence state.
+    File: MAGIC, header length, JSON header (format, identity, conversation, facts), then
+    segments: each a _SEG header (first token index, tokens, payload bytes, CRC-32) and its payload,
+    int32 token ids followed by llama.cpp's sequence state of those tokens' cells
+    (engine/kv/state_format.py joins them for a restore). A torn or damaged segment ends the file:
+    the segments before it still load (a kill during an append loses that append only).
 
     The token ids decode back to the chat's text, as the database holds it: the files get the
     database's protection, 0600 in a 0700 folder, and go when their conversation is deleted. Not
@@ -80,16 +92,17 @@ class ColdTier:
         return self.folder / file_name(conversation_id, identity)
 
     def write(self, snap: Snapshot, facts: dict, wanted: Callable[[int], bool] | None = None) -> Path | None:
-        """Write atomically (temp file, fsync, rename); None when the chat is too short to keep,
-        the disk refused, or `wanted(conversation_id)` is False at the rename (deleted meanwhile)."""
+        """Append the cells `snap` adds to its file, or write the file whole (temp file, fsync,
+        rename); None when the chat is too short to keep, the disk refused, or
+        `wanted(conversation_id)` is False at the end (deleted meanwhile)."""
         if snap.conversation_id is None or len(snap.tokens) < self.min_tokens:
             return None
-        payload_tokens = struct.pack(f"<{len(snap.tokens)}i", *snap.tokens)
-        crc = zlib.crc32(snap.data, zlib.crc32(payload_tokens))
-        header = json.dumps({"format": FORMAT, "identity": snap.identity, "conversation_id": snap.conversation_id,
-                             "facts": facts, "n_tokens": len(snap.tokens), "tokens_sha256": tokens_digest(snap.tokens),
-                             "payload_bytes": len(payload_tokens) + len(snap.data), "crc32": crc}).encode()
         path = self.path(snap.conversation_id, snap.identity)
+        appended = self._append(path, snap, facts, wanted)
+        if appended is not False:
+            return appended
+        header = json.dumps({"format": FORMAT, "identity": snap.identity, "conversation_id": snap.conversation_id,
+                             "facts": facts}).encode()
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:  # outside the lock: a delete need not wait for a large write (the temp name is this thread's)
             private_dir(self.folder)
@@ -97,8 +110,7 @@ class ColdTier:
             with os.fdopen(fd, "wb") as f:
                 f.write(_HEAD.pack(MAGIC, len(header)))
                 f.write(header)
-                f.write(payload_tokens)
-                f.write(snap.data)
+                _write_segment(f, 0, snap.tokens, snap.data)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
@@ -113,6 +125,50 @@ class ColdTier:
             except OSError as exc:
                 return self._write_failed(path, tmp, exc)
             self.stats.written += 1
+            self._prune_locked()
+        return path
+
+    def _append(self, path: Path, snap: Snapshot, facts: dict, wanted) -> Path | None | bool:
+        """Add the cells of `snap` past the file's tokens as a new segment. False where that does
+        not apply (no file, another model or format, tokens that do not extend the file's, a state
+        `state_format` cannot split, too many segments): the caller writes the file whole."""
+        try:
+            f = open(path, "r+b")
+        except OSError:
+            return False
+        with f:
+            try:
+                header = self._read_header(f)
+                if header.get("format") != FORMAT or header.get("facts") != facts or \
+                        header.get("identity") != snap.identity:
+                    return False
+                segments, tokens, end = self._scan(f)
+            except (OSError, ValueError, KeyError, struct.error):
+                return False
+            n_old = len(tokens)
+            if not segments or len(segments) >= MAX_SEGMENTS or n_old >= len(snap.tokens) or \
+                    snap.tokens[:n_old] != tokens:
+                return False
+            state = state_format.parse(snap.data)
+            if state is None or state.n_cells != len(snap.tokens) or \
+                    not np.array_equal(np.sort(state.positions()), np.arange(len(snap.tokens))):
+                return False
+            added = state_format.to_bytes(state_format.select(state, state.positions() >= n_old))
+            try:
+                f.seek(end)
+                f.truncate()  # a torn segment a killed append left
+                _write_segment(f, n_old, snap.tokens[n_old:], added)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as exc:
+                self.stats.write_errors += 1
+                log.warning("could not append to KV snapshot %s: %s", path.name, exc)
+                return None
+        with self._lock:
+            if wanted is not None and not wanted(snap.conversation_id):
+                path.unlink(missing_ok=True)  # deleted during the append
+                return None
+            self.stats.appended += 1
             self._prune_locked()
         return path
 
@@ -158,6 +214,37 @@ class ColdTier:
         self._reject(path, "different model, context or version")
         return False
 
+    def _scan(self, f, payloads: bool = False) -> tuple[list[tuple[int, int, bytearray | None]], list[int], int]:
+        """The file's whole segments after its header: ([(first, n_tokens, payload or None)],
+        tokens, offset where they end). Reading stops at the first torn, damaged or out-of-order
+        segment (its payload is checked when `payloads`, else only its tokens' place)."""
+        segments, tokens = [], []
+        end = f.tell()
+        while True:
+            raw = f.read(_SEG.size)
+            if len(raw) < _SEG.size:
+                break
+            magic, first, n, size, crc = _SEG.unpack(raw)
+            if magic != SEGMENT or first != len(tokens) or size < 4 * n:
+                break
+            if payloads:
+                payload = bytearray(size)
+                if f.readinto(payload) != size or zlib.crc32(payload) != crc:
+                    break
+                ids = list(struct.unpack(f"<{n}i", memoryview(payload)[:4 * n]))
+            else:
+                raw_ids = f.read(4 * n)
+                if len(raw_ids) != 4 * n:
+                    break
+                ids, payload = list(struct.unpack(f"<{n}i", raw_ids)), None
+                f.seek(size - 4 * n, os.SEEK_CUR)
+                if f.tell() > os.fstat(f.fileno()).st_size:
+                    break
+            segments.append((first, n, payload))
+            tokens += ids
+            end = f.tell()
+        return segments, tokens, end
+
     def peek(self, conversation_id: int, identity: str, facts: dict, prompt: list[int]) -> int:
         """How many prompt tokens this conversation's file would cover (0: none, or unusable)."""
         path = self.path(conversation_id, identity)
@@ -166,60 +253,61 @@ class ColdTier:
                 header = self._read_header(f)
                 if not self._matches(path, header, identity, facts):
                     return 0
-                n = int(header["n_tokens"])
-                raw = f.read(4 * n)
+                segments, tokens, _ = self._scan(f)
         except FileNotFoundError:
             return 0
         except (OSError, ValueError, KeyError, struct.error) as exc:
             self._reject(path, f"unreadable header ({type(exc).__name__})")
             return 0
-        if len(raw) != 4 * n:
+        if not segments:
             self._reject(path, "truncated")
             return 0
-        return common_prefix(list(struct.unpack(f"<{n}i", raw)), prompt)
+        return common_prefix(tokens, prompt)
 
     def load(self, conversation_id: int, identity: str, facts: dict) -> Snapshot | None:
-        """The verified snapshot, or None (missing; anything wrong → deleted and counted)."""
+        """The verified snapshot, or None (missing; anything wrong → deleted and counted). A file
+        of several segments is joined into one state; a damaged later segment only shortens it."""
         path = self.path(conversation_id, identity)
         try:
             with open(path, "rb") as f:
                 header = self._read_header(f)
                 if not self._matches(path, header, identity, facts):
                     return None
-                n, size = int(header["n_tokens"]), int(header["payload_bytes"])
-                payload = bytearray(size)
-                got = f.readinto(payload)
-                extra = f.read(1)
+                segments, tokens, _ = self._scan(f, payloads=True)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, struct.error) as exc:
             self._reject(path, f"unreadable ({type(exc).__name__})")
             return None
-        if got != size or extra:
-            self._reject(path, "truncated" if got != size else "trailing bytes")
+        if not segments:
+            self._reject(path, "truncated or checksum mismatch")
             return None
-        if zlib.crc32(payload) != header["crc32"]:
-            self._reject(path, "checksum mismatch")
-            return None
-        view = memoryview(payload)
-        tokens = list(struct.unpack(f"<{n}i", view[:4 * n]))
-        if tokens_digest(tokens) != header["tokens_sha256"]:
-            self._reject(path, "token digest mismatch")
-            return None
-        del view
-        del payload[:4 * n]  # the state stays in the same buffer: restored without another copy
+        if len(segments) == 1:
+            payload = segments[0][2]
+            del payload[:4 * len(tokens)]  # the state stays in the same buffer: restored without another copy
+        else:
+            parts = [state_format.parse(memoryview(p)[4 * n:]) for _, n, p in segments]
+            if any(part is None for part in parts):
+                self._reject(path, "a segment's state does not parse")
+                return None
+            try:
+                payload = state_format.to_bytes(state_format.join(parts))
+            except ValueError:
+                self._reject(path, "segments of different shapes")
+                return None
         os.utime(path)  # LRU by mtime
         self.stats.loaded += 1
         return Snapshot(identity, conversation_id, tokens, payload)
 
     def token_count(self, path: Path, mtime: float) -> int | None:
-        """Tokens a file holds, from its header (cached per mtime); None if unreadable."""
+        """Tokens a file holds, from its segments (cached per mtime); None if unreadable."""
         cached = self._counts.get(path.name)
         if cached and cached[0] == mtime:
             return cached[1]
         try:
             with open(path, "rb") as f:
-                n = int(self._read_header(f)["n_tokens"])
+                self._read_header(f)
+                n = len(self._scan(f)[1])
         except (OSError, ValueError, KeyError, struct.error):
             return None
         self._counts[path.name] = (mtime, n)
@@ -269,3 +357,11 @@ class ColdTier:
                     stale.unlink()
             except OSError:
                 pass
+
+
+def _write_segment(f, first: int, tokens: list[int], state) -> None:
+    ids = struct.pack(f"<{len(tokens)}i", *tokens)
+    crc = zlib.crc32(state, zlib.crc32(ids))
+    f.write(_SEG.pack(SEGMENT, first, len(tokens), len(ids) + len(state), crc))
+    f.write(ids)
+    f.write(state)

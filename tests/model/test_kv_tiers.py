@@ -70,6 +70,47 @@ def run_two_turns(home, monkeypatch):
     return a, cid
 
 
+def test_demo_model_states_have_the_layout_the_cold_segments_split(model_paths):
+    """engine/kv/state_format.py pinned on a state llama.cpp wrote: it parses, goes back byte for
+    byte, and splits by position into two states that join back into it."""
+    from engine.kv import state_format
+    from .conftest import open_backend
+
+    backend = open_backend(model_paths["demo-small"], n_ctx=1024)
+    try:
+        backend.eval(backend.tokenize(SYSTEM, special=False)[:300])
+        data, tokens = backend.save_sequence()
+    finally:
+        backend.close()
+    state = state_format.parse(data)
+    assert state is not None and state.n_cells == len(tokens) and bytes(state_format.to_bytes(state)) == bytes(data)
+    pos = state.positions()
+    parts = [state_format.parse(state_format.to_bytes(state_format.select(state, keep))) for keep in (pos < 200, pos >= 200)]
+    assert bytes(state_format.to_bytes(state_format.join(parts))) == bytes(data)
+
+
+def test_an_exit_after_a_short_turn_appends_that_turn_to_the_cold_file(assistant_home, monkeypatch):
+    first, cid = run_two_turns(assistant_home, monkeypatch)
+    close(first)  # the first exit writes the chat whole
+    [path] = (user_dir() / "kv").glob("c*.kvs")
+    size = path.stat().st_size
+    again = open_assistant()
+    try:
+        done = turn(again, cid, "One more thing?", max_tokens=8)
+        assert done.stats.restored_from == "cold"
+    finally:
+        close(again)
+    assert again.kv.cold.stats.appended == 1 and again.kv.cold.stats.written == 0
+    assert path.stat().st_size - size < size // 4  # the turn's cells, not the chat again
+    third = open_assistant()
+    try:
+        done = turn(third, cid, "And another?", max_tokens=8)
+        assert done.stats.restored_from == "cold"  # joined from both segments
+        assert done.stats.prompt_tokens_evaluated <= new_tokens(third, "And another?") + OVERHEAD
+    finally:
+        close(third)
+
+
 @pytest.mark.numerics
 def test_cold_restore_after_restart_continues_exactly_as_never_evicted(tmp_path, monkeypatch):
     third = "Give me one tip for visiting it."

@@ -11,7 +11,7 @@ After every kill the data dir is checked as the next start will find it: the dat
 `PRAGMA integrity_check` and FTS5's own check; every message any earlier run committed is there
 with the same content; the killed turn's question is stored and its answer is a `streaming` row
 holding what was shown up to about one flush interval before the kill; every cold KV snapshot
-file is valid (header, CRC, token digest, via the engine's ColdTier), or is rejected and deleted
+file is valid (header, each segment's CRC, via the engine's ColdTier), or is rejected and deleted
 when the next run touches it. After the last kill, a greedy turn in the last killed chat, from
 the data dir as the kills left it (restored from its snapshots) and from a copy without snapshots
 (re-evaluated), reads the same prompt token for token, and the two states give the same logits
@@ -106,7 +106,9 @@ def check_cold_files(home: Path) -> tuple[list[str], list[str], int]:
                     header["facts"]["model_size"] in {p.stat().st_size for p in MODELS.values()}:
                 tier = ColdTier(Path(scratch), 1 << 40, min_tokens=0)
                 snap = tier.load(header["conversation_id"], header["identity"], header["facts"])
-            (valid if snap is not None and len(snap.tokens) == header["n_tokens"] else invalid).append(path.name)
+            # The loader (every segment's CRC checked) agrees with the count the segments' headers give.
+            whole = snap is not None and len(snap.tokens) == tier.token_count(copy, copy.stat().st_mtime)
+            (valid if whole else invalid).append(path.name)
     return valid, invalid, len(list(folder.glob(".c*.tmp")))
 
 
