@@ -14,6 +14,9 @@ weights. Sections:
   `--timed-pieces` runs ours with prompt pieces sized by time (the engine before issue 25).
 - stop: Stop pressed 1 s into a turn-3-sized paste (x3): time from the press until the turn has
   ended and the model is free, and what the cache kept.
+- decode: after a chat of ~N tokens (`--decode-at`, default 1 000; 8 000 takes ~8 min), a turn
+  decodes 48 tokens greedy through `engine.api`; bare llama-cpp-python evaluates the same prompt
+  ids and `Llama.generate`s 48 tokens. Decode tok/s side by side.
 - long: a chat filled to ~8 000 tokens (n_ctx 8 448), then 20 short turns: RSS after the load,
   after the paste and after each turn, against the KV bytes the chat holds and the planner's
   resident compute; then the exit (`Assistant.close()`: the hot state parked and written to its
@@ -192,6 +195,39 @@ def rss_table(models: list[str]) -> list[str]:
 
 
 LONG_CTX = 8448
+DECODE_TOKENS = 48
+
+
+def decode_table(path: Path, sizes: list[int]) -> list[str]:
+    from llama_cpp import Llama
+
+    rows = ["| context tokens | ours tok/s | bare tok/s | ours / bare |", "|---:|---:|---:|---:|"]
+    params = GenerateParams(SamplingParams(temperature=0.0, seed=1, repeat_penalty=1.0), max_tokens=DECODE_TOKENS)
+    for size in sizes:
+        home = Path(tempfile.mkdtemp(prefix="bench-real-"))
+        assistant = Assistant(Database(home / "bench.db"),
+                              EngineConfig(model=str(path), load=LoadParams(n_ctx=LONG_CTX, n_threads=THREADS)))
+        cid = assistant.new_conversation("You are a careful assistant.")
+        next(x for x in assistant.send(cid, paste(int(size / 1.55), 11), PARAMS) if isinstance(x, TurnDone))
+        question = "Continue the log with three more notes."
+        prompt = assistant.session(cid).prompt(Message("user", question))
+        done = next(x for x in assistant.send(cid, question, params) if isinstance(x, TurnDone))
+        ours = done.stats.decode_tps
+        assistant.close()
+        bare = Llama(model_path=str(path), n_ctx=LONG_CTX, n_batch=512, n_ubatch=512, n_threads=THREADS,
+                     n_threads_batch=THREADS, verbose=False)
+        count, first, now = 0, None, 0.0
+        for _ in bare.generate(prompt, temp=0.0, repeat_penalty=1.0, top_k=40, top_p=0.95, min_p=0.05):
+            now = time.perf_counter()
+            first = first or now
+            count += 1
+            if count >= DECODE_TOKENS:
+                break
+        theirs = (count - 1) / (now - first)
+        bare.close()
+        rows.append(f"| {len(prompt)} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f}× |")
+        log.info("decode %s", rows[-1])
+    return rows
 
 
 def _rss_mib() -> float:
@@ -239,18 +275,30 @@ def long_table(path: Path, turns: int) -> list[str]:
     t0 = time.perf_counter()
     assistant.close()
     exit_s = time.perf_counter() - t0
-    files = sorted((user_dir() / "kv").glob("*.kvs"))
-    size = sum(f.stat().st_size for f in files)
-    rows += ["", f"Exit (`Assistant.close()`, the 8k chat's state parked and written cold): {exit_s * 1000:.0f} ms; "
-             f"cold files {len(files)}, {size / 2**20:.0f} MiB ({size / max(n_tokens, 1):.0f} B/token)"]
+    size = sum(f.stat().st_size for f in (user_dir() / "kv").glob("*.kvs"))
+    rows += ["", "| step | ms | cold file MiB | restored from | tokens evaluated |", "|---|---:|---:|---|---:|",
+             f"| exit 1: the chat written whole | {exit_s * 1000:.0f} | {size / 2**20:.0f} | | |"]
+    for step in (2, 3):  # a restart, one short turn (restored from the cold file), the exit (appends it)
+        again = Assistant(Database(home / "bench.db"), config)
+        done = next(x for x in again.send(cid, f"After restart {step}: which note was first?", PARAMS)
+                    if isinstance(x, TurnDone))
+        t0 = time.perf_counter()
+        again.close()
+        exit_s = time.perf_counter() - t0
+        size = sum(f.stat().st_size for f in (user_dir() / "kv").glob("*.kvs"))
+        rows.append(f"| restart {step - 1}: a short turn (TTFT {done.stats.ttft_ms:.0f} ms, restore "
+                    f"{done.stats.restore_ms:.0f} ms), then exit {step}: its cells appended | {exit_s * 1000:.0f} | "
+                    f"{size / 2**20:.0f} | {done.stats.restored_from} | {done.stats.prompt_tokens_evaluated} |")
+    rows += ["", f"Re-evaluating the chat instead: the paste took {fill_s:.0f} s."]
     return rows
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-1.5b-instruct-q4_k_m")
-    ap.add_argument("--only", nargs="+", choices=["prompt", "stop", "long", "rss"],
-                    default=["prompt", "stop", "long", "rss"])
+    ap.add_argument("--only", nargs="+", choices=["prompt", "stop", "decode", "long", "rss"],
+                    default=["prompt", "stop", "decode", "long", "rss"])
+    ap.add_argument("--decode-at", type=int, nargs="+", default=[1000], help="chat sizes for decode, tokens")
     ap.add_argument("--turns", type=int, default=20, help="short turns after the 8k paste (long)")
     ap.add_argument("--timed-pieces", action="store_true", help="prompt pieces sized by time (before issue 25)")
     ap.add_argument("--stops", type=int, default=3)
@@ -268,6 +316,9 @@ def main() -> int:
     if "stop" in args.only:
         print("### Stop during a long paste\n")
         print("\n".join(stop_table(path, args.stops)) + "\n")
+    if "decode" in args.only:
+        print("### Decode speed, ours vs bare llama-cpp-python\n")
+        print("\n".join(decode_table(path, args.decode_at)) + "\n")
     if "long" in args.only:
         print(f"### An 8k chat: RSS over {args.turns} turns, and the exit\n")
         print("\n".join(long_table(path, args.turns)) + "\n")
