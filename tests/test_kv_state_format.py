@@ -49,6 +49,8 @@ def test_a_state_splits_by_position_and_joins_back_byte_for_byte(v_trans):
     joined = state_format.join([state_format.parse(state_format.to_bytes(head)),
                                 state_format.parse(state_format.to_bytes(tail))])
     assert bytes(state_format.to_bytes(joined)) == bytes(whole)
+    assert bytes(state_format.joined_bytes([state_format.parse(state_format.to_bytes(head)),
+                                            state_format.parse(state_format.to_bytes(tail))])) == bytes(whole)
 
 
 def test_other_shapes_do_not_parse():

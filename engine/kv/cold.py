@@ -291,7 +291,7 @@ class ColdTier:
                 self._reject(path, "a segment's state does not parse")
                 return None
             try:
-                payload = state_format.to_bytes(state_format.join(parts))
+                payload = state_format.joined_bytes(parts)
             except ValueError:
                 self._reject(path, "segments of different shapes")
                 return None

@@ -115,17 +115,71 @@ def select(state: KVState, keep: np.ndarray) -> KVState:
                    [(h, a[keep]) for h, a in state.k], [(h, np.compress(keep, a, axis=axis_v)) for h, a in state.v])
 
 
-def join(parts: list[KVState]) -> KVState:
-    """The cells of `parts` one after the other (same model and cache types: checked)."""
+def _check_joinable(parts: list[KVState]) -> None:
     first = parts[0]
     for p in parts[1:]:
         if (p.v_trans != first.v_trans or [h for h, _ in p.k] != [h for h, _ in first.k]
                 or [h for h, _ in p.v] != [h for h, _ in first.v]):
             raise ValueError("KV states of different shapes cannot be joined")
+
+
+def join(parts: list[KVState]) -> KVState:
+    """The cells of `parts` one after the other (same model and cache types: checked)."""
+    _check_joinable(parts)
+    first = parts[0]
     axis_v = 1 if first.v_trans else 0
     return KVState(first.head, np.concatenate([p.cells for p in parts]), first.v_trans,
                    [(h, np.concatenate([p.k[i][1] for p in parts])) for i, (h, _) in enumerate(first.k)],
                    [(h, np.concatenate([p.v[i][1] for p in parts], axis=axis_v)) for i, (h, _) in enumerate(first.v)])
+
+
+def joined_bytes(parts: list[KVState]) -> bytearray:
+    """`to_bytes(join(parts))` with one copy of the data instead of two: each part's rows are
+    copied straight to their place in the output (a cold restore of an 8k chat moves ~200 MB)."""
+    _check_joinable(parts)
+    first = parts[0]
+    n = sum(p.n_cells for p in parts)
+    out = bytearray(_size(first, n, parts))
+    view, at = memoryview(out), 0
+
+    def put(b) -> None:
+        nonlocal at
+        b = memoryview(b).cast("B")
+        view[at:at + len(b)] = b
+        at += len(b)
+
+    put(first.head)
+    put(_U32.pack(1))
+    put(_U32.pack(n))
+    for p in parts:
+        put(np.ascontiguousarray(p.cells).tobytes())
+    put(_U32.pack(first.v_trans))
+    put(_U32.pack(len(first.k)))
+    for i, (hdr, _) in enumerate(first.k):
+        put(hdr)
+        for p in parts:
+            put(np.ascontiguousarray(p.k[i][1]))
+    for i, (hdr, arr) in enumerate(first.v):
+        put(hdr)
+        if first.v_trans:  # element-major: for each element, every part's cells in turn
+            n_embd, el = arr.shape[0], arr.shape[2]
+            dest = np.frombuffer(view[at:at + n_embd * n * el], dtype=np.uint8).reshape(n_embd, n, el)
+            col = 0
+            for p in parts:
+                dest[:, col:col + p.n_cells] = p.v[i][1]
+                col += p.n_cells
+            at += n_embd * n * el
+        else:
+            for p in parts:
+                put(np.ascontiguousarray(p.v[i][1]))
+    assert at == len(out)
+    return out
+
+
+def _size(first: KVState, n: int, parts: list[KVState]) -> int:
+    k = sum(12 + sum(p.k[i][1].nbytes for p in parts) for i in range(len(first.k)))
+    v = sum(12 + sum(p.v[i][1].nbytes for p in parts) for i in range(len(first.v)))
+    return 16 + n * _CELL.itemsize + 8 + k + v
 
 
 def to_bytes(state: KVState) -> bytearray:
