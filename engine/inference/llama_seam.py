@@ -22,6 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
+from engine.inference.abort_flag import AbortFlag
 from engine.models.ggml_registry import registry
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")  # LoadParams.type_k / type_v names
@@ -44,21 +45,6 @@ class DecodeFailed(RuntimeError):
 
 class DecodeAborted(DecodeFailed):
     """`Context.abort()` stopped a llama_decode midway: the piece's positions were dropped."""
-
-
-def _flag_reader() -> int:
-    """The address of C's `strlen`, used as ggml's abort callback `bool (*)(void *data)`.
-
-    ggml's CPU backend calls the abort callback after every node of the graph, on a compute
-    thread. A Python callback there would take the GIL a thousand times per piece and wait for it
-    whenever another thread runs Python. `strlen` on a two-byte buffer reads the flag with no GIL:
-    it returns 0 while the first byte is 0 and 1 once it is 1, and the caller reads the low byte of
-    the return register as the bool on every ABI the wheels are built for (x86-64, arm64)."""
-    if sys.platform == "win32":
-        libc = ctypes.CDLL("ucrtbase")
-    else:
-        libc = ctypes.CDLL(None)  # the process's C library, already loaded
-    return ctypes.cast(libc.strlen, ctypes.c_void_p).value
 
 
 def init() -> None:
@@ -162,12 +148,11 @@ class Model:
 
     def __init__(self, path: str | Path, n_gpu_layers: int = 0, devices: list[int] | None = None,
                  vocab_only: bool = False, mmap: bool = True):
-        """`mmap`: map the file (pages shared and reclaimable); False reads the weights into memory
-        of the process's own."""
         init()
         params = _C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        # mmap: the file's pages shared and reclaimable; else the weights are read into the process
         params.load_mode = _C.LLAMA_LOAD_MODE_MMAP if mmap else _C.LLAMA_LOAD_MODE_NONE
         if devices is not None:  # [] keeps every layer and every big batch off all devices
             array = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)  # NULL-terminated, copied
@@ -271,9 +256,8 @@ class Context:
         self.memory = _C.llama_get_memory(self.ptr)
         self._batch = _C.llama_batch_init(self.n_batch, 0, 1)
         # abort(): the CPU backend stops a decode at its next graph node (GPU backends ignore it)
-        self._abort_flag = ctypes.create_string_buffer(2)
-        _C.llama_set_abort_callback(self.ptr, _C.ggml_abort_callback(_flag_reader()),
-                                    ctypes.cast(self._abort_flag, ctypes.c_void_p))
+        self._abort = AbortFlag()
+        _C.llama_set_abort_callback(self.ptr, _C.ggml_abort_callback(self._abort.callback), self._abort.data)
         self._model = model
         model._contexts.append(self)  # freed before its model
 
@@ -295,18 +279,17 @@ class Context:
             batch.seq_id[i][0], batch.n_seq_id[i], batch.logits[i] = 0, 1, False
         batch.logits[n - 1] = True
         code = _C.llama_decode(self.ptr, batch)
-        if code == 2 and self._abort_flag.raw[0]:
+        if code == 2 and self._abort.is_set():
             raise DecodeAborted("llama_decode was aborted")
         if code != 0:
             raise DecodeFailed(f"llama_decode returned {code}")
 
     def abort(self) -> None:
-        """Stop the running decode (any thread; the CPU backend checks between graph nodes, a GPU
-        backend not at all). Every decode aborts until `clear_abort()`."""
-        self._abort_flag[0] = b"\x01"
+        """Stop the running decode from any thread (CPU backend only); until `clear_abort()`."""
+        self._abort.set()
 
     def clear_abort(self) -> None:
-        self._abort_flag[0] = b"\x00"
+        self._abort.clear()
 
     def synchronize(self) -> None:
         """Wait for the queued work (on a GPU llama_decode only queues it)."""
