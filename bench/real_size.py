@@ -139,19 +139,19 @@ RSS_CHILD = """
 import os, sys, tempfile
 from pathlib import Path
 sys.path[:0] = [{root!r}, {bench!r}]
-from real_size import PARAMS, N_CTX, THREADS, paste
+from real_size import PARAMS, THREADS, paste
 from engine.api import Assistant, EngineConfig, TurnDone
 from engine.inference.backend import LoadParams
 from engine.models.planner import plan, ram_bytes
 from engine.storage.db import Database
-model = sys.argv[1]
+model, n_ctx = sys.argv[1], int(sys.argv[3])
 assistant = Assistant(Database(Path(tempfile.mkdtemp()) / "b.db"),
-                      EngineConfig(model=model, load=LoadParams(n_ctx=N_CTX, n_threads=THREADS)))
+                      EngineConfig(model=model, load=LoadParams(n_ctx=n_ctx, n_threads=THREADS)))
 done = next(x for x in assistant.send(assistant.new_conversation(), paste(int(sys.argv[2]), 3), PARAMS)
             if isinstance(x, TurnDone))
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
 kib = lambda k: int(status[k].split()[0])
-p = plan(model, vram_budget_mb=0, n_ctx=N_CTX)
+p = plan(model, vram_budget_mb=0, n_ctx=n_ctx)
 planned = ram_bytes(p) / 2**20
 baseline = float(os.environ["BASELINE_MIB"])
 parts = " + ".join(f"{{b / 2**20:.0f}}" for b in (p.weights_bytes_total, p.kv_bytes_total,
@@ -170,7 +170,7 @@ print(int(status["VmHWM"].split()[0]) / 1024)
 """
 
 
-def rss_table(models: list[str]) -> list[str]:
+def rss_table(models: list[str], n_ctx: int) -> list[str]:
     """Peak RSS of a process that loads each model and answers a paste, less the same process's
     RSS before any model (Python, Qt-free engine imports, ggml's backends), against the plan."""
     import subprocess
@@ -182,7 +182,8 @@ def rss_table(models: list[str]) -> list[str]:
             "| model | prompt tokens | planner: weights + KV + compute + vocabulary = MiB | peak RSS MiB | RSS after the turn MiB "
             "| peak / plan |", "|---|---:|---|---:|---:|---:|"]
     for model in models:
-        out = subprocess.run([sys.executable, "-c", RSS_CHILD.format(**fmt), model, str(RSS_PASTE_WORDS)],
+        words = int(RSS_PASTE_WORDS * n_ctx / 4096)  # most of the context, whatever its size
+        out = subprocess.run([sys.executable, "-c", RSS_CHILD.format(**fmt), model, str(words), str(n_ctx)],
                              capture_output=True, text=True, env=dict(os.environ, BASELINE_MIB=str(base)))
         if out.returncode != 0:
             raise SystemExit(f"{model}: {out.stderr[-2000:]}")
@@ -300,6 +301,9 @@ def main() -> int:
                     default=["prompt", "stop", "decode", "long", "rss"])
     ap.add_argument("--decode-at", type=int, nargs="+", default=[1000], help="chat sizes for decode, tokens")
     ap.add_argument("--turns", type=int, default=20, help="short turns after the 8k paste (long)")
+    ap.add_argument("--rss-ctx", type=int, default=N_CTX, help="n_ctx of the rss section")
+    ap.add_argument("--rss-models", nargs="+", help="catalog ids to synthesise for the rss section "
+                    "(default: both demo models and --model's synthetic)")
     ap.add_argument("--timed-pieces", action="store_true", help="prompt pieces sized by time (before issue 25)")
     ap.add_argument("--stops", type=int, default=3)
     args = ap.parse_args()
@@ -323,8 +327,10 @@ def main() -> int:
         print(f"### An 8k chat: RSS over {args.turns} turns, and the exit\n")
         print("\n".join(long_table(path, args.turns)) + "\n")
     if "rss" in args.only:
-        print(f"### Peak RSS against the planner (n_ctx {N_CTX}, one turn filling most of it)\n")
-        print("\n".join(rss_table(["demo-small", "demo-int4", str(path)])) + "\n")
+        models = [str(synthesize(m)) for m in args.rss_models] if args.rss_models else \
+            ["demo-small", "demo-int4", str(path)]
+        print(f"### Peak RSS against the planner (n_ctx {args.rss_ctx}, one turn filling most of it)\n")
+        print("\n".join(rss_table(models, args.rss_ctx)) + "\n")
     return 0
 
 

@@ -131,3 +131,15 @@ def test_past_the_segment_limit_the_file_is_rewritten_whole(tmp_path):
     loaded = cold.load(5, IDENT, FACTS)
     assert loaded.tokens == list(range(1000, 1300 + MAX_SEGMENTS)) and \
         bytes(loaded.data) == bytes(state(range(300 + MAX_SEGMENTS)))
+
+
+def test_a_complete_but_damaged_last_append_is_replaced_by_the_next(tmp_path):
+    cold = ColdTier(tmp_path, budget_bytes=10**9)
+    path = cold.write(snap(300), FACTS)
+    cold.write(snap(310), FACTS)
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0xFF  # the append's length is all there, its bytes are not (a crash, a bad sector)
+    path.write_bytes(bytes(raw))
+    assert cold.write(snap(320), FACTS) == path and cold.stats.appended == 2
+    loaded = cold.load(5, IDENT, FACTS)
+    assert loaded.tokens == list(range(1000, 1320)) and bytes(loaded.data) == bytes(state(range(320)))

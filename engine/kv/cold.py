@@ -143,6 +143,11 @@ class ColdTier:
                         header.get("identity") != snap.identity:
                     return False
                 segments, tokens, end = self._scan(f)
+                if len(segments) > 1 and not _crc_ok(f, segments[-1][3]):
+                    # An append a crash left complete in length but not in content (the first
+                    # segment came by rename, whole): it goes, this one takes its place.
+                    first, n_bad, _, end = segments.pop()
+                    del tokens[first:first + n_bad]
             except (OSError, ValueError, KeyError, struct.error):
                 return False
             n_old = len(tokens)
@@ -214,13 +219,14 @@ class ColdTier:
         self._reject(path, "different model, context or version")
         return False
 
-    def _scan(self, f, payloads: bool = False) -> tuple[list[tuple[int, int, bytearray | None]], list[int], int]:
-        """The file's whole segments after its header: ([(first, n_tokens, payload or None)],
-        tokens, offset where they end). Reading stops at the first torn, damaged or out-of-order
-        segment (its payload is checked when `payloads`, else only its tokens' place)."""
+    def _scan(self, f, payloads: bool = False) -> tuple[list[tuple[int, int, bytearray | None, int]], list[int], int]:
+        """The file's whole segments after its header: ([(first, n_tokens, payload or None,
+        offset)], tokens, offset where they end). Reading stops at the first torn, damaged or
+        out-of-order segment (its payload is checked when `payloads`, else only its tokens' place)."""
         segments, tokens = [], []
         end = f.tell()
         while True:
+            start = f.tell()
             raw = f.read(_SEG.size)
             if len(raw) < _SEG.size:
                 break
@@ -240,7 +246,7 @@ class ColdTier:
                 f.seek(size - 4 * n, os.SEEK_CUR)
                 if f.tell() > os.fstat(f.fileno()).st_size:
                     break
-            segments.append((first, n, payload))
+            segments.append((first, n, payload, start))
             tokens += ids
             end = f.tell()
         return segments, tokens, end
@@ -286,7 +292,7 @@ class ColdTier:
             payload = segments[0][2]
             del payload[:4 * len(tokens)]  # the state stays in the same buffer: restored without another copy
         else:
-            parts = [state_format.parse(memoryview(p)[4 * n:]) for _, n, p in segments]
+            parts = [state_format.parse(memoryview(p)[4 * n:]) for _, n, p, _ in segments]
             if any(part is None for part in parts):
                 self._reject(path, "a segment's state does not parse")
                 return None
@@ -365,3 +371,11 @@ def _write_segment(f, first: int, tokens: list[int], state) -> None:
     f.write(_SEG.pack(SEGMENT, first, len(tokens), len(ids) + len(state), crc))
     f.write(ids)
     f.write(state)
+
+
+def _crc_ok(f, offset: int) -> bool:
+    """Whether the segment at `offset` holds the payload its CRC-32 says."""
+    f.seek(offset)
+    _, _, _, size, crc = _SEG.unpack(f.read(_SEG.size))
+    payload = f.read(size)
+    return len(payload) == size and zlib.crc32(payload) == crc
