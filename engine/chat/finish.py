@@ -1,6 +1,6 @@
-"""The end of an answer: its stored row completed and its `TurnStats` — confidence, risk, the
-window, memory and documents — made once. (Its KV state stays in the context alone: a chat is
-parked in RAM when it leaves the context, engine/kv/tiers.py `prepare`.)"""
+"""The end of an answer: its stored row completed, the model's state checkpointed to its cold file
+while the user reads, and its `TurnStats` — confidence, risk, the window, memory and documents —
+made once."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from engine.chat.stats import Retrieval, TurnStats
 from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
 from engine.inference.generate import TurnResult
+from engine.inference.runtime import BACKGROUND, ModelUnloaded
+from engine.kv.tiers import KVTiers
 from engine.routing.confidence import confidence_report, geometric_mean_prob
 from engine.routing.risk import caution_text, risk_flags
 from engine.storage import Database
@@ -21,8 +23,8 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 class Finish:
-    def __init__(self, *, db: Database, tiers: TierSet, memory: MemoryRecall):
-        self.db, self.tiers, self.memory = db, tiers, memory
+    def __init__(self, *, db: Database, tiers: TierSet, kv: KVTiers | None, memory: MemoryRecall):
+        self.db, self.tiers, self.kv, self.memory = db, tiers, kv, memory
 
     def __call__(self, turn: Turn, answer: Message, result: TurnResult) -> TurnDone:
         target, conv = turn.target, turn.conv
@@ -33,6 +35,7 @@ class Finish:
             answer.ids = {target.identity: result.token_ids}
             answer.reasoning_ids = {target.identity: result.reasoning_ids} if thinks else {}
             self.tiers.warm[conv.id] = target.level
+            self._checkpoint(turn)
         stats = self.stats(turn, result)
         self.db.update_message(answer.id, content=result.text,
                                token_ids=result.token_ids if target.identity else None,
@@ -42,6 +45,16 @@ class Finish:
         return TurnDone(conv.id, answer.id, target.model_id, result.text, result.token_ids, result.logprobs, stats,
                         target.level, turn.decision.reason, stats.fallback, geometric_mean_prob(result.logprobs),
                         reasoning=result.reasoning)
+
+    def _checkpoint(self, turn: Turn) -> None:
+        """The turn's cells to the chat's cold file while the user reads (engine/kv/tiers.py)."""
+        if self.kv is None:
+            return
+        kv, cid = self.kv, turn.conv.id
+        try:
+            turn.target.worker.submit(lambda w, job: kv.checkpoint(w.backend, cid), BACKGROUND)
+        except ModelUnloaded:
+            pass  # unloaded meanwhile: its state went to the tiers then
 
     def stats(self, turn: Turn, result: TurnResult) -> TurnStats:
         target, window, note = turn.target, turn.window, turn.note

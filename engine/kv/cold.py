@@ -151,6 +151,8 @@ class ColdTier:
             except (OSError, ValueError, KeyError, struct.error):
                 return False
             n_old = len(tokens)
+            if segments and tokens == snap.tokens:
+                return path  # it holds this state already (a checkpoint wrote it)
             if not segments or len(segments) >= MAX_SEGMENTS or n_old >= len(snap.tokens) or \
                     snap.tokens[:n_old] != tokens:
                 return False
@@ -250,6 +252,17 @@ class ColdTier:
             tokens += ids
             end = f.tell()
         return segments, tokens, end
+
+    def covers(self, conversation_id: int, identity: str, facts: dict, tokens: list[int]) -> bool:
+        """Whether this conversation's file holds exactly `tokens` (its ids only are read)."""
+        try:
+            with open(self.path(conversation_id, identity), "rb") as f:
+                header = self._read_header(f)
+                if header.get("format") != FORMAT or header.get("facts") != facts or header.get("identity") != identity:
+                    return False
+                return self._scan(f)[1] == tokens
+        except (OSError, ValueError, KeyError, struct.error):
+            return False
 
     def peek(self, conversation_id: int, identity: str, facts: dict, prompt: list[int]) -> int:
         """How many prompt tokens this conversation's file would cover (0: none, or unusable)."""

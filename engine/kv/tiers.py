@@ -109,9 +109,10 @@ class KVTiers:
                    and self._wanted(hot))
         park_ms = 0.0
         if leaving and (source is not None or common < len(kv)) and not self.warm.holds(ident, hot, kv):
-            # A chat is parked when it leaves the context, not after each of its turns: a copy
-            # after every turn kept the whole state in RAM twice (230 MB at 8k tokens on a 1.5B
-            # model; issue 25), to save a switch this one copy.
+            # A chat is parked in RAM when it leaves the context, not after each of its turns: a
+            # copy kept after every turn held the whole state twice (230 MB at 8k tokens on a 1.5B
+            # model; issue 25), to save a switch this one copy. (After a turn it is checkpointed
+            # to its cold file instead, and that copy is freed once written.)
             t_park = time.perf_counter()
             # One memcpy; its disk write, if any, is queued. An unknown domain ("") serves no other chat.
             self._put_warm(take_snapshot(backend, hot, self.hot_domain.get(ident) or ""))
@@ -136,14 +137,35 @@ class KVTiers:
         `domain`: it holds that conversation, or a state made by turns of the same domain."""
         return self.hot.get(identity) == conversation_id or self.hot_domain.get(identity) == domain
 
+    def checkpoint(self, backend: Backend, conversation_id: int) -> None:
+        """After a turn, while the model is idle (a background job on its thread): send the
+        context's conversation to its cold file, where it appends only the turn's cells. The copy
+        lives until the writer has it on disk, so RAM holds the state twice only for a moment, and
+        a crash or a kill later still finds the chat on disk."""
+        ident = backend.identity
+        kv = backend.kv_tokens
+        # Not for a sliding-window cache, whose state cannot be split (it would be rewritten whole
+        # after every turn), nor while an earlier write waits (a copy each would pile up in RAM).
+        if (self.hot.get(ident) != conversation_id or len(kv) < self.cold.min_tokens
+                or (backend.n_swa > 0 and not backend.params.swa_full) or self._writes.unfinished_tasks
+                or not self._wanted(conversation_id)
+                or self.cold.covers(conversation_id, ident, self.facts(backend), kv)):
+            return
+        self._writes.put(take_snapshot(backend, conversation_id, self.hot_domain.get(ident) or ""))
+
     def release(self, backend: Backend) -> None:
         """The model is being unloaded (evicted, or the app exits): its conversation's state moves
-        to the warm tier, and from there to cold (model thread)."""
+        to the warm tier, and from there to cold (model thread); not when its cold file holds it
+        already (a checkpoint wrote it), which makes an exit after a turn quick."""
         cid = self.hot.pop(backend.identity, None)
         kv = backend.kv_tokens
-        if cid is not None and len(kv) >= MIN_WARM_TOKENS and not self.warm.holds(backend.identity, cid, kv):
-            self.facts(backend)
-            self._put_warm(take_snapshot(backend, cid, self.hot_domain.get(backend.identity) or ""))
+        if cid is None or len(kv) < MIN_WARM_TOKENS or self.warm.holds(backend.identity, cid, kv):
+            return
+        facts = self.facts(backend)
+        self.flush()  # a checkpoint still queued
+        if self.cold.covers(cid, backend.identity, facts, kv):
+            return
+        self._put_warm(take_snapshot(backend, cid, self.hot_domain.get(backend.identity) or ""))
 
     def forget(self, conversation_id: int) -> None:
         """A deleted conversation: drop its warm snapshots, the cold writes queued or under way for

@@ -51,6 +51,6 @@ def turn_stages(p: Parts) -> tuple[Stage, ...]:
         Fallback(tiers=p.tiers),  # the level's targets, nearest first
         Fit(memory=p.memory, summaries=p.summaries, tiers=p.tiers),  # the window, the answer's room
         Prompt(db=p.db, memory=p.memory),  # the user message stored
-        Store(db=p.db, finish=Finish(db=p.db, tiers=p.tiers, memory=p.memory)),  # streamed into SQLite
+        Store(db=p.db, finish=Finish(db=p.db, tiers=p.tiers, kv=p.kv, memory=p.memory)),  # streamed into SQLite
         Generate(kv=p.kv),  # the model's answer
     )
