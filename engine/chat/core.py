@@ -205,6 +205,8 @@ class AssistantCore:
     def close(self) -> None:
         """Unload the models (each context's conversation state goes to the KV tiers, and every
         warm snapshot to its cold file, so the next start resumes without re-evaluating)."""
+        if self.kv is not None:
+            self.kv.exiting = True  # a state its cold file holds already need not be copied again
         self.manager.close()
         if self.kv is not None:
             self.kv.close()

@@ -68,6 +68,7 @@ class KVTiers:
         # Deleted conversations: never written to disk again (their ids are never handed out again:
         # migration 0008_autoincrement_ids). Runs of ids, not a set: a server deletes one per request.
         self._forgotten = IdRanges()
+        self.exiting = False  # set by the engine's close(): models unload for good
         self._writes: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-cold-writer", daemon=True)
         self._writer.start()
@@ -155,16 +156,17 @@ class KVTiers:
 
     def release(self, backend: Backend) -> None:
         """The model is being unloaded (evicted, or the app exits): its conversation's state moves
-        to the warm tier, and from there to cold (model thread); not when its cold file holds it
-        already (a checkpoint wrote it), which makes an exit after a turn quick."""
+        to the warm tier, and from there to cold (model thread). At exit, not when its cold file
+        holds it already (a checkpoint wrote it): an exit after a turn copies nothing."""
         cid = self.hot.pop(backend.identity, None)
         kv = backend.kv_tokens
         if cid is None or len(kv) < MIN_WARM_TOKENS or self.warm.holds(backend.identity, cid, kv):
             return
         facts = self.facts(backend)
-        self.flush()  # a checkpoint still queued
-        if self.cold.covers(cid, backend.identity, facts, kv):
-            return
+        if self.exiting:
+            self.flush()  # a checkpoint still queued
+            if self.cold.covers(cid, backend.identity, facts, kv):
+                return
         self._put_warm(take_snapshot(backend, cid, self.hot_domain.get(backend.identity) or ""))
 
     def forget(self, conversation_id: int) -> None:
