@@ -18,7 +18,7 @@ weights. Sections:
   decodes 48 tokens greedy through `engine.api`; bare llama-cpp-python evaluates the same prompt
   ids and `Llama.generate`s 48 tokens. Decode tok/s side by side.
 - long: a chat filled to ~8 000 tokens (n_ctx 8 448), then 20 short turns: RSS after the load,
-  after the paste and after each turn, against the KV bytes the chat holds and the planner's
+  after the paste and after turns (3 s after each, once its background checkpoint is written), against the KV bytes the chat holds and the planner's
   resident compute; then the exit (`Assistant.close()`: the hot state parked and written to its
   cold file), and the same after a restart: a cold restore against re-evaluating.
 - rss: in a new process per model (both demo models and the synthetic one), load through
@@ -196,6 +196,7 @@ def rss_table(models: list[str], n_ctx: int) -> list[str]:
 
 
 LONG_CTX = 8448
+SETTLE_S = 3.0  # after a turn, before RSS is read: its background checkpoint has come and gone
 DECODE_TOKENS = 48
 
 
@@ -236,8 +237,16 @@ def _rss_mib() -> float:
     return int(status["VmRSS"].split()[0]) / 1024
 
 
-def long_table(path: Path, turns: int) -> list[str]:
+def _exit_row(label: str, t0: float, assistant: Assistant, restored: str = " | ") -> str:
     from engine.config.paths import user_dir
+
+    exit_ms = (time.perf_counter() - t0) * 1000
+    size = sum(f.stat().st_size for f in (user_dir() / "kv").glob("*.kvs"))
+    cold = assistant.kv.cold.stats
+    return f"| {label} | {exit_ms:.0f} | {size / 2**20:.0f} | {cold.written}, {cold.appended} | {restored} |"
+
+
+def long_table(path: Path, turns: int) -> list[str]:
     from engine.models.planner import plan
 
     home = Path(tempfile.mkdtemp(prefix="bench-real-"))
@@ -252,6 +261,7 @@ def long_table(path: Path, turns: int) -> list[str]:
     t0 = time.perf_counter()
     done = next(x for x in assistant.send(cid, paste(4700, 7), PARAMS) if isinstance(x, TurnDone))
     fill_s = time.perf_counter() - t0
+    time.sleep(SETTLE_S)
     filled = _rss_mib()
     n_tokens = done.stats.prompt_tokens + done.stats.completion_tokens
     rows = [f"Process before the model: {rss0:.0f} MiB; loaded (after a first short turn): {loaded:.0f} MiB; "
@@ -272,24 +282,23 @@ def long_table(path: Path, turns: int) -> list[str]:
                     if isinstance(x, TurnDone))
         n_tokens = done.stats.prompt_tokens + done.stats.completion_tokens
         if i in (0, 4, 9, turns - 1):
+            time.sleep(SETTLE_S)  # the turn's checkpoint copied, written and freed
             rows.append(row(f"turn {i + 1} of {turns}", n_tokens, _rss_mib()))
+    time.sleep(SETTLE_S)
     t0 = time.perf_counter()
     assistant.close()
-    exit_s = time.perf_counter() - t0
-    size = sum(f.stat().st_size for f in (user_dir() / "kv").glob("*.kvs"))
-    rows += ["", "| step | ms | cold file MiB | restored from | tokens evaluated |", "|---|---:|---:|---|---:|",
-             f"| exit 1: the chat written whole | {exit_s * 1000:.0f} | {size / 2**20:.0f} | | |"]
-    for step in (2, 3):  # a restart, one short turn (restored from the cold file), the exit (appends it)
+    rows += ["", "| step | exit ms | cold file MiB | whole writes, appends in the process | restored from | "
+             "tokens evaluated |", "|---|---:|---:|---|---|---:|", _exit_row("exit 1, after the turns", t0, assistant)]
+    for step in (2, 3):  # a restart, one short turn (restored from the cold file), the exit
         again = Assistant(Database(home / "bench.db"), config)
         done = next(x for x in again.send(cid, f"After restart {step}: which note was first?", PARAMS)
                     if isinstance(x, TurnDone))
+        time.sleep(SETTLE_S)
         t0 = time.perf_counter()
         again.close()
-        exit_s = time.perf_counter() - t0
-        size = sum(f.stat().st_size for f in (user_dir() / "kv").glob("*.kvs"))
-        rows.append(f"| restart {step - 1}: a short turn (TTFT {done.stats.ttft_ms:.0f} ms, restore "
-                    f"{done.stats.restore_ms:.0f} ms), then exit {step}: its cells appended | {exit_s * 1000:.0f} | "
-                    f"{size / 2**20:.0f} | {done.stats.restored_from} | {done.stats.prompt_tokens_evaluated} |")
+        rows.append(_exit_row(f"restart {step - 1}: a short turn (TTFT {done.stats.ttft_ms:.0f} ms, restore "
+                              f"{done.stats.restore_ms:.0f} ms), then exit {step}", t0, again,
+                              f"{done.stats.restored_from} | {done.stats.prompt_tokens_evaluated}"))
     rows += ["", f"Re-evaluating the chat instead: the paste took {fill_s:.0f} s."]
     return rows
 
