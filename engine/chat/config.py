@@ -31,7 +31,9 @@ class EngineConfig:
         summary_every: write a background summary of older turns every this many turns (0 = off).
         memory_k: memories retrieved per message.
         kv_tiers: keep conversations' KV state across switches and restarts (engine/kv/tiers.py);
-            kv_warm_mb, kv_cold_mb: their RAM and disk budgets (None: 10 % of RAM up to 1 GB, 2 GB).
+            kv_warm_mb, kv_cold_mb: their RAM and disk budgets (None: 10 % of RAM up to 1 GB, 2 GB);
+            kv_checkpoint: after each turn, append its cells to the chat's cold file (off: the state
+            reaches disk when it leaves RAM or at exit only).
         warn_threshold: flag answers whose geometric-mean token probability is below this, at any
             temperature (None: the model's catalog calibration, applied to greedy answers only).
         docs_allow_remote: a turn carrying the user's documents may go to L3.
@@ -58,6 +60,7 @@ class EngineConfig:
     kv_tiers: bool = True
     kv_warm_mb: float | None = None
     kv_cold_mb: float | None = None
+    kv_checkpoint: bool = True
     warn_threshold: float | None = None
     docs_allow_remote: bool = False
     retrieval_max_tokens: int = 256

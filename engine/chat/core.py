@@ -102,7 +102,7 @@ class AssistantCore:
         warm = config.kv_warm_mb * 1e6 if config.kv_warm_mb is not None else min(
             1e9, psutil.virtual_memory().total * 0.1)
         cold = config.kv_cold_mb * 1e6 if config.kv_cold_mb is not None else 2e9
-        return KVTiers(user_dir() / "kv", int(warm), int(cold))
+        return KVTiers(user_dir() / "kv", int(warm), int(cold), checkpoint=config.kv_checkpoint)
 
     def _load_first(self) -> None:
         """Load L1 now: fail early with a clear message."""

@@ -57,7 +57,7 @@ class KVTiers:
     """
 
     def __init__(self, folder: Path, warm_budget_bytes: int, cold_budget_bytes: int,
-                 min_cold_tokens: int = MIN_COLD_TOKENS):
+                 min_cold_tokens: int = MIN_COLD_TOKENS, checkpoint: bool = True):
         pin_mmap_threshold()  # snapshots are MB-sized and short-lived: freed ones go back to the OS
         self.cold = ColdTier(folder, cold_budget_bytes, min_cold_tokens)
         self.warm = WarmTier(warm_budget_bytes, on_evict=self._to_cold_later)
@@ -69,6 +69,7 @@ class KVTiers:
         # migration 0008_autoincrement_ids). Runs of ids, not a set: a server deletes one per request.
         self._forgotten = IdRanges()
         self.exiting = False  # set by the engine's close(): models unload for good
+        self.checkpoints = checkpoint  # `checkpoint` after turns (else disk only on eviction and exit)
         self._writes: queue.Queue = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-cold-writer", daemon=True)
         self._writer.start()
@@ -147,7 +148,7 @@ class KVTiers:
         kv = backend.kv_tokens
         # Not for a sliding-window cache, whose state cannot be split (it would be rewritten whole
         # after every turn), nor while an earlier write waits (a copy each would pile up in RAM).
-        if (self.hot.get(ident) != conversation_id or len(kv) < self.cold.min_tokens
+        if (not self.checkpoints or self.hot.get(ident) != conversation_id or len(kv) < self.cold.min_tokens
                 or (backend.n_swa > 0 and not backend.params.swa_full) or self._writes.unfinished_tasks
                 or not self._wanted(conversation_id)
                 or self.cold.covers(conversation_id, ident, self.facts(backend), kv)):

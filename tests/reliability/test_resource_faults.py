@@ -128,7 +128,9 @@ print(json.dumps(out))
 KV_SCENARIO = PRELUDE + r'''
 LONG = "Answer briefly and politely, in plain words, without lists. " * 22  # over 256 tokens: worth a file
 db = Database(db_path())
-a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_cold_mb=100))
+# No checkpoint after the turn: the state's one write is the exit's, and it meets the full disk
+# (a checkpoint's write goes through the same ColdTier.write).
+a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_cold_mb=100, kv_checkpoint=False))
 cid = a.new_conversation(system_prompt=LONG)
 attempt("before", a, cid, "Hello!")
 fill()
@@ -138,7 +140,7 @@ out["files_full"] = sorted(p.name for p in (HOME / "kv").glob("*")) if (HOME / "
 free()
 db.close()
 db = Database(db_path())
-a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_cold_mb=100))  # the next start
+a = Assistant(db, EngineConfig(model="demo-small", load=PARAMS, kv_cold_mb=100, kv_checkpoint=False))  # the next start
 attempt("restarted", a, cid, "And again?")
 a.close()
 out["cold_free"] = vars(a.kv.cold.stats)
