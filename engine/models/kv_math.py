@@ -157,7 +157,8 @@ def facts_from_catalog(entry: ModelEntry) -> ModelFacts:
     per_layer = (entry.size_bytes - embd) // n
     swa, note = swa_layer_flags(entry.arch, n, entry.sliding_window)
     notes = [f"catalog facts: per-layer weights estimated from the file size ({entry.size_bytes / MIB:.0f} MiB "
-             f"minus an embedding of {vocab} x {n_embd}), vocabulary {vocab} assumed for {entry.arch}"]
+             f"minus an embedding of {vocab} x {n_embd}), vocabulary {vocab} "
+             + ("from the catalog" if entry.n_vocab else f"assumed for {entry.arch}")]
     notes += [note] if note else []
     return ModelFacts(
         name=entry.id, arch=entry.arch, source="catalog", n_layers=n, n_heads=(entry.n_heads,) * n,
