@@ -184,27 +184,4 @@ def _size(first: KVState, n: int, parts: list[KVState]) -> int:
 
 def to_bytes(state: KVState) -> bytearray:
     """The state as llama.cpp reads it back (`llama_state_seq_set_data`), in one buffer."""
-    n = state.n_cells
-    size = (16 + n * _CELL.itemsize + 8 + sum(12 + a.nbytes for _, a in state.k)
-            + sum(12 + a.nbytes for _, a in state.v))
-    out = bytearray(size)
-    view, at = memoryview(out), 0
-
-    def put(b) -> None:
-        nonlocal at
-        b = memoryview(b).cast("B")
-        view[at:at + len(b)] = b
-        at += len(b)
-
-    put(state.head)
-    put(_U32.pack(1))
-    put(_U32.pack(n))
-    put(np.ascontiguousarray(state.cells).tobytes())
-    put(_U32.pack(state.v_trans))
-    put(_U32.pack(len(state.k)))
-    for part in (state.k, state.v):
-        for hdr, arr in part:
-            put(hdr)
-            put(np.ascontiguousarray(arr))
-    assert at == size
-    return out
+    return joined_bytes([state])
