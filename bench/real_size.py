@@ -71,6 +71,14 @@ def paste(words: int, seed: int) -> str:
     return "Please read this log and wait for my question.\n" + "\n".join(lines)
 
 
+def paste_of(vocab, tokens: int, seed: int) -> str:
+    """A paste of about `tokens` tokens in this model's vocabulary (the words-to-tokens ratio is
+    measured on a first draft, not assumed: it differs between tokenizers)."""
+    draft = paste(1000, seed)
+    words = int(1000 * tokens / len(vocab.tokenize(draft, special=False)))
+    return paste(words, seed)
+
+
 def _bare(path: Path):
     from llama_cpp import Llama  # the anchor: llama-cpp-python's own loop, n_batch 512
 
@@ -94,7 +102,9 @@ def prompt_table(path: Path, timed_pieces: bool) -> list[str]:
     bare = _bare(path)
     cid = assistant.new_conversation("You are a careful assistant.")
     rows = ["| turn | new tokens | cached | ours tok/s | bare tok/s | ours / bare |", "|---:|---:|---:|---:|---:|---:|"]
-    for turn, text in enumerate([paste(900, 1), "What is the first note about?", paste(1300, 2)], start=1):
+    texts = [paste_of(assistant.vocab, N_CTX // 4, 1), "What is the first note about?",
+             paste_of(assistant.vocab, N_CTX * 35 // 100, 2)]  # ~1 000, then ~1 400 at 4k
+    for turn, text in enumerate(texts, start=1):
         full = assistant.session(cid).prompt(Message("user", text))
         done = next(x for x in assistant.send(cid, text, PARAMS) if isinstance(x, TurnDone))
         s = done.stats
@@ -122,7 +132,7 @@ def stop_table(path: Path, stops: int) -> list[str]:
         t0 = time.perf_counter()
         timer.start()
         done = None
-        for item in assistant.send(cid, paste(1300, 10 + i), PARAMS, cancel=cancel):
+        for item in assistant.send(cid, paste_of(assistant.vocab, N_CTX * 35 // 100, 10 + i), PARAMS, cancel=cancel):
             if isinstance(item, TurnDone):
                 done = item
         ended = time.perf_counter()
@@ -210,7 +220,8 @@ def decode_table(path: Path, sizes: list[int]) -> list[str]:
         assistant = Assistant(Database(home / "bench.db"),
                               EngineConfig(model=str(path), load=LoadParams(n_ctx=LONG_CTX, n_threads=THREADS)))
         cid = assistant.new_conversation("You are a careful assistant.")
-        next(x for x in assistant.send(cid, paste(int(size / 1.55), 11), PARAMS) if isinstance(x, TurnDone))
+        text = paste_of(assistant.vocab, size, 11)
+        next(x for x in assistant.send(cid, text, PARAMS) if isinstance(x, TurnDone))
         question = "Continue the log with three more notes."
         prompt = assistant.session(cid).prompt(Message("user", question))
         done = next(x for x in assistant.send(cid, question, params) if isinstance(x, TurnDone))
@@ -310,12 +321,15 @@ def main() -> int:
                     default=["prompt", "stop", "decode", "long", "rss"])
     ap.add_argument("--decode-at", type=int, nargs="+", default=[1000], help="chat sizes for decode, tokens")
     ap.add_argument("--turns", type=int, default=20, help="short turns after the 8k paste (long)")
+    ap.add_argument("--n-ctx", type=int, default=N_CTX, help="n_ctx of the prompt and stop sections (their "
+                    "pastes scale with it; 2048 for the 7-8B shapes)")
     ap.add_argument("--rss-ctx", type=int, default=N_CTX, help="n_ctx of the rss section")
     ap.add_argument("--rss-models", nargs="+", help="catalog ids to synthesise for the rss section "
                     "(default: both demo models and --model's synthetic)")
     ap.add_argument("--timed-pieces", action="store_true", help="prompt pieces sized by time (before issue 25)")
     ap.add_argument("--stops", type=int, default=3)
     args = ap.parse_args()
+    globals()["N_CTX"] = args.n_ctx  # the sections read the module's figure
     logging.basicConfig(level=logging.INFO, format="# %(message)s")
     path = synthesize(args.model)
     registry().load()

@@ -10,7 +10,7 @@ Qwen's), padded with unused entries to the catalog's vocabulary size, so the emb
 matrices have their real size. Answers are gibberish; every time and byte count is the real
 shape's.
 
-    .venv/bin/python bench/real_size_model.py qwen2.5-1.5b-instruct-q4_k_m [--dest DIR]
+    .venv/bin/python bench/real_size_model.py qwen2.5-1.5b-instruct-q4_k_m [--dest DIR] [--donor GGUF]
 """
 
 from __future__ import annotations
@@ -89,9 +89,9 @@ def _nbytes(t: Tensor) -> int:
     return int(np.prod(t.shape)) // block * size
 
 
-def _write_header(m: ModelEntry, tensors: list[Tensor], dest: Path, n_ctx_train: int) -> None:
-    donor = read_gguf(resolve_model("demo-small").path)  # the tokenizer
-    reader = gguf.GGUFReader(str(resolve_model("demo-small").path))
+def _write_header(m: ModelEntry, tensors: list[Tensor], dest: Path, n_ctx_train: int, donor_path: Path) -> None:
+    donor = read_gguf(donor_path)  # the tokenizer
+    reader = gguf.GGUFReader(str(donor_path))
     field = lambda key: reader.fields[key].contents()  # noqa: E731
     tokens, types, merges = list(field("tokenizer.ggml.tokens")), list(field("tokenizer.ggml.token_type")), \
         list(field("tokenizer.ggml.merges"))
@@ -129,9 +129,12 @@ def _write_header(m: ModelEntry, tensors: list[Tensor], dest: Path, n_ctx_train:
     w.close()
 
 
-def synthesize(model_id: str, dest_dir: Path = CACHE, seed: int = 0) -> Path:
-    """The synthetic GGUF of catalog model `model_id` (made once, then reused from `dest_dir`)."""
+def synthesize(model_id: str, dest_dir: Path = CACHE, seed: int = 0, donor: Path | None = None) -> Path:
+    """The synthetic GGUF of catalog model `model_id` (made once, then reused from `dest_dir`).
+    `donor`: the GGUF whose tokenizer it takes (demo-small's; the GPU kit passes its rebuilt copy)."""
     m = load_catalog().get(model_id)
+    if m is None:
+        raise SystemExit(f"{model_id}: not in the catalog")
     dest = dest_dir / f"synthetic-{m.file}"
     if dest.is_file():
         return dest
@@ -139,7 +142,7 @@ def synthesize(model_id: str, dest_dir: Path = CACHE, seed: int = 0) -> Path:
     dest_dir.mkdir(parents=True, exist_ok=True)
     tensors = tensor_table(m)
     part = dest.with_name(dest.name + ".part")
-    _write_header(m, tensors, part, m.context_length)
+    _write_header(m, tensors, part, m.context_length, donor or resolve_model("demo-small").path)
     align = lambda n: -(-n // gguf.GGUF_DEFAULT_ALIGNMENT) * gguf.GGUF_DEFAULT_ALIGNMENT  # noqa: E731
     with open(part, "r+b") as f:  # sparse until the tensors are written
         f.truncate(align(part.stat().st_size) + sum(align(_nbytes(t)) for t in tensors))
@@ -160,8 +163,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="a catalog id with n_embd, n_ff and n_vocab")
     ap.add_argument("--dest", type=Path, default=CACHE)
+    ap.add_argument("--donor", type=Path, help="the GGUF whose tokenizer to take (default: demo-small)")
     args = ap.parse_args()
-    print(synthesize(args.model, args.dest))
+    print(synthesize(args.model, args.dest, donor=args.donor))
     return 0
 
 

@@ -187,6 +187,31 @@ class Check:
                   weights="random, valid blocks of each tensor's own type (synth.py); shapes and types as the original")
         return out
 
+    def real_models(self, demo: list[dict]) -> list[dict]:
+        """Catalog-shaped models (bench/real_size_model.py: the catalog's layers, widths, heads and
+        vocabulary in llama-quantize's Q4_K_M mix, random blocks), written here from the catalog's
+        facts: 4.7-5 GB files that could never travel. The tokenizer is the rebuilt demo-small's."""
+        donor = next((m["path"] for m in demo if m["id"] == "demo-small"), None)
+        if not self.args.real or donor is None:
+            return []
+        t, out = time.time(), []
+        for mid in self.args.real:
+            cmd = [*self.python(), str(ROOT / "bench" / "real_size_model.py"), mid, "--dest",
+                   str(self.work / "models"), "--donor", donor]
+            try:
+                proc = subprocess.run(cmd, env=self.env("cpu"), capture_output=True, text=True, timeout=240)
+            except subprocess.TimeoutExpired:
+                self.report["notes"].append(f"{mid}: the synthetic model took over 240 s; left out")
+                continue
+            if proc.returncode != 0:
+                self.report["notes"].append(f"{mid}: not synthesised: {proc.stderr.strip()[-500:]}")
+                continue
+            path = Path(proc.stdout.strip().splitlines()[-1])
+            out.append({"id": mid, "path": str(path), "file_size": path.stat().st_size, "real_shape": True})
+        self.part("real_models", seconds=round(time.time() - t, 1), models=out,
+                  weights="catalog shapes, llama-quantize's Q4_K_M mix, random valid blocks (bench/real_size_model.py)")
+        return out
+
     # ---- workers
     def python(self) -> list[str]:
         # `python3 -S gpu_check.py` (no site-packages) passes -S on: the workers then see the carried
@@ -269,6 +294,7 @@ class Check:
         self.start_cuda()
         self.vulkan_setup()
         models = self.models()
+        models += self.real_models(models)
         backends = self.args.backends
         profile = "quick" if self.args.quick else None
         probe = {}
@@ -285,7 +311,9 @@ class Check:
         if "cpu" in backends:
             if self.cuda:
                 self.cuda.pause()  # the CPU is timed alone
-            self.report["backends"]["cpu"] = self.worker("cpu", ["speed"], models, self.end - cuda_reserve - 30, profile)
+            # The CPU reference for the demo shapes only: a 7-8B model on the CPU would eat the GPUs' time.
+            demo = [m for m in models if not m.get("real_shape")]
+            self.report["backends"]["cpu"] = self.worker("cpu", ["speed"], demo, self.end - cuda_reserve - 30, profile)
             if self.cuda:
                 self.cuda.resume()
             self.save()
@@ -376,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--local", action="store_true", help="this Python's packages, not the carried wheels")
     ap.add_argument("--backends", default="cpu,vulkan,cuda", type=lambda s: s.split(","))
     ap.add_argument("--models", default="", type=lambda s: [m for m in s.split(",") if m])
+    ap.add_argument("--real", default="qwen2.5-7b-instruct-q4_k_m,qwen3-8b", type=lambda s: [m for m in s.split(",") if m],
+                    help="catalog ids to synthesise at their real size and measure on the GPUs ('' for none)")
     ap.add_argument("--no-cuda", action="store_true", help="do not build the CUDA backend")
     ap.add_argument("--cuda-arch", default="90-real")
     ap.add_argument("--cuda-jobs", type=int, default=None)
