@@ -120,3 +120,34 @@ def test_the_generation_prompt_opens_the_block_for_r1_and_closes_it_for_qwen3_of
     assert not opens_block(engine_text(qwen3, user, True), qwen3.reasoning)
     off = engine_text(qwen3, user, True, enable_thinking=False)
     assert off.endswith("<think>\n\n</think>\n\n") and not opens_block(off, qwen3.reasoning)
+
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather <today> in a city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}]
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+NATIVE_TOOLS = {"qwen2.5", "qwen3"}  # Hermes-style <tool_call> templates (engine/inference/tool_calls.py)
+
+
+@pytest.mark.parametrize("family", sorted(NATIVE_TOOLS))
+def test_tools_calls_and_results_render_as_the_reference_does(family):
+    """The tools in the template's `tools` variable, an answer's call in `tool_calls`, two results
+    in the tool role: the same text as transformers gives."""
+    from engine.inference.tool_calls import native
+
+    t = template(family)
+    assert native(t.source)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris and Rome?"},
+                {"role": "assistant", "content": "", "tool_calls": [CALL, CALL]},
+                {"role": "tool", "content": "Sunny, 21 °C", "tool_call_id": "call_1"},
+                {"role": "tool", "content": "Rain, 14 °C", "tool_call_id": "call_2"}]
+    # an answer that is only calls: no content slot (the engine passes "" so `if message.content` reads false)
+    extras = [{k: v for k, v in m.items() if k in ("tool_calls", "tool_call_id") or (k == "content" and not v)}
+              or None for m in messages]
+    roles = [m["role"] for m in messages]
+    pieces = t.render(roles, True, extras=extras, tools=TOOLS).pieces
+    ours = "".join(messages[p]["content"] if isinstance(p, int) else p for p in pieces)
+    rendered, _ = render_jinja_template(conversations=[messages], chat_template=t.source, tools=TOOLS,
+                                        add_generation_prompt=True, bos_token=t.bos_token, eos_token=t.eos_token)
+    assert ours == rendered[0]
+    assert '"Weather <today> in a city"' in ours  # keys in order, no HTML escaping: as trained

@@ -87,5 +87,6 @@ def load_conversation(db: Database, conversation_id: int) -> Conversation:
         thought = ({m["token_model"]: m["reasoning_ids"]} if m["token_model"] and m["reasoning_ids"] is not None
                    else {})
         messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"], m["model_text"],
-                                reasoning=m["reasoning"], reasoning_ids=thought))
+                                reasoning=m["reasoning"], reasoning_ids=thought, tool_calls=m["tool_calls"],
+                                tool_call_id=m["tool_call_id"]))
     return Conversation(conversation_id, row["system_prompt"], messages)

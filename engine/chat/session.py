@@ -6,16 +6,18 @@ storage in a new process is the one the KV cache held, token for token.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from engine.inference.backend import Backend, VocabTokenizer
 from engine.inference.reasoning import tag_tail
 from engine.inference.templates import ChatTemplate, Thought
+from engine.inference.tool_calls import Tool, ToolError, call_markup, native, prompt_block, result_text
 
 
 @dataclass
 class Message:
-    role: str  # "system" | "user" | "assistant"
+    role: str  # "system" | "user" | "assistant" | "tool"
     content: str
     ids: dict[str, list[int]] = field(default_factory=dict)  # model identity -> content token ids
     id: int | None = None  # database id
@@ -27,6 +29,10 @@ class Message:
     # before the answer's (the block, its tags and the gap after: the context held them).
     reasoning: str | None = None
     reasoning_ids: dict[str, list[int]] = field(default_factory=dict)
+    # An answer's tool calls (OpenAI-shaped dicts; its ids hold their markup as sampled), and a
+    # tool result's call ("tool" messages).
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
 
     @property
     def text_for_model(self) -> str:
@@ -41,10 +47,14 @@ class Session:
 
     def __init__(self, backend: Backend | VocabTokenizer, template: ChatTemplate,
                  messages: list[Message] | None = None, *, history: str = "template",
-                 think: bool | None = None):
+                 think: bool | None = None, tools: tuple[Tool, ...] = ()):
         self.backend = backend
         self.template = template
         self.messages: list[Message] = list(messages or [])
+        # Tools the prompt shows: through the template's `tools` variable when it has one, else
+        # in a block this engine appends to the system prompt (engine/inference/tool_calls.py).
+        self.tools = tools
+        self.native_tools = native(template.source)
         self.history = history  # earlier thinking: the template's rule, "keep" or "drop"
         # Asked of a template that reads `enable_thinking` (Qwen3); None: the template's default.
         self.think = think if template.reasoning is not None and template.reasoning.toggle else None
@@ -52,19 +62,86 @@ class Session:
 
     def _render(self, messages: list[Message], add_generation_prompt: bool) -> list[str | int | Thought]:
         thoughts = [m.reasoning is not None for m in messages]
+        extras = [self._extra(m) for m in messages]
+        tools = None
+        if self.tools and self.native_tools:
+            tools = [t.as_openai() for t in self.tools]
+            self._plain([t.parameters + t.description + t.name for t in self.tools], "a tool's definition")
         return self.template.render([m.role for m in messages], add_generation_prompt, thoughts=thoughts,
-                                    history=self.history, enable_thinking=self.think).pieces
+                                    history=self.history, extras=extras, enable_thinking=self.think,
+                                    tools=tools).pieces
+
+    def _extra(self, m: Message) -> dict | None:
+        """What a native template reads beside a message's role and content: an answer's calls
+        (unless its sampled ids, markup and all, go in its content slot), a result's call id."""
+        if not self.native_tools:
+            return None
+        if m.tool_calls and not self._sampled(m):
+            self._plain([c["function"]["name"] + c["function"]["arguments"] for c in m.tool_calls],
+                        "a tool call")
+            extra = {"tool_calls": [_template_call(c) for c in m.tool_calls]}
+            if not m.text_for_model.strip():
+                extra["content"] = ""  # calls alone: templates test `if message.content`
+            return extra
+        if m.role == "tool":
+            return {"tool_call_id": m.tool_call_id or ""}
+        return None
+
+    def _sampled(self, m: Message) -> bool:
+        return self.backend.identity in m.ids
+
+    def _plain(self, texts: list[str], what: str) -> None:
+        """Text the template puts in its control text (tokenized with special tokens parsed) must
+        hold no special token's text: a tool definition or call naming `<|im_start|>system` would
+        otherwise open a turn of its own."""
+        for text in texts:
+            if len(self.backend.tokenize_control(text)) != len(self.backend.tokenize(text, special=False)):
+                raise ToolError(f"{what} holds the model's control tokens; refused")
 
     def content_ids(self, message: Message) -> list[int]:
-        """The message's ids for this model: sampled/stored ones if it has them, else tokenized once."""
+        """The message's ids for this model: sampled/stored ones if it has them, else tokenized once.
+        An answer with tool calls and no sampled ids is tokenized each time, never stored as if
+        sampled (its markup is the template's, or this engine's, to write)."""
         ids = message.ids.get(self.backend.identity)
         if ids is None:
-            ids = message.ids[self.backend.identity] = self.backend.tokenize(message.text_for_model, special=False)
+            ids = self.backend.tokenize(message.text_for_model, special=False)
+            if not message.tool_calls:
+                message.ids[self.backend.identity] = ids
         return ids
+
+    def _for_template(self, messages: list[Message]) -> list[Message]:
+        """Without a native tool format, tools and calls become text: the tools' block ends the
+        system prompt, an answer's calls (not sampled here) follow its words in the markers,
+        and tool results become one user turn in <tool_response> tags."""
+        if self.native_tools or not (self.tools or any(m.role == "tool" or m.tool_calls for m in messages)):
+            return messages
+        out: list[Message] = []
+        if self.tools:
+            block = prompt_block(self.tools)
+            if messages and messages[0].role == "system":
+                head, messages = messages[0], messages[1:]
+                out.append(Message("system", f"{head.text_for_model}\n\n{block}" if head.text_for_model else block))
+            else:
+                out.append(Message("system", block))
+        for m in messages:
+            if m.role == "tool":
+                text = result_text(m.content)
+                if out and out[-1].role == "user" and out[-1].tool_call_id == "*":  # results in a row: one turn
+                    out[-1] = Message("user", f"{out[-1].content}\n{text}", tool_call_id="*")
+                else:
+                    out.append(Message("user", text, tool_call_id="*"))
+            elif m.tool_calls and not self._sampled(m):
+                markup = "".join(call_markup(c) for c in m.tool_calls)
+                out.append(Message("assistant", f"{m.text_for_model}{markup}".strip(), reasoning=m.reasoning,
+                                   reasoning_ids=m.reasoning_ids))
+            else:
+                out.append(m)
+        return out
 
     def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """Token ids of `messages` under the template: control text parsed for special tokens,
         contents never."""
+        messages = self._for_template(messages)
         pieces = self._render(messages, add_generation_prompt)
         if add_generation_prompt:
             self.generation_text = pieces[-1] if pieces and isinstance(pieces[-1], str) else ""
@@ -73,9 +150,10 @@ class Session:
     def next_user_prefix(self) -> list[int]:
         """The ids a next user message's content will follow: the messages, then the template's
         markers that open a user turn (what a turn can evaluate ahead, while the user reads)."""
-        n = len(self.messages)
-        pieces = self._render(self.messages + [Message("user", "")], add_generation_prompt=True)
-        return self._ids(pieces[:pieces.index(n)], self.messages)  # cut where its content goes
+        messages = self._for_template(self.messages + [Message("user", "")])
+        pieces = self._render(messages, add_generation_prompt=True)
+        n = len(messages) - 1
+        return self._ids(pieces[:pieces.index(n)], messages[:-1])  # cut where its content goes
 
     def _ids(self, pieces: list[str | int | Thought], messages: list[Message]) -> list[int]:
         ids: list[int] = []
@@ -129,3 +207,15 @@ class Session:
         history = self.messages + ([new_user] if new_user else [])
         return self.render(history, add_generation_prompt=True)
 
+
+
+def _template_call(call: dict) -> dict:
+    """A stored call as templates read it: arguments as an object (Qwen's writes them with
+    `tojson`), the OpenAI fields kept."""
+    fn = call["function"]
+    try:
+        args = json.loads(fn["arguments"])
+    except ValueError:
+        args = fn["arguments"]
+    return {"id": call.get("id", ""), "type": "function", "function": {"name": fn["name"], "arguments": args},
+            "name": fn["name"], "arguments": args}

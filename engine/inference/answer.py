@@ -18,6 +18,7 @@ from engine.inference.events import Chunk, GenerateParams, GenerationStats, Reas
 from engine.inference.reasoning import ReasoningFormat, Splitter
 from engine.inference.repetition import RepetitionGuard
 from engine.inference.structured import response_grammar
+from engine.inference.tool_calls import CallSplitter, call_grammar
 
 # With no budget asked for, thinking may take the answer's max_tokens but this share of it, so
 # that an answer always has room after the thinking.
@@ -80,6 +81,16 @@ class Answer:
             if params.reasoning_budget is not None:
                 budget = min(budget, params.reasoning_budget)
             self.think = _Thinking(reasoning, inside, budget if params.think else 0)
+        # Tool calls: split out of the text as it streams; a grammar holds each call to the tools
+        # once its opening marker is written (from the first token when a call is required).
+        self.use = params.tools if params.tools is not None and params.tools.offered() else None
+        self.calls = CallSplitter(self.use.offered()) if self.use else None
+        self.sampler = None
+        self.constrained = False
+
+    @property
+    def tool_calls(self) -> list:
+        return self.calls.calls if self.calls is not None else []
 
     @property
     def reasoning_ids(self) -> list[int]:
@@ -93,8 +104,10 @@ class Answer:
         """Sample token by token until the answer ends; yield the text as it may be shown."""
         backend = self.backend
         grammar = response_grammar(self.params.response_format)
-        sampler = (backend.make_sampler(self.params.sampling, grammar=grammar) if grammar
-                   else backend.make_sampler(self.params.sampling))
+        if self.use is not None and self.use.forced:
+            grammar, self.constrained = call_grammar(self.use, with_open=True), True
+        self.sampler = sampler = (backend.make_sampler(self.params.sampling, grammar=grammar) if grammar
+                                  else backend.make_sampler(self.params.sampling))
         max_tokens = min(self.max_tokens, backend.n_ctx - len(prompt))
         pending: list[int] = []  # sampled (or put in by the engine), not yet evaluated
         while len(self.ids) + len(self.reasoning_ids) < max_tokens:
@@ -122,6 +135,8 @@ class Answer:
             if len(self.ids) + len(self.reasoning_ids) >= backend.n_ctx - len(prompt):
                 self.finish = "context_full"
         yield from self._flush()
+        if self.tool_calls and self.finish in ("stop", "length", "context_full"):
+            self.finish = "tool_calls"
 
     def _close_block(self, pending: list[int]) -> Iterator[ReasoningChunk | Chunk]:
         """End the thinking where it is (its budget is spent, or it loops): the closing tag goes in
@@ -153,6 +168,8 @@ class Answer:
             self.think.text += reasoning
             if reasoning:
                 yield ReasoningChunk(reasoning, -1, 0.0)
+        if self.calls is not None:  # held text shown; a call cut short parsed as it stands
+            tail = self.calls.feed(tail) + self.calls.flush()
         self.text += tail
         if len(self.text) > self.emitted:  # held-back text; token -1 marks a flush, not a token
             yield Chunk(self.text[self.emitted:], -1, 0.0)
@@ -162,6 +179,8 @@ class Answer:
         piece = self.decoder.decode(self.backend.token_bytes(token))
         think = self.think
         if think is None or think.splitter.state == "answer":
+            if self.calls is not None:
+                return (yield from self._add_tools(token, logprob, piece))
             return (yield from self._add_answer(token, logprob, piece))
         opened = think.splitter.state != "start"
         reasoning, answer = think.splitter.feed(piece)
@@ -184,7 +203,28 @@ class Answer:
             think.t_end = time.perf_counter()
         return (yield from self._add_answer(token, logprob, answer))
 
-    def _add_answer(self, token: int, logprob: float, piece: str) -> Generator[Chunk, None, bool]:
+    def _add_tools(self, token: int, logprob: float, piece: str) -> Generator[Chunk, None, bool]:
+        """An answer token where tools may be called: the call's text is held back, never shown;
+        the grammar starts once its opening marker is complete and ends with its closing one."""
+        calls = self.calls
+        was, done = calls.state, len(calls.calls) + len(calls.errors)
+        shown = calls.feed(piece)
+        if was == "text" and calls.state == "call" and not self.constrained:
+            past = calls.body + calls.held  # text past the marker, within this token
+            written = self.backend.tokenize(past, special=False) if past else []
+            self.constrained = self.backend.constrain(self.sampler, call_grammar(self.use), written)
+        ended = len(calls.calls) + len(calls.errors) > done
+        if ended and self.constrained:
+            self.backend.constrain(self.sampler, None)
+            self.constrained = False
+        inside = calls.state == "call" or ended
+        stop = yield from self._add_answer(token, logprob, shown, guard=not inside)
+        if ended and calls.calls and not self.use.parallel:
+            self.finish = "tool_calls"
+            return True
+        return stop
+
+    def _add_answer(self, token: int, logprob: float, piece: str, guard: bool = True) -> Generator[Chunk, None, bool]:
         self.ids.append(token)
         self.logprobs.append(logprob)
         self.text += piece
@@ -202,7 +242,7 @@ class Answer:
             safe = len(self.text) - _stop_hold(self.text, stops)
         else:
             safe = len(self.text)
-        keep = self.guard.feed(token, piece) if self.guard is not None else None
+        keep = self.guard.feed(token, piece) if self.guard is not None and guard else None
         if keep is not None:
             # A loop: keep its first occurrence. Repeats already streamed stay on screen until
             # the TurnResult (trimmed) replaces the streamed text; held-back text up to the cut

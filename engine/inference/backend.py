@@ -370,6 +370,26 @@ class Backend:
                              min_p=p.min_p, repeat_penalty=p.repeat_penalty, seed=seed, grammar=constraint)
 
     @owned
+    def constrain(self, sampler: llama.Sampler, grammar: str | None, written: list[int] = ()) -> bool:
+        """Swap `sampler`'s grammar mid-answer (None: free text again): a lazy grammar that starts
+        at a marker (engine/inference/tool_calls.py). `written`: tokens already sampled that it must
+        take first (text past the marker inside the marker's last token). False, and no grammar,
+        when it does not allow them."""
+        if sampler.grammar is not None:
+            sampler.grammar.close()
+            sampler.grammar = None
+        if grammar is None:
+            return True
+        constraint = llama.Grammar(self._model, grammar)
+        for token in written:
+            if not constraint.allows(token, 0.0):
+                constraint.close()
+                return False
+            constraint.accept(token)
+        sampler.grammar = constraint
+        return True
+
+    @owned
     def sample(self, sampler: llama.Sampler) -> tuple[int, float]:
         """Sample the next token from the last evaluated position; return (token, its log-probability
         under the model's raw distribution). Only the last logits row is read: no logits_all."""

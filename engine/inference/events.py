@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from engine.inference.backend import SamplingParams
+from engine.inference.tool_calls import ToolCall, ToolUse
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class GenerateParams:
     # OpenAI's response_format: {"type": "json_object"} or {"type": "json_schema", "json_schema":
     # {"schema": ...}} constrains sampling to JSON (engine/inference/structured.py); None: text.
     response_format: dict | None = None
+    # Tools the answer may call (engine/inference/tool_calls.py): calls come back in
+    # TurnResult.tool_calls, apart from the text; None: no tools.
+    tools: ToolUse | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class GenerationStats:
     prompt_tps: float
     decode_tps: float
     # "stop" | "length" | "cancelled" | "stop_string" | "context_full" | "repetition" (the answer
-    # looped: it ends after the first occurrence of the repeated block, see dropped_tokens)
+    # looped: it ends after the first occurrence of the repeated block, see dropped_tokens) |
+    # "tool_calls" (the answer called tools: TurnResult.tool_calls)
     finish_reason: str
     cache_mode: str  # "append" | "rollback" (kept a prefix) | "reeval" (rollback impossible) | "fresh"
     prompt_ms: float = 0.0
@@ -84,3 +89,6 @@ class TurnResult:
     # ids of its opening tag first. The context holds the prompt, then these ids (past the opening
     # tag's), then token_ids.
     reasoning_ids: list[int] = field(default_factory=list)
+    # The calls the answer made (finish_reason "tool_calls"); token_ids hold their markup as
+    # sampled, text the answer's words without it.
+    tool_calls: list[ToolCall] = field(default_factory=list)

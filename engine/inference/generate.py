@@ -85,4 +85,4 @@ def generate(
     if inside and thought:  # the block's opening tag is the prompt's: its ids start the thinking's
         thought = prompt[len(prompt) - tag_tail(backend.token_bytes, prompt, reasoning.open):] + thought
     yield TurnResult(answer.ids, answer.text, answer.logprobs, answer.stats(prompt, cached, mode, t0, t_prompt),
-                     answer.reasoning, thought)
+                     answer.reasoning, thought, answer.tool_calls)

@@ -453,6 +453,11 @@ class Grammar:
         _C.llama_sampler_apply(self.ptr, ctypes.byref(single))
         return one.logit != float("-inf")
 
+    def accept(self, token: int) -> None:
+        """Advance past `token` (one `allows` said yes to: llama.cpp aborts on a token its grammar
+        cannot take)."""
+        _C.llama_sampler_accept(self.ptr, token)
+
     def close(self) -> None:
         if self.ptr:
             _C.llama_sampler_free(self.ptr)

@@ -29,7 +29,10 @@ def plan_error(p: Plan, report: dict) -> dict:
     def rel(planned: int, actual: int) -> float | None:
         return round((planned - actual) / actual, 5) if actual else None
 
-    weights_actual = report.get("weights_bytes", 0) - report.get("weights_repack_bytes", 0)
+    # A mapped file holds every tensor, with CPU_REPACK copies of some beside it; a read one (the
+    # CPU's load mode) holds each tensor once, repacked or not.
+    mapped = any(buft.endswith("_Mapped") for buft in report.get("weights", {}))
+    weights_actual = report.get("weights_bytes", 0) - (report.get("weights_repack_bytes", 0) if mapped else 0)
     error = {"kv": rel(p.kv_bytes_total, report.get("kv_bytes", 0)),
              "weights": rel(p.weights_bytes_total, weights_actual),
              "compute_estimate": rel(p.compute_buffer_bytes_estimate, report.get("compute_bytes", 0))}

@@ -13,6 +13,7 @@ the rendering says which by holding a `Thought` slot or not.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -99,6 +100,13 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
+def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    """`tojson` as transformers defines it for chat templates, which models are trained on: keys in
+    their order, no HTML escaping (Jinja's own sorts keys and writes `<` as \u003c). Text that
+    reaches control text this way is checked for special tokens by its caller (engine/chat/session.py)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def fallback_name_for(arch: str) -> str:
     return "gemma" if arch.startswith("gemma") else "chatml"
 
@@ -115,6 +123,7 @@ class ChatTemplate:
     def __init__(self, source: str, name: str, bos_token: str = "", eos_token: str = ""):
         env = _Sandbox(trim_blocks=True, lstrip_blocks=True)
         env.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.now().strftime(fmt))
+        env.filters["tojson"] = _tojson
         try:
             self._template = env.from_string(source)
         except Exception as exc:  # noqa: BLE001 - the source comes from a model file: any failure is its own
@@ -136,16 +145,22 @@ class ChatTemplate:
         return {"role": role, "content": f"{fmt.open}\n{_OPEN}{i}r{_CLOSE}\n{fmt.close}\n\n{content}"}
 
     def render(self, roles: list[str], add_generation_prompt: bool, *, thoughts: list[bool] | None = None,
-               history: str = "template", **options) -> Rendered:
+               history: str = "template", extras: list[dict | None] | None = None, **options) -> Rendered:
         """Render a conversation of the given roles with placeholder contents.
 
         Args:
             thoughts: per message, whether it carries a reasoning model's thinking.
             history: "template" (its rule for earlier thinking), "keep" or "drop" it.
-            options: template variables such as Qwen3's `enable_thinking` (None ones are left out).
+            extras: per message, fields beside role and content (an answer's `tool_calls`, a tool
+                result's `tool_call_id`).
+            options: template variables such as Qwen3's `enable_thinking` or `tools` (None ones are
+                left out).
         """
         thoughts = thoughts or [False] * len(roles)
         messages = [self._message(i, r, t, history) for i, (r, t) in enumerate(zip(roles, thoughts))]
+        for message, extra in zip(messages, extras or ()):
+            if extra:
+                message.update(extra)
         extra = {k: v for k, v in options.items() if v is not None}
         try:
             chunks, size = [], 0

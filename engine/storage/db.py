@@ -307,17 +307,20 @@ class Database:
     # ---- messages
     def add_message(self, conversation_id: int, role: str, content: str, *, model: str | None = None,
                     level: str | None = None, token_ids: list[int] | None = None, token_model: str | None = None,
-                    status: str = "done", model_text: str | None = None) -> int:
+                    status: str = "done", model_text: str | None = None, tool_calls: list[dict] | None = None,
+                    tool_call_id: str | None = None) -> int:
         """Insert and commit a message (and touch the conversation); return its id.
-        `model_text`: what the model read, when it differs from `content` (retrieved memories)."""
+        `model_text`: what the model read, when it differs from `content` (retrieved memories).
+        `tool_calls`: an answer's calls (OpenAI-shaped); `tool_call_id`: a tool result's call."""
         now = _now()
         with self.transaction():
             cur = self._conn.execute(
                 "INSERT INTO messages (conversation_id, role, content, created, model, level, token_count,"
-                " status, token_ids, token_model, model_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, token_ids, token_model, model_text, tool_calls, tool_call_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, content, now, model, level,
                  None if token_ids is None else len(token_ids), status, encode_ids(token_ids), token_model,
-                 model_text),
+                 model_text, json.dumps(tool_calls, ensure_ascii=False) if tool_calls else None, tool_call_id),
             )
             self._conn.execute("UPDATE conversations SET updated = ?, title = CASE WHEN title = '' AND ? = 'user'"
                                " THEN ? ELSE title END WHERE id = ?",
@@ -327,10 +330,13 @@ class Database:
     def update_message(self, message_id: int, *, content: str, token_ids: list[int] | None = None,
                        logprobs: list[float] | None = None, status: str | None = None,
                        stats: dict | None = None, reasoning: str | None = None,
-                       reasoning_ids: list[int] | None = None) -> None:
+                       reasoning_ids: list[int] | None = None, tool_calls: list[dict] | None = None) -> None:
         """Rewrite a (streaming) message's content and ids; committed at once. `reasoning`,
-        `reasoning_ids`: a reasoning model's thinking and the ids sampled for it (None: unchanged)."""
+        `reasoning_ids`: a reasoning model's thinking and the ids sampled for it; `tool_calls`: the
+        calls the answer made (None: unchanged)."""
         sets = {"content": content}
+        if tool_calls is not None:
+            sets["tool_calls"] = json.dumps(tool_calls, ensure_ascii=False) if tool_calls else None
         if reasoning is not None:
             sets["reasoning"] = reasoning
         if reasoning_ids is not None:
@@ -358,6 +364,7 @@ class Database:
             row["token_ids"] = decode_ids(row["token_ids"])
             row["reasoning_ids"] = decode_ids(row["reasoning_ids"])
             row["stats"] = json.loads(row["stats"]) if row["stats"] else None
+            row["tool_calls"] = json.loads(row["tool_calls"]) if row["tool_calls"] else None
         return rows
 
     # ---- summaries

@@ -287,6 +287,55 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- A chat's Think switch: 1 on, 0 off, NULL the setting reasoning.think.
         ALTER TABLE conversations ADD COLUMN think INTEGER;
     """),
+    ("0012_tool_messages", """
+        -- Tool calls (issue 26). An answer's calls go in tool_calls (a JSON list of OpenAI-shaped
+        -- calls; its token_ids hold their markup as sampled); a tool's result is a message of the
+        -- new role 'tool', naming the call it answers in tool_call_id. The role's CHECK cannot
+        -- change in place, so the table is rebuilt as in 0008: same ids, the sequence carried over.
+        CREATE TABLE messages_new (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+            content TEXT NOT NULL,
+            created TEXT NOT NULL,
+            model TEXT,
+            level TEXT,
+            stats TEXT,                -- JSON TurnStats of the turn that produced it
+            token_count INTEGER,
+            status TEXT NOT NULL DEFAULT 'done' CHECK (status IN ('streaming', 'done')),
+            token_ids BLOB,            -- content token ids, int32 little-endian, valid for token_model
+            token_model TEXT,          -- backend identity the ids belong to
+            logprobs BLOB,             -- float32 per sampled token (assistant messages)
+            superseded_by INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+            model_text TEXT,           -- what the model read, when it differs from content
+            reasoning TEXT,
+            reasoning_ids BLOB,
+            tool_calls TEXT,           -- an answer's calls: [{"id", "type", "function": {"name", "arguments"}}]
+            tool_call_id TEXT          -- a tool result: the call it answers
+        );
+        INSERT INTO messages_new (id, conversation_id, role, content, created, model, level, stats, token_count,
+                                  status, token_ids, token_model, logprobs, superseded_by, model_text,
+                                  reasoning, reasoning_ids)
+            SELECT id, conversation_id, role, content, created, model, level, stats, token_count,
+                   status, token_ids, token_model, logprobs, superseded_by, model_text,
+                   reasoning, reasoning_ids FROM messages;
+        UPDATE sqlite_sequence SET seq = max(seq, (SELECT coalesce(max(seq), 0) FROM sqlite_sequence
+                                                   WHERE name = 'messages')) WHERE name = 'messages_new';
+        DELETE FROM sqlite_sequence WHERE name = 'messages';
+        DROP TABLE messages;
+        ALTER TABLE messages_new RENAME TO messages;
+        CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+    """),
 ]
 
 
