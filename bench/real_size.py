@@ -14,8 +14,8 @@ weights. Sections:
   `--timed-pieces` runs ours with prompt pieces sized by time (the engine before issue 25).
 - stop: Stop pressed 1 s into a turn-3-sized paste (x3): time from the press until the turn has
   ended and the model is free, and what the cache kept.
-- decode: after a chat of ~N tokens (`--decode-at`, default 1 000; 8 000 takes ~8 min), a turn
-  decodes 48 tokens greedy through `engine.api`; bare llama-cpp-python evaluates the same prompt
+- decode: after a chat of ~N tokens (`--decode-at`, default 1 000; 8 000 takes ~8 min) and a
+  pause while its checkpoint is written, a turn decodes 48 tokens greedy through `engine.api`; bare llama-cpp-python evaluates the same prompt
   ids and `Llama.generate`s 48 tokens. Decode tok/s side by side.
 - long: a chat filled to ~8 000 tokens (n_ctx 8 448), then 20 short turns: RSS after the load,
   after the paste and after turns (3 s after each, once its background checkpoint is written), against the KV bytes the chat holds and the planner's
@@ -222,6 +222,7 @@ def decode_table(path: Path, sizes: list[int]) -> list[str]:
         cid = assistant.new_conversation("You are a careful assistant.")
         text = paste_of(assistant.vocab, size, 11)
         next(x for x in assistant.send(cid, text, PARAMS) if isinstance(x, TurnDone))
+        time.sleep(SETTLE_S)  # the paste's checkpoint written (a user reads before asking), not beside the decode
         question = "Continue the log with three more notes."
         prompt = assistant.session(cid).prompt(Message("user", question))
         done = next(x for x in assistant.send(cid, question, params) if isinstance(x, TurnDone))

@@ -29,6 +29,13 @@ _EXPORTS: dict[str, str] = {
     "response_grammar": "engine.inference.structured",
     "reasoning_options": "engine.api.engine_config",  # a turn's think/budget/history from the settings
     "SchemaUnsupported": "engine.inference.structured",
+    # tools (issue 26): what a turn may call, the calls an answer makes, and what is refused
+    "Tool": "engine.inference.tool_calls",
+    "ToolUse": "engine.inference.tool_calls",
+    "ToolCall": "engine.inference.tool_calls",
+    "ToolError": "engine.inference.tool_calls",
+    "parse_tools": "engine.inference.tool_calls",
+    "parse_tool_choice": "engine.inference.tool_calls",
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",
@@ -111,7 +118,7 @@ _EXPORTS: dict[str, str] = {
     "fetch_demo_models": "engine.models.fetch",
     "FetchError": "engine.models.fetch",
 }
-_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
+_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search", "parse_tool_choice": "parse_choice"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -293,6 +293,13 @@ class Assistant(AssistantCore, DocumentsApi):
                    cancel: threading.Event | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
         return self._observe(super().regenerate(conversation_id, params, cancel=self._stop_for(cancel), **options))
 
+    def send_tool_results(self, conversation_id: int, results: list[tuple[str, str]],
+                          params: GenerateParams = GenerateParams(), *, cancel: threading.Event | None = None,
+                          **options: Any) -> Iterator[Chunk | TurnDone]:
+        """AssistantCore.send_tool_results, stopped by `cancel` or, without one, by `stop()`."""
+        return self._observe(super().send_tool_results(conversation_id, results, params,
+                                                       cancel=self._stop_for(cancel), **options))
+
     def _stop_for(self, cancel: threading.Event | None) -> threading.Event:
         check_owner(self)  # every turn starts here: on the thread that drives this Assistant
         if cancel is not None:

@@ -29,6 +29,9 @@ class TurnDone:
     confidence: float | None = None
     superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
     reasoning: str = ""  # a reasoning model's thinking, without its tags
+    # The calls the answer made, OpenAI-shaped ({"id", "type", "function": {"name", "arguments"}}):
+    # the caller runs them and answers with `send_tool_results` (stats.finish_reason "tool_calls").
+    tool_calls: list[dict] = field(default_factory=list)
 
     @property
     def sources(self) -> list[dict]:

@@ -254,6 +254,36 @@ class AssistantCore:
         yield from self._pipeline(Turn(request, self.config, conv, user, commit_user=False,
                                        supersedes=TurnDone(conv.id, old.id, "", old.content, [])))
 
+    def send_tool_results(self, conversation_id: int, results: list[tuple[str, str]],
+                          params: GenerateParams = GenerateParams(), **options: Any) -> Iterator[Chunk | TurnDone]:
+        """The results of the last answer's tool calls, as (call id, output text) in the calls'
+        order; the model that made the calls goes on from them (a result is the tool role's turn:
+        shown to the model as data, never as the user's words). Stream as `send`.
+
+        Raises:
+            InputError: the conversation does not end with calls, a result names no call of it,
+                or a result is too long.
+        """
+        conv = self.conversation(conversation_id)
+        calls = conv.messages[-1].tool_calls if conv.messages and conv.messages[-1].role == "assistant" else None
+        if not calls:
+            raise InputError("no tool calls to answer: the conversation does not end with an answer that called tools")
+        known = {c["id"] for c in calls}
+        if not results or any(cid not in known for cid, _ in results):
+            raise InputError(f"tool results must answer the last answer's calls ({', '.join(sorted(known))})")
+        results = [(cid, clean_text(text)) for cid, text in results]
+        if any(len(text) > MAX_MESSAGE_CHARS for _, text in results):
+            raise InputError(f"a tool result may hold at most {MAX_MESSAGE_CHARS} characters")
+        options.setdefault("route", conv.messages[-1].level or "auto")  # the caller's model goes on
+        options.setdefault("memory", False)  # the question was kept with its turn; results are data
+        request = TurnRequest(kind="tool_results", conversation_id=conversation_id, params=params,
+                              **options).checked()
+        for cid, text in results[:-1]:  # all but the last stored now; the last is the turn's own
+            mid = self.db.add_message(conv.id, "tool", text, tool_call_id=cid)
+            conv.messages.append(Message("tool", text, id=mid, tool_call_id=cid))
+        cid, text = results[-1]
+        yield from self._pipeline(Turn(request, self.config, conv, Message("tool", text, tool_call_id=cid)))
+
     def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
                       **options: Any) -> Iterator[Chunk | TurnDone]:
         """Replace the last user message (and its answer) with `text` and answer that; the old

@@ -29,6 +29,8 @@ class Finish:
     def __call__(self, turn: Turn, answer: Message, result: TurnResult) -> TurnDone:
         target, conv = turn.target, turn.conv
         answer.content = result.text
+        calls = [c.as_openai() for c in result.tool_calls]
+        answer.tool_calls = calls or None
         thinks = bool(result.reasoning or result.reasoning_ids)
         answer.reasoning = result.reasoning if thinks else None
         if target.identity:
@@ -41,10 +43,11 @@ class Finish:
                                token_ids=result.token_ids if target.identity else None,
                                logprobs=result.logprobs, status="done", stats=stats.as_json(),
                                reasoning=answer.reasoning,
-                               reasoning_ids=result.reasoning_ids if thinks and target.identity else None)
+                               reasoning_ids=result.reasoning_ids if thinks and target.identity else None,
+                               tool_calls=calls)
         return TurnDone(conv.id, answer.id, target.model_id, result.text, result.token_ids, result.logprobs, stats,
                         target.level, turn.decision.reason, stats.fallback, geometric_mean_prob(result.logprobs),
-                        reasoning=result.reasoning)
+                        reasoning=result.reasoning, tool_calls=calls)
 
     def _checkpoint(self, turn: Turn) -> None:
         """The turn's cells to the chat's cold file while the user reads (engine/kv/tiers.py)."""

@@ -23,8 +23,9 @@ ROUTES = ("auto", "L1", "L2", "L3")
 @dataclass(frozen=True, kw_only=True)
 class TurnRequest:
     """Args:
-        kind: "send" (a new user message; an edit is a send that `replaces` the old turn) or
-            "regenerate" (answer the last user message again).
+        kind: "send" (a new user message; an edit is a send that `replaces` the old turn),
+            "regenerate" (answer the last user message again) or "tool_results" (the results of
+            the last answer's tool calls, `AssistantCore.send_tool_results`: the model goes on).
         route: "auto" or a level that answers this message.
         flush_s: how often the streaming answer is written to SQLite.
         replaces: an edited message: the ids of the old turn it supersedes once stored.
@@ -78,9 +79,11 @@ class TurnRequest:
                 response_grammar(fmt)  # a feature it cannot enforce: said now, by name
             except SchemaUnsupported as exc:
                 raise InputError(str(exc)) from exc
+            if self.params.tools is not None:
+                raise InputError("response_format and tools cannot be combined: a call is JSON of its own")
             # Thinking is free text: a constrained answer starts at once.
             request = replace(self, params=replace(self.params, response_format=fmt, think=False))
-        if self.kind == "regenerate":
+        if self.kind in ("regenerate", "tool_results"):
             return request
         text = clean_text(self.text).strip()
         if not text:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from engine.inference.backend import Backend, VocabTokenizer
 from engine.inference.reasoning import tag_tail
 from engine.inference.templates import ChatTemplate, Thought
-from engine.inference.tool_calls import Tool, ToolError, call_markup, native, prompt_block, result_text
+from engine.inference.tool_calls import (RESULT_CLOSE, RESULT_OPEN, Tool, ToolError, call_markup, native,
+                                         prompt_block)
 
 
 @dataclass
@@ -123,20 +124,33 @@ class Session:
                 out.append(Message("system", f"{head.text_for_model}\n\n{block}" if head.text_for_model else block))
             else:
                 out.append(Message("system", block))
+        results: list[Message] = []  # tool results in a row: one user turn
         for m in messages:
             if m.role == "tool":
-                text = result_text(m.content)
-                if out and out[-1].role == "user" and out[-1].tool_call_id == "*":  # results in a row: one turn
-                    out[-1] = Message("user", f"{out[-1].content}\n{text}", tool_call_id="*")
-                else:
-                    out.append(Message("user", text, tool_call_id="*"))
-            elif m.tool_calls and not self._sampled(m):
+                results.append(m)
+                continue
+            if results:
+                out.append(self._results_turn(results))
+                results = []
+            if m.tool_calls and not self._sampled(m):
                 markup = "".join(call_markup(c) for c in m.tool_calls)
                 out.append(Message("assistant", f"{m.text_for_model}{markup}".strip(), reasoning=m.reasoning,
                                    reasoning_ids=m.reasoning_ids))
             else:
                 out.append(m)
+        if results:
+            out.append(self._results_turn(results))
         return out
+
+    def _results_turn(self, results: list[Message]) -> Message:
+        """Tool results as one user turn, each in its tags: ids made part by part (the opening tag
+        apart from the result, as `next_prefix` reads it ahead)."""
+        tok = lambda text: self.backend.tokenize(text, special=False)  # noqa: E731
+        ids: list[int] = []
+        for k, m in enumerate(results):
+            ids += (tok("\n") if k else []) + tok(RESULT_OPEN) + tok(m.content) + tok(RESULT_CLOSE)
+        text = "\n".join(f"{RESULT_OPEN}{m.content}{RESULT_CLOSE}" for m in results)
+        return Message("user", text, {self.backend.identity: ids})
 
     def render(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
         """Token ids of `messages` under the template: control text parsed for special tokens,
@@ -147,13 +161,17 @@ class Session:
             self.generation_text = pieces[-1] if pieces and isinstance(pieces[-1], str) else ""
         return self._ids(pieces, messages)
 
-    def next_user_prefix(self) -> list[int]:
-        """The ids a next user message's content will follow: the messages, then the template's
-        markers that open a user turn (what a turn can evaluate ahead, while the user reads)."""
-        messages = self._for_template(self.messages + [Message("user", "")])
+    def next_prefix(self, role: str = "user") -> list[int]:
+        """The ids a next message's content will follow: the messages, then the template's markers
+        that open a user turn, or a tool result (what a turn can evaluate ahead, while the user
+        reads or the tool runs)."""
+        messages = self._for_template(self.messages + [Message(role, "", tool_call_id="")])
         pieces = self._render(messages, add_generation_prompt=True)
         n = len(messages) - 1
-        return self._ids(pieces[:pieces.index(n)], messages[:-1])  # cut where its content goes
+        ids = self._ids(pieces[:pieces.index(n)], messages[:-1])  # cut where its content goes
+        if role == "tool" and not self.native_tools:
+            ids += self.backend.tokenize(RESULT_OPEN, special=False)
+        return ids
 
     def _ids(self, pieces: list[str | int | Thought], messages: list[Message]) -> list[int]:
         ids: list[int] = []

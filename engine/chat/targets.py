@@ -76,7 +76,7 @@ class LocalTarget:
         if params is None:
             return Session(self.worker.vocab, self.worker.template, history)
         return Session(self.worker.vocab, self.worker.template, history, history=params.reasoning_history,
-                       think=params.think)
+                       think=params.think, tools=params.tools.tools if params.tools is not None else ())
 
     def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
             first_kept: int = 0) -> Window:
@@ -221,7 +221,8 @@ class LocalTarget:
                 or (backend.n_swa > 0 and not backend.params.swa_full)):
             return 0
         answer = answer_message(result, backend.identity)
-        ahead = self.session(history + [user, answer], params).next_user_prefix()
+        # After calls, a tool's result comes next (the client runs the tool meanwhile).
+        ahead = self.session(history + [user, answer], params).next_prefix("tool" if result.tool_calls else "user")
         kv = backend.kv_tokens
         rest = ahead[len(kv):]
         if ahead[:len(kv)] != kv or not 0 < len(rest) <= READ_AHEAD_MAX or len(ahead) >= backend.n_ctx:

@@ -174,9 +174,9 @@ def call_markup(call: dict) -> str:
     return f"\n{OPEN}\n{body}\n{CLOSE}"
 
 
-def result_text(content: str) -> str:
-    """A tool's result as the user turn that carries it, for a template without a tool role."""
-    return f"<tool_response>\n{content}\n</tool_response>"
+# A tool's result in a user turn, for a template without a tool role (tokenized apart from the
+# result, so the opening tag can be read ahead while the tool runs).
+RESULT_OPEN, RESULT_CLOSE = "<tool_response>\n", "\n</tool_response>"
 
 
 # ---- the grammar

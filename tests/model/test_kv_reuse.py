@@ -42,7 +42,7 @@ def test_read_ahead_evaluates_the_next_turns_opening_and_the_next_turn_uses_it(a
     for text in USER_TURNS[:2]:
         done = [i for i in assistant.send(cid, text, greedy(12), read_ahead=True) if isinstance(i, TurnDone)][-1]
     session = assistant.session(cid)
-    ahead = session.next_user_prefix()
+    ahead = session.next_prefix()
     kv = kv_tokens(assistant)
     if assistant.backend.n_swa:  # Gemma 3's sliding-window cache cannot always roll back: not read ahead
         assert done.stats.read_ahead == 0 and len(kv) < len(ahead)

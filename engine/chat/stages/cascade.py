@@ -49,7 +49,7 @@ class Cascade:
         req, models = turn.request, self.tiers.models
         if (done is None or req.kind != "send" or not req.cascade or req.route != "auto" or done.level != "L1"
                 or done.route_reason.endswith("override") or done.confidence is None
-                or done.stats.finish_reason == "cancelled"
+                or done.stats.finish_reason in ("cancelled", "tool_calls")
                 or not models.get("L2") or models["L2"] == models["L1"]
                 or not (turn.config.base_models or self.tiers.is_instruct("L2") is not False)):  # not a base model
             return None

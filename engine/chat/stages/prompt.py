@@ -1,4 +1,4 @@
-"""Prompt: the new user message is stored before the answer starts (with the ids the target read),
+"""Prompt: the new user message (or a tool's result) is stored before the answer starts (with the ids the target read),
 an edited turn's old messages leave the context, and "remember that …" pins its fact."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ class Prompt:
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         user, conv, target = turn.user, turn.conv, turn.target
         if turn.commit_user and user.id is None:
-            user.id = self.db.add_message(conv.id, "user", user.content, model=target.model_id,
+            user.id = self.db.add_message(conv.id, user.role, user.content, model=target.model_id,
                                           token_ids=user.ids.get(target.identity), token_model=target.identity,
-                                          model_text=user.model_text)
+                                          model_text=user.model_text, tool_call_id=user.tool_call_id)
             conv.messages.append(user)
             for old in turn.request.replaces:  # an edited message: the old turn leaves the context
                 self.db.supersede(old, user.id)

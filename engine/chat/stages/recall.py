@@ -25,7 +25,7 @@ class Recall:
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         if turn.request.kind == "regenerate":
             self._carry(turn)
-        else:
+        elif turn.request.kind != "tool_results":  # a tool's output is no question to search for
             self._recall(turn)
         return (yield from rest(turn))
 
