@@ -184,6 +184,7 @@ class FakeBackend:
         self.prompts: list[list[int]] = []  # KV contents at each make_sampler: the prompt answered
         self.calls: list[tuple] = []  # ("eval", asked, done) ("keep_prefix", n, ok) ("shift_out", …) …
         self.samples = 0
+        self.grammars: list[str | None] = []  # each grammar asked for: at make_sampler, then by constrain
         self.on_piece: list[Callable] = []  # hook(backend, piece_index, part, call_tokens), mid-piece
         self.on_sample: list[Callable] = []  # hook(backend, n_sampled_this_answer) before each sample
         self._fail_in: int | None = None  # pieces left before a decode fails
@@ -320,9 +321,16 @@ class FakeBackend:
     # ---- sampling
     @owned
     def make_sampler(self, p: SamplingParams, grammar: str | None = None) -> _Sampler:
+        self.grammars.append(grammar)
         self.prompts.append(list(self._kv))
         answer = self.script.next(self.text(self._kv))
         return _Sampler(answer, _tokenize(answer.text, special=False))
+
+    @owned
+    def constrain(self, sampler: _Sampler, grammar: str | None, written: list[int] = ()) -> bool:
+        """Recorded only: the scripted answer is what it is (a real grammar: tests/model/)."""
+        self.grammars.append(grammar)
+        return True
 
     @owned
     def sample(self, sampler: _Sampler) -> tuple[int, float]:

@@ -212,20 +212,24 @@ class Assistant(AssistantCore, DocumentsApi):
             return conversation_json(self.db, conversation_id)
         return conversation_markdown(self.db, conversation_id, reasoning)
 
-    def new_conversation_from(self, messages: list[tuple[str, str]], system_prompt: str = "") -> int:
+    def new_conversation_from(self, messages: list[tuple], system_prompt: str = "") -> int:
         """A new conversation holding earlier turns that happened elsewhere (an API client's resent
-        history): ("user" | "assistant", content) pairs, stored as they are; no model runs. The next
-        `send` reads them like any stored turn (tokenized then, since no ids were stored).
+        history): (role, content) or (role, content, fields) with role user, assistant or tool and
+        fields an answer's {"tool_calls": [...]} (OpenAI-shaped) or a result's {"tool_call_id"},
+        stored as they are; no model runs. The next `send` reads them like any stored turn
+        (tokenized then, since no ids were stored).
 
         Raises:
-            InputError: a role other than user/assistant.
+            InputError: another role.
         """
-        bad = sorted({role for role, _ in messages if role not in ("user", "assistant")})
+        bad = sorted({m[0] for m in messages if m[0] not in ("user", "assistant", "tool")})
         if bad:
-            raise InputError(f"earlier turns must be user or assistant messages, not {', '.join(bad)}")
+            raise InputError(f"earlier turns must be user, assistant or tool messages, not {', '.join(bad)}")
         cid = self.new_conversation(system_prompt)
-        for role, content in messages:
-            self.db.add_message(cid, role, clean_text(content).strip())
+        for role, content, *rest in messages:
+            fields = (rest[0] if rest else None) or {}
+            self.db.add_message(cid, role, clean_text(content).strip(), tool_calls=fields.get("tool_calls"),
+                                tool_call_id=fields.get("tool_call_id"))
         return cid
 
     def delete_conversation(self, conversation_id: int) -> None:

@@ -216,6 +216,9 @@ class Endpoints:
                 yield {"data": _json({"error": {"message": f"the answer stopped ({job.why or 'no answer'})",
                                                 "type": "server_error", "param": None, "code": job.why}})}
                 return
+            calls = shape.calls(dones[-1])
+            if calls is not None:
+                yield {"data": _json(calls)}
             yield {"data": _json(shape.last(dones[-1]))}
             if turn.include_usage:
                 yield {"data": _json(shape.usage_chunk(dones))}

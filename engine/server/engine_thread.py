@@ -84,17 +84,22 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
             # A streamed answer cannot be taken back: no cascade re-ask for streams. The memory
             # stays out unless asked (x_memory): an API answer depends on the messages sent, the
             # user's memories do not reach a client unasked, and a client's turns are not kept.
-            for item in assistant.send(cid, turn.history.text, turn.params, cancel=job.cancel, route=turn.route,
-                                       docs=turn.docs, cascade=not turn.stream, memory=turn.memory,
-                                       read_ahead=turn.keep,  # a chat client comes back with this history
-                                       domain=turn.domain):  # other clients' cached prefixes never serve it
+            options = dict(cancel=job.cancel, route=turn.route, cascade=not turn.stream, memory=turn.memory,
+                           read_ahead=turn.keep,  # a chat client comes back with this history
+                           domain=turn.domain)  # other clients' cached prefixes never serve it
+            if turn.history.tool_turn:  # results of the calls it made: the model goes on from them
+                items = assistant.send_tool_results(cid, turn.history.results, turn.params, **options)
+            else:
+                items = assistant.send(cid, turn.history.text, turn.params, docs=turn.docs, **options)
+            for item in items:
                 if isinstance(item, TurnDone) and not item.superseded:
                     final = item
                 job.emit(item)
         finally:
             if (turn.keep and final is not None and not job.cancel.is_set()
                     and final.stats.finish_reason != "cancelled"):
-                conversations.answered(assistant, cid, turn.history, final.text, final.message_id, turn.domain)
+                conversations.answered(assistant, cid, turn.history, final.text, final.message_id, turn.domain,
+                                       final.tool_calls)
             else:
                 conversations.failed(assistant, cid)
 

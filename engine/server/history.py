@@ -37,12 +37,34 @@ PENDING_FILE = "server_conversations.json"
 _owners = itertools.count()
 
 
-def digest(messages: list[tuple[str, str]], domain: str = "") -> str:
+def digest(messages: list[tuple[str, str]], domain: str = "", extras: tuple[str, ...] = ()) -> str:
     """A history's identity: (role, content) in order, content without surrounding whitespace
-    (clients trim answers differently), within the client's trust domain: a client that resends
-    another's exact history (a guess) starts a conversation of its own, never continues theirs."""
-    data = json.dumps([domain, *((role, content.strip()) for role, content in messages)], ensure_ascii=False)
+    (clients trim answers differently), an answer's calls and a result's call id, within the
+    client's trust domain: a client that resends another's exact history (a guess) starts a
+    conversation of its own, never continues theirs."""
+    extras = extras or ("",) * len(messages)
+    data = json.dumps([domain, *((role, content.strip(), *((extra,) if extra else ()))
+                                 for (role, content), extra in zip(messages, extras))], ensure_ascii=False)
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def calls_key(calls: list[dict]) -> str:
+    """An answer's tool calls as one canonical string (for the digest, and to rebuild them): each
+    call's id, name and arguments with keys sorted (clients re-serialise arguments their own way)."""
+    out = []
+    for c in calls:
+        args = c["function"]["arguments"]
+        try:
+            args = json.dumps(json.loads(args), sort_keys=True, ensure_ascii=False)
+        except ValueError:
+            pass
+        out.append([c["id"], c["function"]["name"], args])
+    return json.dumps(out, ensure_ascii=False)
+
+
+def calls_from_key(key: str) -> list[dict]:
+    return [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+            for cid, name, args in json.loads(key)]
 
 
 @dataclass(frozen=True)
@@ -51,28 +73,49 @@ class History:
 
     Attributes:
         messages: every message as (role, text), system messages included ("developer" → "system").
-        new_from: index where the trailing user message(s) start: the new turn.
+        new_from: index where the trailing user message(s), or tool results, start: the new turn.
+        extras: per message (or none at all): an answer's tool calls (`calls_key`), a tool result's
+            call id, else "".
     """
 
     messages: tuple[tuple[str, str], ...]
     new_from: int
+    extras: tuple[str, ...] = ()
+
+    def extra(self, i: int) -> str:
+        return self.extras[i] if self.extras else ""
+
+    @property
+    def tool_turn(self) -> bool:
+        """The new turn is tool results (the model goes on from its calls), not a user message."""
+        return self.new_from < len(self.messages) and self.messages[self.new_from][0] == "tool"
+
+    @property
+    def results(self) -> list[tuple[str, str]]:
+        """A tool turn's (call id, output) in order."""
+        return [(self.extra(i), text) for i, (_, text) in enumerate(self.messages) if i >= self.new_from]
 
     @property
     def system(self) -> str:
         return "\n\n".join(text for role, text in self.messages if role == "system" and text.strip())
 
     @property
-    def earlier(self) -> list[tuple[str, str]]:
-        """The turns before the new message, consecutive messages of one role merged (templates
-        expect user and assistant to alternate)."""
-        merged: list[tuple[str, str]] = []
-        for role, text in self.messages[:self.new_from]:
+    def earlier(self) -> list[tuple[str, str, dict | None]]:
+        """The turns before the new message as (role, text, tool fields): consecutive messages of
+        one role merged (templates expect user and assistant to alternate), except tool results
+        and answers that called tools, which stay one message each."""
+        merged: list[tuple[str, str, dict | None]] = []
+        for i, (role, text) in enumerate(self.messages[:self.new_from]):
+            extra = self.extra(i)
             if role == "system":
                 continue
-            if merged and merged[-1][0] == role:
-                merged[-1] = (role, merged[-1][1] + "\n\n" + text)
+            fields = None
+            if extra:
+                fields = {"tool_calls": calls_from_key(extra)} if role == "assistant" else {"tool_call_id": extra}
+            if merged and merged[-1][0] == role and role != "tool" and not fields and not merged[-1][2]:
+                merged[-1] = (role, merged[-1][1] + "\n\n" + text, None)
             else:
-                merged.append((role, text))
+                merged.append((role, text, fields))
         return merged
 
     @property
@@ -81,10 +124,11 @@ class History:
         return "\n\n".join(text for _, text in self.messages[self.new_from:])
 
     def prefix_digest(self, domain: str = "") -> str:
-        return digest(list(self.messages[:self.new_from]), domain)
+        return digest(list(self.messages[:self.new_from]), domain, self.extras[:self.new_from])
 
-    def answered_digest(self, answer: str, domain: str = "") -> str:
-        return digest([*self.messages, ("assistant", answer)], domain)
+    def answered_digest(self, answer: str, domain: str = "", calls: list[dict] | None = None) -> str:
+        extras = (*(self.extras or ("",) * len(self.messages)), calls_key(calls) if calls else "")
+        return digest([*self.messages, ("assistant", answer)], domain, extras)
 
 
 class ApiConversations:
@@ -141,10 +185,10 @@ class ApiConversations:
         return cid
 
     def answered(self, assistant, cid: int, history: History, answer: str, message_id: int,
-                 domain: str = "") -> None:
-        """The turn finished: a request of `domain` that resends this history plus `answer`
-        continues `cid`."""
-        self._index[history.answered_digest(answer, domain)] = (cid, message_id)
+                 domain: str = "", calls: list[dict] | None = None) -> None:
+        """The turn finished: a request of `domain` that resends this history plus `answer` (and
+        its tool `calls`) continues `cid`."""
+        self._index[history.answered_digest(answer, domain, calls)] = (cid, message_id)
         while len(self._index) > self.size:
             _, (old, _) = self._index.popitem(last=False)
             self._forget(assistant, old)

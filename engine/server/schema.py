@@ -1,8 +1,8 @@
 """OpenAI request bodies checked into what the engine takes; anything malformed is a RequestError
 (HTTP 400 with OpenAI's error shape) naming the parameter, never a 500.
 
-Fields a local engine cannot honour are refused when they would change the answer (tools, n > 1,
-a schema feature the grammar cannot enforce) and ignored when they are hints (frequency_penalty,
+Fields a local engine cannot honour are refused when they would change the answer (n > 1,
+a schema feature the grammar cannot enforce, the deprecated `functions`) and ignored when they are hints (frequency_penalty,
 user-agent extras).
 """
 
@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams, SchemaUnsupported, response_grammar
-from engine.server.history import History
+from engine.server.history import History, calls_key
+from engine.server.tools import message_calls, tool_use
 
 LEVELS = ("auto", "L1", "L2", "L3")
 MAX_TOKENS = 131_072  # asked beyond this is a mistake; the engine also caps it at what the context leaves
@@ -129,9 +130,13 @@ def generate_params(body: dict, repetition_guard: bool) -> GenerateParams:
         raise RequestError("n must be 1: one answer per request", "n")
     think, budget = thinking(body)
     fmt = response_format(body)
+    tools = tool_use(body)
+    if tools is not None and fmt is not None:
+        raise RequestError("response_format and tools cannot be combined: a tool call is JSON of its own",
+                           "response_format")
     return GenerateParams(sampling=sampling, max_tokens=max_tokens or GenerateParams().max_tokens,
                           stop=stops, repetition_guard=repetition_guard, think=think and fmt is None,
-                          reasoning_budget=budget, response_format=fmt)
+                          reasoning_budget=budget, response_format=fmt, tools=tools)
 
 
 def response_format(body: dict) -> dict | None:
@@ -179,7 +184,7 @@ def _content(message: dict, i: int) -> str:
             parts.append(part["text"])
         text = "\n".join(parts)
     elif content is None and message.get("role") == "assistant" and message.get("tool_calls"):
-        raise RequestError("tool calls are not supported", param)
+        text = ""  # an answer that is only calls
     else:
         raise RequestError("content must be a string or a list of text parts", param)
     if len(text) > MAX_MESSAGE_CHARS:
@@ -194,32 +199,56 @@ def parse_history(body: dict, max_messages: int) -> History:
     if len(messages) > max_messages:
         raise RequestError(f"at most {max_messages} messages per request (setting server.max_messages)", "messages")
     pairs: list[tuple[str, str]] = []
+    extras: list[str] = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise RequestError("each message must be an object", f"messages[{i}]")
         role = m.get("role")
         if role == "developer":
             role = "system"
-        if role in ("tool", "function"):
-            raise RequestError("tool messages are not supported", f"messages[{i}].role")
-        if role not in ("system", "user", "assistant"):
-            raise RequestError("role must be system, developer, user or assistant", f"messages[{i}].role")
+        if role == "function":
+            raise RequestError("function messages are deprecated: send tool messages", f"messages[{i}].role")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise RequestError("role must be system, developer, user, assistant or tool", f"messages[{i}].role")
         if role == "system" and any(r != "system" for r, _ in pairs):
             raise RequestError("system messages must come before the conversation", f"messages[{i}].role")
+        extra = ""
+        if role == "assistant" and m.get("tool_calls"):
+            extra = calls_key(message_calls(m["tool_calls"], f"messages[{i}].tool_calls"))
+        elif role == "tool":
+            extra = m.get("tool_call_id")
+            if not isinstance(extra, str) or not extra:
+                raise RequestError("a tool message needs its call's tool_call_id", f"messages[{i}].tool_call_id")
         pairs.append((role, _content(m, i)))
-    new_from = len(pairs)
-    while new_from > 0 and pairs[new_from - 1][0] == "user":
-        new_from -= 1
-    if new_from == len(pairs):
-        raise RequestError("the last message must be the user's", "messages")
-    if not "".join(text for _, text in pairs[new_from:]).strip():
+        extras.append(extra)
+    history = History(tuple(pairs), _new_from(pairs, extras), tuple(extras) if any(extras) else ())
+    if not history.tool_turn and not history.text.strip():
         raise RequestError("the user's message is empty", "messages")
-    return History(tuple(pairs), new_from)
+    return history
+
+
+def _new_from(pairs: list[tuple[str, str]], extras: list[str]) -> int:
+    """Where the new turn starts: the trailing user messages, or the tool results that answer the
+    calls of the answer before them."""
+    last = pairs[-1][0]
+    if last not in ("user", "tool"):
+        raise RequestError("the last message must be the user's, or a tool's result", "messages")
+    new_from = len(pairs)
+    while new_from > 0 and pairs[new_from - 1][0] == last:
+        new_from -= 1
+    if last == "tool":
+        calls = extras[new_from - 1] if new_from > 0 and pairs[new_from - 1][0] == "assistant" else ""
+        if not calls:
+            raise RequestError("tool results must follow the answer whose tool_calls they answer", "messages")
+        known = {c[0] for c in json.loads(calls)}
+        for i in range(new_from, len(pairs)):
+            if extras[i] not in known:
+                raise RequestError(f"tool_call_id {extras[i]!r} names no call of the answer before it",
+                                   f"messages[{i}].tool_call_id")
+    return new_from
 
 
 def _refuse_unsupported(body: dict) -> None:
-    if body.get("tools") or body.get("functions"):
-        raise RequestError("tools are not supported", "tools")
     top = body.get("top_logprobs")
     if top not in (None, 0):
         raise RequestError("top_logprobs is not supported (logprobs of the chosen tokens are)", "top_logprobs")
@@ -259,7 +288,7 @@ def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_me
             raise RequestError("prompt must be a non-empty string", "prompt")
         if len(prompt) > MAX_MESSAGE_CHARS:
             raise RequestError(f"prompt may hold at most {MAX_MESSAGE_CHARS} characters", "prompt")
-        for name in ("echo", "suffix"):
+        for name in ("echo", "suffix", "tools"):
             if body.get(name):
                 raise RequestError(f"{name} is not supported", name)
         if body.get("best_of") not in (None, 1):

@@ -11,7 +11,7 @@ from engine.api import Chunk, ReasoningChunk, TurnDone
 
 # The engine's finish reasons in OpenAI's words (the engine's own is kept as x_finish_reason).
 FINISH = {"stop": "stop", "stop_string": "stop", "repetition": "stop", "cancelled": "stop",
-          "length": "length", "context_full": "length"}
+          "length": "length", "context_full": "length", "tool_calls": "tool_calls"}
 
 
 def usage(dones: list[TurnDone]) -> dict:
@@ -80,7 +80,9 @@ class Shape:
         kept = min(len(chunks), len(final.token_ids), len(final.logprobs))
         chunks = [Chunk(c.text, t, lp) for c, t, lp in zip(chunks[:kept], final.token_ids, final.logprobs)]
         if self.chat:
-            message = {"role": "assistant", "content": final.text}
+            message = {"role": "assistant", "content": final.text if final.text or not final.tool_calls else None}
+            if final.tool_calls:  # the client runs them and sends the results back as tool messages
+                message["tool_calls"] = final.tool_calls
             if final.reasoning:  # DeepSeek's, vLLM's and LM Studio's field for the thinking
                 message["reasoning_content"] = final.reasoning
             choice = {"index": 0, "message": message, "logprobs": self._logprobs(chunks), "finish_reason": finish}
@@ -109,6 +111,15 @@ class Shape:
         else:
             choice = {"index": 0, "text": chunk.text, "logprobs": logprobs, "finish_reason": None}
         return self._envelope(choice, True)
+
+    def calls(self, done: TurnDone) -> dict | None:
+        """The answer's tool calls as one delta, each whole (they are parsed once closed; a client
+        that accumulates argument pieces reads them the same)."""
+        if not self.chat or not done.tool_calls:
+            return None
+        calls = [{"index": k} | call for k, call in enumerate(done.tool_calls)]
+        return self._envelope({"index": 0, "delta": {"tool_calls": calls}, "logprobs": None, "finish_reason": None},
+                              True)
 
     def last(self, done: TurnDone) -> dict:
         finish = FINISH.get(done.stats.finish_reason, "stop")
