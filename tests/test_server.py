@@ -111,14 +111,14 @@ BAD = [  # (body, the parameter the error names)
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "late"}]}, "messages[1].role"),
-    ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].role"),
+    ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),  # more: test_server_tools
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
     ({"messages": [{"role": "user", "content": "hi"}], "stop": ["a", 1]}, "stop"),
-    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools"),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "tools[0].function"),
     ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream"),
     ({"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}}, "stream_options"),
     ({"messages": [{"role": "user", "content": "hi"}], "x_docs": 3}, "x_docs"),
@@ -146,8 +146,8 @@ def test_a_conversation_made_from_earlier_turns_reads_them_on_its_next_turn(fake
     assert list(a.send(cid, "and?"))[-1].text == "Answer 1."
     assert fake.prompts[-1] == fake.vocab.tokenize(SYSTEM + FIRST.format("hi") + "Hello there." + NEXT.format("and?"),
                                              special=True)
-    with pytest.raises(InputError, match="tool"):
-        a.new_conversation_from([("tool", "42")])
+    with pytest.raises(InputError, match="user, assistant or tool"):
+        a.new_conversation_from([("wizard", "42")])
 
 
 def test_a_resent_history_evaluates_only_its_new_turn_across_clients_taking_turns(serve, fakes):

@@ -118,7 +118,7 @@ _EXPORTS: dict[str, str] = {
     "fetch_demo_models": "engine.models.fetch",
     "FetchError": "engine.models.fetch",
 }
-_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search", "parse_tool_choice": "parse_choice"}
+_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
 
 __all__ = sorted(_EXPORTS)
 

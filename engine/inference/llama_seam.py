@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 from engine.inference.abort_flag import AbortFlag
+from engine.inference.ggml_softmax import find_softmax_sum
 from engine.models.ggml_registry import registry
 
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")  # LoadParams.type_k / type_v names
@@ -64,7 +65,7 @@ def init() -> None:
         llama_cpp.llama_backend_init()
         _log_callback = llama_cpp.llama_log_callback(_on_log)
         llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-        _softmax_sum = _find_softmax_sum(Path(llama_cpp.__file__).parent / "lib")
+        _softmax_sum = find_softmax_sum(Path(llama_cpp.__file__).parent / "lib")
         _C = llama_cpp
 
 
@@ -108,28 +109,6 @@ class LoadLog:
 
     def text(self) -> str:
         return "".join(self.parts)
-
-
-def _find_softmax_sum(lib_dir: Path):
-    """ggml's SIMD `ggml_vec_soft_max_f32` (returns Σ exp(x - max)), or None if not exported.
-
-    numpy's exp over a 262k vocabulary costs ~650 µs a token here; ggml's takes ~200 µs, which keeps
-    the per-token logprob within the decode-speed budget. It lives in the CPU backend: the variant
-    ggml loaded for this processor (libggml-cpu-haswell.so, ...), or libggml-cpu in a static build.
-    It is ggml's internal symbol, not API: tests/test_llama_seam.py checks it against numpy.
-    """
-    cpu = registry().cpu_module()
-    candidates = [cpu] if cpu else []
-    candidates += [lib_dir / name for name in ("libggml-cpu.so", "libggml-cpu.dylib", "ggml-cpu.dll")]
-    for path in candidates:
-        try:
-            fn = ctypes.CDLL(str(path)).ggml_vec_soft_max_f32
-        except (OSError, AttributeError):
-            continue
-        fn.restype = ctypes.c_double
-        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float]
-        return fn
-    return None
 
 
 def softmax_sum():

@@ -128,7 +128,7 @@ def parse_tools(value: object) -> tuple[Tool, ...]:
     return tuple(tools)
 
 
-def parse_choice(value: object, tools: tuple[Tool, ...]) -> str:
+def parse_tool_choice(value: object, tools: tuple[Tool, ...]) -> str:
     """OpenAI's `tool_choice`: "auto" (the default), "none", "required" or
     {"type": "function", "function": {"name": ...}} → that name."""
     if value is None:

@@ -313,15 +313,16 @@ class Database:
         `model_text`: what the model read, when it differs from `content` (retrieved memories).
         `tool_calls`: an answer's calls (OpenAI-shaped); `tool_call_id`: a tool result's call."""
         now = _now()
+        row = {"conversation_id": conversation_id, "role": role, "content": content, "created": now, "model": model,
+               "level": level, "token_count": None if token_ids is None else len(token_ids), "status": status,
+               "token_ids": encode_ids(token_ids), "token_model": token_model, "model_text": model_text}
+        if tool_calls:  # named only when set (a database before 0012 has no such columns)
+            row["tool_calls"] = json.dumps(tool_calls, ensure_ascii=False)
+        if tool_call_id is not None:
+            row["tool_call_id"] = tool_call_id
         with self.transaction():
-            cur = self._conn.execute(
-                "INSERT INTO messages (conversation_id, role, content, created, model, level, token_count,"
-                " status, token_ids, token_model, model_text, tool_calls, tool_call_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, now, model, level,
-                 None if token_ids is None else len(token_ids), status, encode_ids(token_ids), token_model,
-                 model_text, json.dumps(tool_calls, ensure_ascii=False) if tool_calls else None, tool_call_id),
-            )
+            cur = self._conn.execute(f"INSERT INTO messages ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                                     tuple(row.values()))
             self._conn.execute("UPDATE conversations SET updated = ?, title = CASE WHEN title = '' AND ? = 'user'"
                                " THEN ? ELSE title END WHERE id = ?",
                                (now, role, content.strip()[:TITLE_CHARS], conversation_id))
