@@ -15,8 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # search with it; docs (local documents) sits above memory, whose embedder it reuses, and below
 # chat, whose turns retrieve from it. server (the local API) is a front-end on engine.api that
 # the command line starts (`assistant serve`).
+# tools (what the engine runs for the window: built-in tools, later MCP servers) sits above docs
+# and memory, which its built-in tools search, and below chat, whose tool loop runs them.
 RANK = {"config": 0, "storage": 1, "routing": 1, "models": 2, "retrieval": 2, "inference": 3, "kv": 4, "memory": 4,
-        "docs": 5, "chat": 6, "api": 7, "server": 8, "cli": 9}
+        "docs": 5, "tools": 6, "chat": 7, "api": 8, "server": 9, "cli": 10}
 
 
 def imports(path: Path) -> list[str]:

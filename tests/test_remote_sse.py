@@ -186,3 +186,34 @@ def test_a_client_is_reusable_after_a_stopped_turn(endpoint):
         assert list(client.stream_chat(MESSAGES, PARAMS))[-1].text == "again"
     finally:
         client.close()
+
+
+def test_tools_pass_through_to_the_endpoint_and_its_streamed_calls_come_back(endpoint):
+    """L3 (issue 26): the turn's tools and choice go in the request; calls streamed in OpenAI's
+    pieces (id and name once, arguments in parts) come back whole; a call to a tool the turn did not
+    offer is dropped."""
+    from engine.api import ToolUse, parse_tools
+
+    def piece(calls):
+        return b"data: " + json.dumps({"choices": [{"delta": {"tool_calls": calls}}]}).encode() + b"\n\n"
+
+    server = endpoint([HEADERS,
+                       piece([{"index": 0, "id": "call_a", "type": "function",
+                               "function": {"name": "add", "arguments": '{"a": '}}]),
+                       piece([{"index": 0, "function": {"arguments": "2, \"b\": 3}"}}]),
+                       piece([{"index": 1, "id": "call_b", "function": {"name": "rm_rf", "arguments": "{}"}}]),
+                       b'data: {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}\n\n',
+                       b"data: [DONE]\n\n"])
+    tools = parse_tools([{"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}}])
+    client = client_for(server)
+    try:
+        body = client._body(MESSAGES, GenerateParams(tools=ToolUse(tools, "add", parallel=False)))
+        items = list(client.stream_chat(MESSAGES, GenerateParams(tools=ToolUse(tools))))
+    finally:
+        client.close()
+    assert body["tools"][0]["function"]["name"] == "add" and body["parallel_tool_calls"] is False
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    result = items[-1]
+    assert result.stats.finish_reason == "tool_calls"
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in result.tool_calls] == [("call_a", "add", {"a": 2, "b": 3})]

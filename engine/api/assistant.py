@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import nullcontext
-from typing import Any, Iterator
+from dataclasses import replace
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -21,12 +22,15 @@ from engine.api.status import StatusPublisher
 from engine.chat.core import AssistantCore, TurnDone
 from engine.chat.export import conversation_json, conversation_markdown
 from engine.chat.targets import InputError
+from engine.chat.tool_loop import MAX_ROUNDS, tool_loop
 from engine.config.paths import db_path
 from engine.config.settings import Settings
 from engine.docs.service import DocumentService
 from engine.inference.backend import ModelLoadError, VocabTokenizer
 from engine.inference.generate import Chunk, GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
+from engine.inference.tool_calls import ToolUse
+from engine.tools.runner import Approval, ToolRunner
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
 from engine.config.ownership import check_owner
@@ -303,6 +307,28 @@ class Assistant(AssistantCore, DocumentsApi):
         """AssistantCore.send_tool_results, stopped by `cancel` or, without one, by `stop()`."""
         return self._observe(super().send_tool_results(conversation_id, results, params,
                                                        cancel=self._stop_for(cancel), **options))
+
+    def send_with_tools(self, conversation_id: int, text: str, runner: ToolRunner,
+                        approve: Callable[[Approval], str], params: GenerateParams = GenerateParams(), *,
+                        cancel: threading.Event | None = None, max_rounds: int = MAX_ROUNDS,
+                        **options: Any) -> Iterator:
+        """`send`, with the tools `runner` offers: each call the answer makes is put to `approve`
+        (on this thread: "once", "always" or "deny"), run, and its result sent back, until the
+        model answers in words or `max_rounds` rounds of calls are spent (engine/chat/tool_loop.py).
+        Streams every round's events, with a ToolCallEvent and a ToolResultEvent per call."""
+        cancel = self._stop_for(cancel)  # one stop for every round, Stop included
+        use = runner.use()
+        if use is None:  # nothing enabled: a plain turn
+            yield from self.send(conversation_id, text, params, cancel=cancel, **options)
+            return
+        later = {k: v for k, v in options.items() if k in ("read_ahead", "domain", "flush_s")}
+
+        def send_results(results: list[tuple[str, str]], use: ToolUse | None) -> Iterator:
+            return self.send_tool_results(conversation_id, results, replace(params, tools=use), cancel=cancel,
+                                          **later)
+
+        yield from tool_loop(self.send(conversation_id, text, replace(params, tools=use), cancel=cancel, **options),
+                             runner, approve, send_results, cancel, max_rounds)
 
     def _stop_for(self, cancel: threading.Event | None) -> threading.Event:
         check_owner(self)  # every turn starts here: on the thread that drives this Assistant

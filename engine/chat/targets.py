@@ -285,5 +285,15 @@ class RemoteTarget:
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
                cancel: threading.Event | None, window_moved: bool = False, **_) -> Iterator[Chunk | TurnResult]:
-        messages = [{"role": m.role, "content": m.text_for_model} for m in history + [user]]
-        yield from self.client.stream_chat(messages, params, cancel)
+        yield from self.client.stream_chat([remote_message(m) for m in history + [user]], params, cancel)
+
+
+def remote_message(m: Message) -> dict:
+    """A message as an OpenAI endpoint takes it: an answer's tool calls and a result's call id too."""
+    out = {"role": m.role, "content": m.text_for_model}
+    if m.tool_calls:
+        out["tool_calls"] = m.tool_calls
+        out["content"] = m.text_for_model or None
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id or ""
+    return out

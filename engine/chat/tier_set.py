@@ -89,6 +89,21 @@ class TierSet:
             return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
         return decision
 
+    def can_call_tools(self, level: str) -> bool | None:
+        """The catalog's word on `level`'s model calling tools (None: no model, or not known)."""
+        model = self.models.get(level)
+        entry = self.manager.catalog.get(model) if model else None
+        return entry.tools if entry is not None else None
+
+    def tool_tier(self, decision: RouteDecision) -> RouteDecision:
+        """A turn that offers tools, moved off a local tier whose model the catalog says cannot
+        call them, to the other local tier when its model can (L3 passes tools to its endpoint)."""
+        other = {"L1": "L2", "L2": "L1"}.get(decision.level)
+        if other is None or self.can_call_tools(decision.level) is not False or not self.can_call_tools(other):
+            return decision
+        why = f"{decision.reason}; tools: {decision.level}'s model does not call tools → {other}"
+        return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
+
     def targets(self, level: str, *, local_only: bool = False,
                 base_models: bool = False) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:
         """Targets to try for `level`, nearest first, each with the fallback note if not `level`.

@@ -36,6 +36,7 @@ import httpx
 import tiktoken
 
 from engine.inference.generate import Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats
+from engine.inference.tool_calls import ToolCall, new_call_id
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +269,12 @@ class RemoteClient:
             body["stop"] = list(params.stop)
         if params.response_format:  # the endpoint constrains its own output
             body["response_format"] = params.response_format
+        use = params.tools
+        if use is not None:  # passed through: the endpoint's model calls them in its own format
+            body["tools"] = [t.as_openai() for t in use.tools]
+            body["tool_choice"] = (use.choice if use.choice in ("auto", "none", "required")
+                                   else {"type": "function", "function": {"name": use.choice}})
+            body["parallel_tool_calls"] = use.parallel
         return body
 
     def _open(self, body: dict, stopped: threading.Event) -> httpx.Response | None:
@@ -323,12 +330,13 @@ class RemoteClient:
             RemoteError: unreachable, auth, rate limit, server error, or a malformed stream.
         """
         t0 = time.perf_counter()
-        prompt_estimate = sum(estimate_tokens(m["content"]) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
+        prompt_estimate = sum(estimate_tokens(m.get("content") or "") + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
         feed = _Feed()
         threading.Thread(target=self._read, args=(self._body(messages, params), feed), name="l3-stream",
                          daemon=True).start()
         parts: list[str] = []
         thought: list[str] = []
+        calls: dict[int, dict] = {}  # streamed tool calls by index: id, name, argument pieces
         t_first, t_last, finish, usage = None, None, "stop", None
         t_thought = None
         try:
@@ -346,8 +354,9 @@ class RemoteClient:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                chunk_usage, text, reason, reasoning = item
+                chunk_usage, text, reason, reasoning, call_deltas = item
                 usage = chunk_usage or usage
+                _add_call_deltas(calls, call_deltas)
                 if reason:
                     finish = reason
                 if reasoning:
@@ -380,7 +389,10 @@ class RemoteClient:
                               or estimate_tokens("".join(thought))) if thought else 0,
             reasoning_ms=round(((t_first or t_end) - t_thought) * 1000, 2) if t_thought else 0.0,
         )
-        yield TurnResult([], text, [], stats, "".join(thought).strip())
+        tool_calls = _calls(calls, params)
+        if tool_calls and finish in ("stop", "tool_calls"):
+            stats.finish_reason = "tool_calls"
+        yield TurnResult([], text, [], stats, "".join(thought).strip(), tool_calls=tool_calls)
 
     def _read(self, body: dict, feed: _Feed) -> None:
         """The reader thread: open the stream and hand (usage, text, finish_reason) per completion
@@ -401,8 +413,9 @@ class RemoteClient:
         except BaseException as exc:  # noqa: BLE001 - raised by the generator, in the turn's thread
             feed.items.put(exc)
 
-    def _chunks(self, response: httpx.Response) -> Iterator[tuple[dict | None, str, str | None, str]]:
-        """(usage, text, finish_reason, reasoning) per completion chunk of the event stream, until [DONE].
+    def _chunks(self, response: httpx.Response) -> Iterator[tuple[dict | None, str, str | None, str, list | None]]:
+        """(usage, text, finish_reason, reasoning, tool call deltas) per completion chunk of the event
+        stream, until [DONE].
         Events of any type carry chunks (as OpenAI's own client reads them) except "error"."""
         events = 0
         for kind, data in sse_events(sse_lines(response.iter_bytes())):
@@ -416,13 +429,42 @@ class RemoteClient:
                 delta = choice.get("delta") or {}
                 text, reason = delta.get("content") or "", choice.get("finish_reason")
                 reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                call_deltas = delta.get("tool_calls")
                 if not isinstance(text, str) or not isinstance(reasoning, str):
                     raise TypeError("content is not text")
+                if call_deltas is not None and not isinstance(call_deltas, list):
+                    raise TypeError("tool_calls is not a list")
             except (json.JSONDecodeError, AttributeError, IndexError, TypeError) as exc:
                 raise RemoteError("protocol",
                                   f"L3 endpoint sent malformed JSON: {self._redact(data)[:120]!r}") from exc
             if event.get("error"):
                 raise RemoteError("server", f"L3 endpoint reported an error: {self._redact(_error_text(data))[:300]}")
-            yield event.get("usage"), text, reason, reasoning
+            yield event.get("usage"), text, reason, reasoning, call_deltas
         if not events:
             raise RemoteError("protocol", "L3 endpoint's answer is not an event stream (no data events)")
+
+
+def _add_call_deltas(calls: dict[int, dict], deltas: list | None) -> None:
+    """OpenAI streams a call in pieces: its index, then id and name once, arguments in parts."""
+    for k, d in enumerate(deltas or []):
+        if not isinstance(d, dict):
+            continue
+        slot = calls.setdefault(d.get("index", k) if isinstance(d.get("index", k), int) else k,
+                                {"id": "", "name": "", "arguments": []})
+        fn = d.get("function") or {}
+        slot["id"] = d.get("id") or slot["id"]
+        slot["name"] = fn.get("name") or slot["name"]
+        if isinstance(fn.get("arguments"), str):
+            slot["arguments"].append(fn["arguments"])
+
+
+def _calls(calls: dict[int, dict], params: GenerateParams) -> list[ToolCall]:
+    """The endpoint's calls to tools this turn offered (others are dropped, and logged)."""
+    offered = {t.name for t in params.tools.offered()} if params.tools is not None else set()
+    out = []
+    for _, c in sorted(calls.items()):
+        if c["name"] not in offered:
+            log.warning("L3 called %r, which this turn did not offer; dropped", c["name"])
+            continue
+        out.append(ToolCall(c["id"] or new_call_id(), c["name"], "".join(c["arguments"]) or "{}"))
+    return out

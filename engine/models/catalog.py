@@ -65,6 +65,9 @@ class ModelEntry:
     # Thinks in <think> tags before its answer (engine/inference/reasoning.py): None = detect from
     # the GGUF's template and vocabulary; true/false overrides.
     reasoning: bool | None = None
+    # Calls tools well (a native tool-call format in its template, trained for it): the router
+    # sends a turn with tools to such a tier. None: not known.
+    tools: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)  # hub id (HUBS) -> repository
     files: dict[str, str] = field(default_factory=dict)  # quant -> GGUF file name
     sizes: dict[str, int] = field(default_factory=dict)  # quant -> bytes (approximate unless size_checked)

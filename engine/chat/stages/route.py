@@ -30,6 +30,9 @@ class Route:
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         req = turn.request
         turn.decision = self.decide(turn.conv.id, turn.user.content, req.route, turn.config, req.domain)
+        tools = req.params.tools
+        if tools is not None and tools.offered() and not turn.decision.reason.endswith("override"):
+            turn.decision = self.tiers.tool_tier(turn.decision)  # a user's own route is theirs
         return (yield from rest(turn))
 
     def decide(self, conversation_id: int, text: str, forced: str, config: EngineConfig,

@@ -1,0 +1,135 @@
+"""The window's tool loop on the scripted fake backend (issue 26): model → call → approval → run →
+result → model, on one conversation whose KV each round extends; approval once, always and
+denied; Stop during a running tool; a tool that outlives its timeout; a result cut to size; the
+loop's bound; parallel calls."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from engine.api import (BuiltinTools, ToolCallEvent, ToolFailed, ToolResult, ToolResultEvent,
+                        ToolRunner, TurnDone)
+from engine.inference.tool_calls import Tool
+from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
+
+
+def call_text(name: str, args: dict) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+class Slow:
+    """A source whose one tool waits until its call is stopped (or `seconds` pass)."""
+
+    name = "slow"
+
+    def __init__(self, seconds: float = 60.0):
+        self.seconds, self.stopped = seconds, threading.Event()
+
+    def tools(self):
+        return (Tool("wait", "Wait a while"),)
+
+    def call(self, name, arguments, cancel):
+        if cancel.wait(self.seconds):
+            self.stopped.set()
+            raise ToolFailed("stopped")
+        return ToolResult("waited")
+
+
+class Big:
+    name = "big"
+
+    def tools(self):
+        return (Tool("dump", "A megabyte of text"),)
+
+    def call(self, name, arguments, cancel):
+        return ToolResult("x" * (1 << 20))
+
+
+def run(assistant, cid, text, runner, approve=lambda a: "once", **kw):
+    return list(assistant.send_with_tools(cid, text, runner, approve, **kw))
+
+
+def kinds(events):
+    return [type(e).__name__ for e in events if not type(e).__name__.endswith("Chunk")]
+
+
+def test_a_call_is_approved_run_and_its_result_answered_on_the_same_kv(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    fake = fakes.backend("m")
+    fakes.script("m").enqueue(Answer("Let me compute. " + call_text("calculator", {"expression": "2 ** 10"})),
+                              Answer("It is 1024."))
+    asked = []
+    cid = a.new_conversation("")
+    events = run(a, cid, "What is 2 to the 10th?", ToolRunner([BuiltinTools()]), lambda ap: asked.append(ap) or "once")
+    assert kinds(events) == ["TurnDone", "ToolCallEvent", "ToolResultEvent", "TurnDone"]
+    (approval,) = asked
+    assert (approval.server, approval.tool, approval.arguments) == ("builtin", "calculator", {"expression": "2 ** 10"})
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
+    assert (result.status, result.text) == ("ok", "1024")
+    assert [(m.role, m.content) for m in a.conversation(cid).messages] == [
+        ("user", "What is 2 to the 10th?"), ("assistant", "Let me compute. "), ("tool", "1024"), ("assistant", "It is 1024.")]
+    # the second round read the result turn only: its prompt extends the first's KV
+    first, second = fake.prompts[-2], fake.prompts[-1]
+    assert second[:len(first)] == first and "1024" in fake.text(second[len(first):])
+
+
+def test_deny_always_and_parallel_calls(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    two = call_text("current_datetime", {}) + call_text("current_datetime", {})
+    fakes.script("m").enqueue(Answer(two), Answer("Done."), Answer(call_text("current_datetime", {})), Answer("Ok."),
+                              Answer(call_text("calculator", {"expression": "1+1"})), Answer("No."))
+    kept = []
+    runner = ToolRunner([BuiltinTools()], remember=kept.append)
+    asked = []
+    events = run(a, a.new_conversation(""), "Time twice?", runner, lambda ap: asked.append(ap.key) or "always")
+    assert asked == ["builtin/current_datetime"] and kept == ["builtin/current_datetime"]  # asked once for both
+    assert [e.status for e in events if isinstance(e, ToolResultEvent)] == ["ok", "ok"]
+    run(a, a.new_conversation(""), "Time?", runner, lambda ap: asked.append(ap.key) or "once")
+    assert asked == ["builtin/current_datetime"]  # always: not asked again
+    events = run(a, a.new_conversation(""), "1+1?", runner, lambda ap: "deny")
+    denied = next(e for e in events if isinstance(e, ToolResultEvent))
+    assert denied.status == "denied" and "declined" in denied.text
+    assert isinstance(events[-1], TurnDone) and events[-1].text == "No."  # the model goes on from the refusal
+
+
+def test_stop_ends_a_running_tool_and_the_loop(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    fakes.script("m").enqueue(Answer(call_text("wait", {})), Answer("never"))
+    slow = Slow()
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.monotonic()
+    events = run(a, a.new_conversation(""), "wait", ToolRunner([slow]), cancel=cancel)
+    assert time.monotonic() - t0 < 5 and slow.stopped.wait(2)
+    assert [e.status for e in events if isinstance(e, ToolResultEvent)] == ["cancelled"]
+    assert kinds(events)[-1] == "ToolResultEvent"  # no round after Stop
+
+
+def test_a_tool_past_its_timeout_is_reported_and_the_model_goes_on(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    fakes.script("m").enqueue(Answer(call_text("wait", {})), Answer("It took too long."))
+    events = run(a, a.new_conversation(""), "wait", ToolRunner([Slow()], timeouts={"slow": 0.2}))
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
+    assert result.status == "timeout" and "0.2 s" in result.text
+    assert events[-1].text == "It took too long."
+
+
+def test_a_megabyte_result_is_cut_to_size(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    fakes.script("m").enqueue(Answer(call_text("dump", {})), Answer("Long."))
+    cid = a.new_conversation("")
+    events = run(a, cid, "dump", ToolRunner([Big()], max_result_chars=1000))
+    result = next(e for e in events if isinstance(e, ToolResultEvent))
+    assert len(result.text) < 1200 and "1,048,576 characters" in result.text
+    assert a.conversation(cid).messages[2].content == result.text  # what the model read is what is kept
+
+
+def test_the_loop_is_bounded_and_its_last_round_offers_no_call(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    again = call_text("current_datetime", {})
+    fakes.script("m").enqueue(*[Answer(again) for _ in range(4)])
+    events = run(a, a.new_conversation(""), "loop", ToolRunner([BuiltinTools()]), max_rounds=3)
+    assert sum(isinstance(e, ToolCallEvent) for e in events) == 3
+    assert events[-1].tool_calls == [] and "<tool_call>" in events[-1].text  # choice none: words, not a call
