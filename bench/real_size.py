@@ -208,6 +208,7 @@ def rss_table(models: list[str], n_ctx: int) -> list[str]:
 LONG_CTX = 8448
 SETTLE_S = 3.0  # after a turn, before RSS is read: its background checkpoint has come and gone
 DECODE_TOKENS = 48
+DECODE_SETTLE_S = float(os.environ.get("DECODE_SETTLE_S", SETTLE_S))  # 8k: its 230 MB checkpoint takes longer
 
 
 def decode_table(path: Path, sizes: list[int]) -> list[str]:
@@ -222,7 +223,7 @@ def decode_table(path: Path, sizes: list[int]) -> list[str]:
         cid = assistant.new_conversation("You are a careful assistant.")
         text = paste_of(assistant.vocab, size, 11)
         next(x for x in assistant.send(cid, text, PARAMS) if isinstance(x, TurnDone))
-        time.sleep(SETTLE_S)  # the paste's checkpoint written (a user reads before asking), not beside the decode
+        time.sleep(DECODE_SETTLE_S)  # the paste's checkpoint written (a user reads before asking), not beside the decode
         question = "Continue the log with three more notes."
         prompt = assistant.session(cid).prompt(Message("user", question))
         done = next(x for x in assistant.send(cid, question, params) if isinstance(x, TurnDone))

@@ -96,7 +96,7 @@ class Session:
         hold no special token's text: a tool definition or call naming `<|im_start|>system` would
         otherwise open a turn of its own."""
         for text in texts:
-            if len(self.backend.tokenize_control(text)) != len(self.backend.tokenize(text, special=False)):
+            if self.backend.tokenize_control(text) != self.backend.tokenize(text, special=False):
                 raise ToolError(f"{what} holds the model's control tokens; refused")
 
     def content_ids(self, message: Message) -> list[int]:
