@@ -18,7 +18,7 @@ from engine.inference.backend import ModelLoadError
 from engine.inference.manager import ModelManager
 from engine.inference.remote import RemoteClient
 from engine.kv.tiers import KVTiers
-from engine.models.catalog import ModelNotFound
+from engine.models.catalog import ModelNotFound, load_catalog
 from engine.models.instruct import is_instruct
 from engine.routing.router import RouteDecision
 
@@ -92,7 +92,7 @@ class TierSet:
     def can_call_tools(self, level: str) -> bool | None:
         """The catalog's word on `level`'s model calling tools (None: no model, or not known)."""
         model = self.models.get(level)
-        entry = self.manager.catalog.get(model) if model else None
+        entry = (self.manager.catalog or load_catalog()).get(model) if model else None
         return entry.tools if entry is not None else None
 
     def tool_tier(self, decision: RouteDecision) -> RouteDecision:

@@ -1,0 +1,36 @@
+"""A turn that offers tools goes to a local tier whose model the catalog says can call them
+(`tools = true`), off one whose model cannot; a user's own route, and unknown models, are kept."""
+
+from types import SimpleNamespace
+
+from engine.chat.tier_set import TierSet
+from engine.models.catalog import Catalog, ModelEntry, load_catalog
+from engine.routing.router import RouteDecision
+
+
+def tiers(l1_tools, l2_tools) -> TierSet:
+    catalog = Catalog([ModelEntry(id="small", name="s", file="s.gguf", tools=l1_tools),
+                       ModelEntry(id="big", name="b", file="b.gguf", tools=l2_tools)])
+    return TierSet(manager=SimpleNamespace(catalog=catalog), models={"L1": "small", "L2": "big"},
+                   single_model=False, remote=None, kv=None)
+
+
+def test_a_turn_with_tools_moves_to_the_tier_that_calls_them():
+    moved = tiers(False, True).tool_tier(RouteDecision("L1", "ordinary request", 0.0))
+    assert moved.level == "L2" and "tools" in moved.reason and moved.wanted == "L1"
+    back = tiers(True, False).tool_tier(RouteDecision("L2", "complex request", 0.0))
+    assert back.level == "L1"
+
+
+def test_it_stays_where_both_or_neither_can_or_nothing_is_known():
+    for l1, l2 in ((True, True), (False, False), (None, True), (False, None)):
+        assert tiers(l1, l2).tool_tier(RouteDecision("L1", "r", 0.0)).level == "L1"
+    assert tiers(False, True).tool_tier(RouteDecision("L3", "r", 0.0)).level == "L3"  # L3 passes tools on
+
+
+def test_the_catalog_says_which_families_call_tools():
+    by_family = {}
+    for e in load_catalog().entries:
+        by_family.setdefault(e.family, set()).add(e.tools)
+    assert by_family["qwen2.5"] == by_family["qwen3"] == {True}
+    assert by_family["gemma3"] == {False}
