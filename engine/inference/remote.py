@@ -451,9 +451,9 @@ def _add_call_deltas(calls: dict[int, dict], deltas: list | None) -> None:
             continue
         slot = calls.setdefault(d.get("index", k) if isinstance(d.get("index", k), int) else k,
                                 {"id": "", "name": "", "arguments": []})
-        fn = d.get("function") or {}
-        slot["id"] = d.get("id") or slot["id"]
-        slot["name"] = fn.get("name") or slot["name"]
+        fn = d["function"] if isinstance(d.get("function"), dict) else {}
+        slot["id"] = d.get("id") if isinstance(d.get("id"), str) and d["id"] else slot["id"]
+        slot["name"] = fn["name"] if isinstance(fn.get("name"), str) and fn["name"] else slot["name"]
         if isinstance(fn.get("arguments"), str):
             slot["arguments"].append(fn["arguments"])
 

@@ -1,9 +1,9 @@
 """OpenAI request bodies checked into what the engine takes; anything malformed is a RequestError
 (HTTP 400 with OpenAI's error shape) naming the parameter, never a 500.
 
-Fields a local engine cannot honour are refused when they would change the answer (n > 1,
-a schema feature the grammar cannot enforce, the deprecated `functions`) and ignored when they are hints (frequency_penalty,
-user-agent extras).
+Fields a local engine cannot honour are refused when they would change the answer (n > 1, a
+schema feature the grammar cannot enforce, the deprecated `functions`) and ignored when they are
+hints (frequency_penalty, user-agent extras). Tools: engine/server/tools.py.
 """
 
 from __future__ import annotations
