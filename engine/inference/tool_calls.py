@@ -194,14 +194,23 @@ def _arguments_schema(tool: Tool) -> dict:
 
 @lru_cache(maxsize=32)
 def _call_grammar(tools: tuple[Tool, ...], with_open: bool) -> str:
-    calls = [{"type": "object", "properties": {"name": {"const": t.name}, "arguments": _arguments_schema(t)},
-              "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
-    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
-    gbnf = llama_seam.json_schema_grammar(schema, integer_rule)
+    try:
+        gbnf = _calls_gbnf(tools, strict=True)
+    except (AssertionError, ValueError, KeyError, TypeError, RecursionError):
+        # the converter's own refusals (a regex feature, a $ref that points outside the tool's
+        # schema once it sits inside a call): the arguments are then any JSON object
+        gbnf = _calls_gbnf(tools, strict=False)
     # The converter's root is the call's object: wrap it in the markers.
     gbnf = re.sub(r"^root ::=", "call ::=", gbnf, count=1, flags=re.M)
     head = f'"{OPEN}" ' if with_open else ""
     return f'root ::= {head}[ \\n]* call [ \\n]* "{CLOSE}"\n{gbnf}'
+
+
+def _calls_gbnf(tools: tuple[Tool, ...], strict: bool) -> str:
+    calls = [{"type": "object", "properties": {"name": {"const": t.name},
+                                               "arguments": _arguments_schema(t) if strict else {"type": "object"}},
+              "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+    return llama_seam.json_schema_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls}, integer_rule)
 
 
 def call_grammar(use: ToolUse, with_open: bool = False) -> str | None:
