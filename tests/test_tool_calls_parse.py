@@ -56,12 +56,15 @@ def test_parameters_is_read_as_arguments_and_markup_round_trips():
 
 
 def test_every_tool_schema_gets_a_grammar_even_where_the_converter_refuses_it():
-    """A $ref into the tool's own $defs, or a regex feature the converter cannot write, falls
-    back to any JSON object for the arguments rather than failing the turn."""
+    """A $ref into the tool's own $defs is followed; a regex feature the converter cannot write
+    falls back to any JSON object for the arguments rather than failing the turn."""
     for choice in ("auto", "required", "add", "find", "code"):
         g = call_grammar(ToolUse(TOOLS, choice), with_open=choice != "auto")
         assert g.startswith("root ::= ") and '"</tool_call>"' in g
     assert call_grammar(ToolUse(TOOLS, "none")) is None
+    # the $ref follows the tool's $defs to the call's root: its arguments keep their schema
+    assert r'\"city\"' in call_grammar(ToolUse(TOOLS, "find"), with_open=True)
+    assert r'\"zip\"' not in call_grammar(ToolUse(TOOLS, "code"), with_open=True)  # any object instead
 
 
 @pytest.mark.parametrize("tools, param", [

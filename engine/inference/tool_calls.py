@@ -207,10 +207,33 @@ def _call_grammar(tools: tuple[Tool, ...], with_open: bool) -> str:
 
 
 def _calls_gbnf(tools: tuple[Tool, ...], strict: bool) -> str:
+    defs: dict = {}
     calls = [{"type": "object", "properties": {"name": {"const": t.name},
-                                               "arguments": _arguments_schema(t) if strict else {"type": "object"}},
+                                               "arguments": _hoisted(t, defs) if strict else {"type": "object"}},
               "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
-    return llama_seam.json_schema_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls}, integer_rule)
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return llama_seam.json_schema_grammar({**schema, "$defs": defs} if defs else schema, integer_rule)
+
+
+def _hoisted(tool: Tool, defs: dict) -> dict:
+    """The tool's arguments schema inside a call: its own `$defs` (and `definitions`) move to the
+    call's root under names of the tool's, and its local `$ref`s follow them."""
+    schema = _arguments_schema(tool)
+    own = {**schema.pop("definitions", {}), **schema.pop("$defs", {})}
+    if not own:
+        return schema
+    prefix = f"{tool.name}__"
+    defs.update({prefix + k: v for k, v in own.items()})
+
+    def move(node):
+        if isinstance(node, dict):
+            return {k: (v.replace("#/$defs/", f"#/$defs/{prefix}").replace("#/definitions/", f"#/$defs/{prefix}")
+                        if k == "$ref" and isinstance(v, str) else move(v)) for k, v in node.items()}
+        return [move(v) for v in node] if isinstance(node, list) else node
+
+    moved = move(schema)
+    defs.update({k: move(v) for k, v in defs.items() if k.startswith(prefix)})
+    return moved
 
 
 def call_grammar(use: ToolUse, with_open: bool = False) -> str | None:
