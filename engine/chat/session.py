@@ -6,14 +6,13 @@ storage in a new process is the one the KV cache held, token for token.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from engine.inference.backend import Backend, VocabTokenizer
 from engine.inference.reasoning import tag_tail
 from engine.inference.templates import ChatTemplate, Thought
-from engine.inference.tool_calls import (RESULT_CLOSE, RESULT_OPEN, Tool, ToolError, call_markup, native,
-                                         prompt_block)
+from engine.inference.tool_calls import (RESULT_CLOSE, RESULT_OPEN, Tool, ToolError, arguments_value, call_markup,
+                                         native, prompt_block)
 
 
 @dataclass
@@ -226,14 +225,10 @@ class Session:
         return self.render(history, add_generation_prompt=True)
 
 
-
 def _template_call(call: dict) -> dict:
     """A stored call as templates read it: arguments as an object (Qwen's writes them with
     `tojson`), the OpenAI fields kept."""
     fn = call["function"]
-    try:
-        args = json.loads(fn["arguments"])
-    except ValueError:
-        args = fn["arguments"]
+    args = arguments_value(fn["arguments"])
     return {"id": call.get("id", ""), "type": "function", "function": {"name": fn["name"], "arguments": args},
             "name": fn["name"], "arguments": args}

@@ -163,14 +163,19 @@ def prompt_block(tools: tuple[Tool, ...]) -> str:
             '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
+def arguments_value(arguments: str):
+    """A call's arguments as the object they spell (templates write them with `tojson`), or the
+    text itself when it is not JSON."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
 def call_markup(call: dict) -> str:
     """An OpenAI-shaped call in the markers, as a model writes it (for a history not sampled here)."""
     fn = call["function"]
-    try:
-        args = json.loads(fn["arguments"])
-    except ValueError:
-        args = fn["arguments"]
-    body = json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False)
+    body = json.dumps({"name": fn["name"], "arguments": arguments_value(fn["arguments"])}, ensure_ascii=False)
     return f"\n{OPEN}\n{body}\n{CLOSE}"
 
 
