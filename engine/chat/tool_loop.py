@@ -1,7 +1,7 @@
 """The tool loop: model → calls → approval → run → results → model, on the same conversation
 (each round evaluates only the results and a few markers: the KV holds the rest). Bounded to
-`max_rounds` rounds of calls; the round after the last is offered no tools, so the model answers
-in words. Stop ends it anywhere, a running tool included."""
+`max_rounds` rounds of calls; the round after the last shows the same tools with tool_choice
+"none", so the model answers in words (and the prompt, and its KV, stay as they were). Stop ends it anywhere, a running tool included."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ def tool_loop(first: Iterator, runner: ToolRunner, approve: Callable[[Approval],
         results = []
         for call in done.tool_calls:
             fn = call["function"]
-            yield ToolCallEvent(call["id"], _server(runner, fn["name"]), fn["name"], fn["arguments"])
+            found = runner.resolve(fn["name"])
+            yield ToolCallEvent(call["id"], found[0].name if found else "", fn["name"], fn["arguments"])
             outcome = runner.run(call, cancel, approve)
             yield outcome
             results.append((call["id"], outcome.text))
@@ -41,8 +42,3 @@ def tool_loop(first: Iterator, runner: ToolRunner, approve: Callable[[Approval],
         # The same tools every round (the prompt, and so the KV, stays as it was); after the last
         # round none may be called.
         events = send_results(results, runner.use("none" if rounds + 1 >= max_rounds else "auto"))
-
-
-def _server(runner: ToolRunner, name: str) -> str:
-    found = runner.offered().get(name)
-    return found[0].name if found else ""

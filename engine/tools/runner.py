@@ -79,6 +79,7 @@ class ToolRunner:
         self.timeouts = dict(timeouts or {})
         self.remember = remember
         self.max_result_chars = max_result_chars
+        self._turn: dict[str, tuple[ToolSource, Tool]] | None = None  # what the last `use` offered
 
     def offered(self) -> dict[str, tuple[ToolSource, Tool]]:
         """Offered name → (source, tool as the source names it), enabled ones only."""
@@ -97,15 +98,21 @@ class ToolRunner:
         return out
 
     def use(self, choice: str = "auto", parallel: bool = True) -> ToolUse | None:
-        """The turn's tools (None: none enabled)."""
-        offered = self.offered()
+        """The turn's tools (None: none enabled). Its calls are resolved against this list: the
+        sources are asked once a round (an MCP server's list is a request), and a call can only
+        reach a tool the model was shown."""
+        self._turn = offered = self.offered()
         tools = tuple(Tool(name, t.description, t.parameters) for name, (_, t) in offered.items())
         return ToolUse(tools, choice, parallel) if tools else None
+
+    def resolve(self, name: str) -> tuple[ToolSource, Tool] | None:
+        """The source and tool an offered name stands for, as the last `use` offered it."""
+        return (self._turn if self._turn is not None else self.offered()).get(name)
 
     def run(self, call: dict, cancel: threading.Event, approve: Callable[[Approval], str]) -> ToolResultEvent:
         """Ask, run and report one call (an OpenAI-shaped dict from TurnDone.tool_calls)."""
         name, cid = call["function"]["name"], call["id"]
-        found = self.offered().get(name)
+        found = self.resolve(name)
         if found is None:
             return ToolResultEvent(cid, "", name, "failed", f"There is no tool named {name!r}.")
         source, tool = found
