@@ -222,3 +222,14 @@ def test_a_langchain_tool_calling_agent(serve, fakes):
     messages += [ai, ToolMessage(str(add.invoke(ai.tool_calls[0]["args"])), tool_call_id=ai.tool_calls[0]["id"])]
     final = llm.invoke(messages)
     assert final.content == "2 + 3 = 5." and not final.tool_calls
+
+
+def test_tools_the_engine_refuses_while_rendering_are_a_400_too():
+    """A tool definition holding a template's control tokens is refused when a native template
+    renders it (engine/chat/session.py), on the engine's thread: the client still gets a 400
+    naming the field, not a 500."""
+    from engine.api import ToolError
+    from engine.server.errors import body, describe
+
+    exc = ToolError("a tool's definition holds the model's control tokens; refused", "tools")
+    assert describe(exc)[0] == 400 and body(exc)["error"]["param"] == "tools"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from engine.api import (ConversationNotFound, EmbedderNotReady, InputError, MessageTooLong, ModelLoadError,
-                        ModelNotFound, RemoteError, StorageError)
+                        ModelNotFound, RemoteError, StorageError, ToolError)
 from engine.server.fair_queue import QueueClosed, QueueFull
 from engine.server.schema import RequestError
 
 # What a user or the machine can cause (said, not logged as a bug); anything else is an internal error.
-EXPECTED = (RequestError, InputError, ModelNotFound, ModelLoadError, RemoteError, StorageError, EmbedderNotReady,
+EXPECTED = (RequestError, InputError, ToolError, ModelNotFound, ModelLoadError, RemoteError, StorageError, EmbedderNotReady,
             QueueFull, QueueClosed)
 
 
@@ -22,7 +22,7 @@ def describe(exc: BaseException) -> tuple[int, str, str | None, dict[str, str]]:
         return 503, "server_error", "shutting_down", {}
     if isinstance(exc, MessageTooLong):
         return 400, "invalid_request_error", "context_length_exceeded", {}
-    if isinstance(exc, InputError):
+    if isinstance(exc, (InputError, ToolError)):  # ToolError: tools or calls refused (its param names them)
         return 400, "invalid_request_error", None, {}
     if isinstance(exc, RemoteError):
         return 502, "server_error", f"l3_{exc.kind}", {}
