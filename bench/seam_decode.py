@@ -4,8 +4,9 @@ process on the same file and context, alternated: where a decode gap is not (iss
     .venv/bin/python bench/seam_decode.py [TOKENS]   # default 4000; ~2 min of prompt each side
 
 Both contexts are filled with the same TOKENS ids (n_ctx TOKENS + 256, 2 threads); then 24 single
-tokens are decoded on each, three alternated rounds: ms per token. Ours reads the logits after
-each token (as the engine does); llama-cpp-python's `eval` copies them itself.
+tokens are decoded on each, three alternated rounds: ms per token. Ours samples after each token
+(greedy, with the logprob, as the engine's answer loop does); llama-cpp-python's `eval` copies the
+logits itself.
 """
 
 import sys
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from real_size_model import synthesize  # noqa: E402
 
-from engine.inference.backend import Backend, LoadParams  # noqa: E402
+from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
 from engine.models.ggml_registry import registry  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
@@ -37,11 +38,12 @@ def main() -> int:
     bare.eval(ids)
     print(f"synthetic Qwen2.5-1.5B, {N} tokens in the context, {TOKENS} tokens a round\n")
     print("| round | seam ms/token | llama-cpp-python ms/token |\n|---:|---:|---:|")
+    sampler = ours.make_sampler(SamplingParams(temperature=0.0, seed=1))
     for r in range(ROUNDS):
         t = time.perf_counter()
         for i in range(TOKENS):
             ours.eval([1000 + i])
-            ours.first_logits()
+            ours.sample(sampler)
         seam = (time.perf_counter() - t) / TOKENS * 1000
         ours.keep_prefix(N)
         t = time.perf_counter()
