@@ -44,6 +44,12 @@ _EXPORTS: dict[str, str] = {
     "ToolSource": "engine.tools.base",
     "ToolResult": "engine.tools.base",
     "ToolFailed": "engine.tools.base",
+    # MCP servers and the window's toolbox (mcp.json, tools.json, the Tools panel's snapshot)
+    "Toolbox": "engine.tools.toolbox",
+    "McpConfigError": "engine.tools.mcp_config",
+    "ImportReport": "engine.tools.mcp_config",
+    "known_mcp_configs": "engine.tools.mcp_config",
+    "mcp_config_path": "engine.tools.mcp_config",
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",
@@ -126,7 +132,8 @@ _EXPORTS: dict[str, str] = {
     "fetch_demo_models": "engine.models.fetch",
     "FetchError": "engine.models.fetch",
 }
-_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search"}
+_RENAMED = {"device_snapshot": "snapshot", "search_hub": "search", "known_mcp_configs": "known_configs",
+            "mcp_config_path": "config_path"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -44,6 +44,7 @@ class BuiltinTools:
     """
 
     name = NAME
+    inline = True  # runs on the turn's thread: quick, and its searches read stores that thread owns
 
     def __init__(self, search: Callable[[str], list[dict]] | None = None,
                  recall: Callable[[str], list[str]] | None = None, now: Callable[[], datetime] | None = None):

@@ -135,6 +135,8 @@ class ToolRunner:
 
     def _run(self, cid: str, source: ToolSource, tool: Tool, arguments: dict,
              cancel: threading.Event) -> ToolResultEvent:
+        if getattr(source, "inline", False):
+            return self._run_inline(cid, source, tool, arguments, cancel)
         box: dict = {}
         stop = threading.Event()  # the call's own: set on Stop or at its timeout
 
@@ -148,7 +150,7 @@ class ToolRunner:
                 box["failed"] = f"{exc.__class__.__name__}: {exc}"
 
         t0 = time.monotonic()
-        limit = self.timeouts.get(source.name, DEFAULT_TIMEOUT_S)
+        limit = self.timeouts.get(source.name, getattr(source, "timeout_s", DEFAULT_TIMEOUT_S))
         worker = threading.Thread(target=work, name=f"tool-{source.name}", daemon=True)
         worker.start()
         while worker.is_alive():
@@ -165,6 +167,21 @@ class ToolRunner:
         result: ToolResult = box["result"]
         return ToolResultEvent(cid, source.name, tool.name, "error" if result.error else "ok",
                                self._cut(result.text), seconds)
+
+    def _run_inline(self, cid: str, source: ToolSource, tool: Tool, arguments: dict,
+                    cancel: threading.Event) -> ToolResultEvent:
+        """A source that runs on the turn's own thread (the built-ins: quick, and their searches read
+        stores that thread owns)."""
+        t0 = time.monotonic()
+        try:
+            result = source.call(tool.name, arguments, cancel)
+        except Exception as exc:  # noqa: BLE001 - ToolFailed, or a tool's bug: the call's failure, not the turn's
+            if not isinstance(exc, ToolFailed):
+                log.exception("tool %s/%s failed", source.name, tool.name)
+            return ToolResultEvent(cid, source.name, tool.name, "failed", f"The tool could not run: {exc}",
+                                   time.monotonic() - t0)
+        return ToolResultEvent(cid, source.name, tool.name, "error" if result.error else "ok", self._cut(result.text),
+                               time.monotonic() - t0)
 
     def _cut(self, text: str) -> str:
         if len(text) <= self.max_result_chars:
