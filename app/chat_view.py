@@ -10,7 +10,7 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.citations import SOURCES, open_source
-from app.render import CODE_BLOCKS, message_html, thinking_html
+from app.render import CODE_BLOCKS, message_html, steps_html, thinking_html
 
 RENDER_MS = 50
 
@@ -23,7 +23,8 @@ class ChatView(QTextBrowser):
         self.setOpenExternalLinks(False)
         self.setOpenLinks(False)  # model output never navigates the view
         self.anchorClicked.connect(self._on_link)
-        # {"role", "content", "stats", "streaming", "reasoning", "think_open", "think_t0"}
+        # {"role", "content", "stats", "streaming", "reasoning", "think_open", "think_t0", "steps", "rev"};
+        # "steps": an answer's earlier tool rounds, [("text", str) | ("tool", block)], shown above its text
         self.messages: list[dict] = []
         self._dirty = False
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
@@ -34,7 +35,7 @@ class ChatView(QTextBrowser):
 
     # ---- content
     def set_messages(self, messages: list[dict]) -> None:
-        self.messages = [dict(m, streaming=False) for m in messages if not m.get("superseded")]
+        self.messages = fold_tool_rounds([dict(m, streaming=False) for m in messages if not m.get("superseded")])
         self._cache.clear()
         self._render()
 
@@ -65,6 +66,39 @@ class ChatView(QTextBrowser):
             last.update(content=done["text"], streaming=False, reasoning=done.get("reasoning") or "",
                         stats=dict(done["stats"], level=done.get("level"), model=done.get("model")))
         self._render()
+
+    # ---- tool rounds (the answer's calls, shown as collapsed blocks)
+    def round_done(self, done: dict) -> None:
+        """A round that ended in calls: its text moves above, the next round streams below it."""
+        if self.messages and self.messages[-1]["role"] == "assistant" and self.messages[-1]["streaming"]:
+            last = self.messages[-1]
+            text = done.get("text") or last["content"]
+            if text.strip():
+                last.setdefault("steps", []).append(("text", text))
+            last["content"] = ""
+            last["rev"] = last.get("rev", 0) + 1
+            self._dirty = True
+
+    def tool_event(self, event: dict) -> None:
+        """A call (a new block) or its result (the block it answers is updated)."""
+        if not (self.messages and self.messages[-1]["role"] == "assistant"):
+            return
+        last = self.messages[-1]
+        steps = last.setdefault("steps", [])
+        if event["kind"] == "call":
+            steps.append(("tool", {k: event[k] for k in ("call_id", "server", "tool", "arguments")}))
+        else:
+            block = next((b for kind, b in reversed(steps) if kind == "tool" and b["call_id"] == event["call_id"]), None)
+            if block is None:
+                block = {"call_id": event["call_id"], "server": event["server"], "tool": event["tool"]}
+                steps.append(("tool", block))
+            block.update(status=event["status"], text=event["text"], seconds=event.get("seconds"))
+        last["rev"] = last.get("rev", 0) + 1
+        self._dirty = True
+
+    def tool_blocks(self) -> list[dict]:
+        """Every tool block in the chat, in order (tests and the window read them)."""
+        return [b for m in self.messages for kind, b in m.get("steps", ()) if kind == "tool"]
 
     def restart_answer(self) -> None:
         """The cascade re-asks on L2: the weak answer is replaced by the new one as it streams."""
@@ -105,7 +139,17 @@ class ChatView(QTextBrowser):
 
     def _on_link(self, url) -> None:
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
-        if url.scheme() == "think" and url.path().isdigit() and int(url.path()) < len(self.messages):
+        if url.scheme() == "tool":
+            i, _, n = url.path().partition(".")
+            if i.isdigit() and n.isdigit() and int(i) < len(self.messages):
+                steps = self.messages[int(i)].get("steps", [])
+                if int(n) < len(steps) and steps[int(n)][0] == "tool":
+                    block = steps[int(n)][1]
+                    block["open"] = not block.get("open")
+                    m = self.messages[int(i)]
+                    m["rev"] = m.get("rev", 0) + 1
+                    self._render()
+        elif url.scheme() == "think" and url.path().isdigit() and int(url.path()) < len(self.messages):
             m = self.messages[int(url.path())]
             m["think_open"] = not m.get("think_open", not m["content"] and not m.get("streaming"))
             self._render()
@@ -153,12 +197,12 @@ class ChatView(QTextBrowser):
         parts = []
         for i, m in enumerate(self.messages):  # finished messages are rendered once
             cached = self._cache.get(i)
-            key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "")
+            key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"))
             if cached and not m.get("streaming") and cached[0] == key:
                 parts.append(cached[1])
                 continue
             piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"),
-                                 thinking=self._thinking(i, m))
+                                 thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())))
             if not m.get("streaming"):
                 self._cache[i] = (key, piece)
             parts.append(piece)
@@ -166,3 +210,36 @@ class ChatView(QTextBrowser):
         if at_bottom:
             self.moveCursor(QTextCursor.End)
             bar.setValue(bar.maximum())
+
+
+def fold_tool_rounds(messages: list[dict]) -> list[dict]:
+    """A stored chat as the view shows it: an answer's rounds (answers with calls, the tool results
+    that follow them) and its final answer in one bubble, each call a block with its result."""
+    out: list[dict] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "tool":
+            host = out[-1] if out and out[-1]["role"] == "assistant" else None
+            block = None
+            if host is not None:
+                block = next((b for kind, b in host.get("steps", ()) if kind == "tool"
+                              and b.get("call_id") == m.get("tool_call_id")), None)
+            if block is not None:
+                block.update(status="stored", text=m["content"])
+            continue
+        if role == "assistant" and out and out[-1]["role"] == "assistant" and out[-1].get("calling"):
+            host = out.pop()  # the answer after the results: same bubble, below the calls
+            m = dict(m, steps=host.get("steps", []))
+        if role == "assistant" and m.get("tool_calls"):
+            steps = list(m.get("steps", []))
+            if (m.get("content") or "").strip():
+                steps.append(("text", m["content"]))
+            for call in m["tool_calls"]:
+                fn = call.get("function", {})
+                steps.append(("tool", {"call_id": call.get("id"), "server": "", "tool": fn.get("name", "?"),
+                                       "arguments": fn.get("arguments", "")}))
+            m = dict(m, content="", steps=steps, calling=True)
+        elif role == "assistant":
+            m = dict(m, calling=False)
+        out.append(m)
+    return out

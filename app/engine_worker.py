@@ -22,9 +22,9 @@ from typing import Callable, Collection, Iterator, TypeVar
 from PySide6.QtCore import QObject, Signal
 
 from app.background import Runner
-from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError, ModelNotFound,
-                        ReasoningChunk, SamplingParams, StorageError, TurnDone, adopt, check_owner,
-                        reasoning_options)
+from engine.api import (Approval, Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError,
+                        ModelNotFound, ReasoningChunk, SamplingParams, StorageError, Toolbox, ToolCallEvent,
+                        ToolResultEvent, TurnDone, adopt, check_owner, reasoning_options)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -64,6 +64,12 @@ class EngineWorker(QObject):
         # GUI-thread receivers the window sets: a one-line result or problem, the chat list.
         self.on_notice: Callable[[str], None] = lambda text: log.info("%s", text)
         self.on_conversations: Callable[[list[dict]], None] = lambda rows: None
+        # A tool call to approve: (Approval, reply) on the GUI thread; reply("once" | "always" | "deny")
+        # from any thread. `on_tool`: (conversation id, a call's or result's dict) for the answer's blocks.
+        self.on_approval: Callable[[Approval, Callable[[str], None]], None] = lambda approval, reply: reply("deny")
+        self.on_approval_ended: Callable[[], None] = lambda: None
+        self.on_tool: Callable[[int, dict], None] = lambda cid, event: None
+        self.toolbox: Toolbox | None = None  # the built-in tools and mcp.json's servers (made with the engine)
 
     # ---- lifecycle
     def open_assistant(self) -> Assistant:
@@ -91,7 +97,8 @@ class EngineWorker(QObject):
     def _open(self) -> dict:
         adopt(self)  # the engine thread: from here on what runs there changes this worker
         a = self.assistant = self.open_assistant()
-        for warning in a.warnings:
+        self.toolbox = Toolbox.for_assistant(a)  # reads mcp.json; no server starts until a turn needs it
+        for warning in a.warnings + self.toolbox.problems:
             self.runner.to_gui(self.on_notice, warning)
         models = a.status().get("models") or [{}]
         return {"model": a.model_id, "tiers": dict(a.tiers), "demo": bool(models[0].get("demo")),
@@ -114,6 +121,9 @@ class EngineWorker(QObject):
             self.runner.close(self._shutdown)
 
     def _shutdown(self) -> None:
+        if self.toolbox is not None:
+            self.toolbox.close()  # every MCP server's process group ends
+            self.toolbox = None
         if self.assistant is not None:
             self.assistant.close()  # models, memory and database, background threads joined
             self.assistant = None
@@ -207,12 +217,41 @@ class EngineWorker(QObject):
         self.cancel.clear()
         params = turn_params(self.assistant.settings, temperature, max_tokens, think)
         batch = _Batches(self.runner, cid, self.tokens, self.thinking)
+        last: dict | None = None
         for item in start(self.assistant, params, self.cancel):
             if isinstance(item, TurnDone):
                 batch.flush()
-                self.runner.to_gui(on_answer, cid, done_dict(item))
+                last = done_dict(item)
+                self.runner.to_gui(on_answer, cid, last)
+                continue
+            if isinstance(item, (ToolCallEvent, ToolResultEvent)):
+                batch.flush()
+                self.runner.to_gui(self.on_tool, cid, tool_event_dict(item))
                 continue
             batch.add(item)
+        batch.flush()
+        if last is not None and last["tool_calls"]:
+            # Stopped between rounds (at an approval, in a tool): the calls were the last answer.
+            # The window hears the turn end as for any stopped answer.
+            self.runner.to_gui(on_answer, cid, dict(last, text="", tool_calls=[],
+                                                    stats=dict(last["stats"], finish_reason="cancelled")))
+
+    # ---- tools (on the engine thread, in a turn)
+    def approve(self, approval: Approval) -> str:
+        """Put a call to the user and wait for the answer (the engine's thread waits; the window
+        does not). Stop or closing the app denies it."""
+        answered, box = threading.Event(), {}
+
+        def reply(decision: str) -> None:
+            box.setdefault("decision", decision)
+            answered.set()
+
+        self.runner.to_gui(self.on_approval, approval, reply)
+        while not answered.wait(0.05):
+            if self.cancel.is_set() or self.closing:
+                self.runner.to_gui(self.on_approval_ended)
+                return "deny"
+        return box["decision"]
 
     # ---- the local API server's jobs (app/api_server.py)
     def post(self, fn: Callable[[], None]) -> None:
@@ -250,7 +289,17 @@ class _NotReady(Exception):
 def done_dict(item: TurnDone) -> dict:
     return {"text": item.text, "stats": item.stats.as_json(), "level": item.level, "model": item.model,
             "route_reason": item.route_reason, "fallback": item.fallback, "message_id": item.message_id,
-            "superseded": bool(item.superseded), "reasoning": item.reasoning}
+            "superseded": bool(item.superseded), "reasoning": item.reasoning,
+            "tool_calls": list(item.tool_calls or ())}
+
+
+def tool_event_dict(item) -> dict:
+    """A call (kind "call", with its arguments) or its result (kind "result", status and text)."""
+    if isinstance(item, ToolCallEvent):
+        return {"kind": "call", "call_id": item.call_id, "server": item.server, "tool": item.tool,
+                "arguments": item.arguments}
+    return {"kind": "result", "call_id": item.call_id, "server": item.server, "tool": item.tool,
+            "status": item.status, "text": item.text, "seconds": item.seconds}
 
 
 def turn_params(settings, temperature: float, max_tokens: int, think: bool | None) -> GenerateParams:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QSplitter,
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QSplitter,
                                QVBoxLayout, QWidget)
 
 from app.api_server import ApiServerControl
@@ -23,6 +23,7 @@ from app.overflow import ask_overflow
 from app.render import answered_by
 from app.sidebar import ChatSidebar
 from app.think_toggle import ThinkToggle
+from app.tool_approval import ApprovalDialog
 from app.window_panels import WindowPanels
 from engine.api import MessageTooLong, Settings
 
@@ -45,6 +46,8 @@ class MainWindow(WindowPanels, QMainWindow):
         self.last_done: dict | None = None  # the latest finished turn (its text and stats)
         self.engine_error: str | None = None  # why the engine could not start
         self.documents_panel = None  # app/documents_panel.py, made when first opened
+        self.tools_panel = None  # app/tools_panel.py, made when first opened
+        self.approval: ApprovalDialog | None = None  # the tool call waiting for the user's answer
         self.worker = worker or EngineWorker()
         self.docs_worker = DocumentsWorker(self.worker)
 
@@ -63,6 +66,9 @@ class MainWindow(WindowPanels, QMainWindow):
         self._name_widgets()
         self.worker.on_notice = self.status_label.setText
         self.worker.on_conversations = self._on_conversations
+        self.worker.on_approval = self._on_approval
+        self.worker.on_approval_ended = self._end_approval
+        self.worker.on_tool = self._on_tool
         self.worker.tokens.connect(self._on_tokens)
         self.worker.thinking.connect(self._on_thinking)
         self.worker.start(self._on_ready, self._on_failed)  # the engine thread loads; the window shows now
@@ -74,6 +80,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.new_button, self.settings_button, self.models_button = \
             side.new_button, side.settings_button, side.models_button
         side.documents_button.clicked.connect(self.open_documents)
+        side.tools_button.clicked.connect(self.open_tools)
         self.new_button.clicked.connect(self.new_chat)
         self.settings_button.clicked.connect(self.open_settings)
         self.models_button.clicked.connect(self.open_models)
@@ -143,6 +150,15 @@ class MainWindow(WindowPanels, QMainWindow):
         self.think_toggle.sig_set.connect(
             lambda cid, on: self.worker.call(lambda a: a.set_conversation_think(cid, on), lambda _: None))
         actions.addWidget(self.think_toggle)
+        self.tools_toggle = QCheckBox(tr("Tools"))  # offer the tools (built-in and MCP) to the model
+        self.tools_toggle.setObjectName("toolsToggle")
+        self.tools_toggle.setToolTip(tr("The model may call tools: the built-in ones and your MCP servers. "
+                                        "Every call asks you first."))
+        self.tools_toggle.setAccessibleName(tr("Tools"))
+        self.tools_toggle.setAccessibleDescription(self.tools_toggle.toolTip())
+        self.tools_toggle.setChecked(bool(Settings.shared().get("tools.enabled")))
+        self.tools_toggle.toggled.connect(lambda on: Settings.shared().set("tools.enabled", on))
+        actions.addWidget(self.tools_toggle)
         self._update_actions()
         return actions
 
@@ -219,6 +235,11 @@ class MainWindow(WindowPanels, QMainWindow):
             self.view.append_thinking(text)
 
     def _on_answer(self, cid: int, done: dict) -> None:
+        if done.get("tool_calls") and not done["superseded"]:  # a round of calls: the answer goes on
+            if cid == self.conversation_id:
+                self.view.round_done(done)
+            self.status_label.setText(tr("Calling tools…"))
+            return
         if done["superseded"]:  # a low-confidence answer: asked again on L2
             if cid == self.conversation_id:
                 self.view.restart_answer()
@@ -355,10 +376,43 @@ class MainWindow(WindowPanels, QMainWindow):
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))
         self._sent = (text, route, False)
+        if self.tools_toggle.isChecked():
+            worker = self.worker  # its toolbox and approve are the engine thread's (the start runs there)
+            self._turn(cid, lambda a, p, cancel: a.send_with_tools(cid, text, worker.toolbox.runner(), worker.approve,
+                                                                   p, cancel=cancel, route=route))
+            return
         self._turn(cid, lambda a, p, cancel: a.send(cid, text, p, cancel=cancel, route=route))
 
     def stop(self) -> None:
         self.worker.stop()  # a threading.Event: safe from this thread
+        self._end_approval()  # a call waiting for approval is denied
+
+    # ---- tool calls: approval and the answer's blocks
+    def _on_approval(self, approval, reply) -> None:
+        self._end_approval()
+        self.status_label.setText(tr("Waiting for your approval: {tool}").format(tool=approval.tool))
+        dialog = self.approval = ApprovalDialog(approval, reply, self)
+        dialog.finished.connect(lambda _r: self._approval_closed(dialog))
+        dialog.open()
+
+    def _approval_closed(self, dialog: ApprovalDialog) -> None:
+        if self.approval is dialog:
+            self.approval = None
+            self.status_label.setText(tr("Calling {tool}…").format(tool=dialog.approval.tool)
+                                      if dialog.answer != "deny" else tr("Thinking…"))
+
+    def _end_approval(self) -> None:
+        if self.approval is not None:
+            dialog, self.approval = self.approval, None
+            dialog.done(0)  # unanswered: denied
+
+    def _on_tool(self, cid: int, event: dict) -> None:
+        if cid == self.conversation_id:
+            self.view.tool_event(event)
+        if event["kind"] == "call":
+            self.status_label.setText(tr("Calling {tool}…").format(tool=event["tool"]))
+        if self.tools_panel is not None and event["kind"] == "result":
+            self.tools_panel.refresh()  # a server may have started or crashed
 
     def _set_busy(self, busy: bool) -> None:
         self.busy = busy
@@ -429,6 +483,9 @@ class MainWindow(WindowPanels, QMainWindow):
         self.gauges.timer.stop()
         if self.documents_panel is not None:
             self.documents_panel.close_work()
+        self._end_approval()
+        if self.tools_panel is not None:
+            self.tools_panel.close_work()
         self.api_server.close()  # before the engine: API turns cancelled, the port closed
         self.worker.close()  # waits until the engine saved its state and closed
         super().closeEvent(event)

@@ -135,9 +135,51 @@ def thinking_html(reasoning: str, index: int, open_: bool, seconds: float | None
             f"border-left:2px solid {COLOURS['meta']};padding-left:6px'>{body}</div>")
 
 
+TOOL_STATUS = {"ok": "✓", "error": "⚠", "denied": "⛔", "failed": "✗", "timeout": "⏱", "cancelled": "■"}
+MAX_SHOWN_RESULT = 4000  # characters of a result an opened block shows (the model may have read up to 16 000)
+
+
+def tool_html(index: int, n: int, block: dict) -> str:
+    """One tool call in an answer: a line ("▸ Tool: add · bench ✓ done 0.2 s") that opens on click
+    (`tool:<index>.<n>` link) to show the exact arguments and what came back, as plain text."""
+    status = block.get("status")
+    words = {None: tr("waiting…"), "ok": tr("done"), "error": tr("the tool reported an error"),
+             "denied": tr("denied"), "failed": tr("failed"), "timeout": tr("timed out"), "cancelled": tr("stopped")}
+    source = tr("built-in") if block.get("server") == "builtin" else block.get("server") or ""
+    seconds = block.get("seconds")
+    took = "" if seconds is None else f" {seconds:.1f} s" if seconds >= 0.1 else f" {seconds * 1000:.0f} ms"
+    after = f" · {source}" if source else ""
+    if status != "stored":  # a call read back from the chat's history: how it went is in its result
+        after += f"  {TOOL_STATUS.get(status, '…')} {words.get(status, status)}{took}"
+    arrow = "▾" if block.get("open") else "▸"
+    head = (f"<div style='color:{COLOURS['meta']};font-size:small'><a href='tool:{index}.{n}' "
+            f"style='color:{COLOURS['meta']};text-decoration:none'>{arrow} {html.escape(tr('Tool'))}: "
+            f"<b>{html.escape(block.get('tool', '?'))}</b>{html.escape(after)}</a></div>")
+    if not block.get("open"):
+        return head
+    result = block.get("text") or ""
+    if len(result) > MAX_SHOWN_RESULT:
+        result = result[:MAX_SHOWN_RESULT] + "\n" + tr("[… {n} characters more]").format(n=len(result) - MAX_SHOWN_RESULT)
+    box = (f"margin:2px 0 2px 12px;padding:4px;border-left:2px solid {COLOURS['meta']};"
+           f"background:{COLOURS['code']};font-family:monospace;font-size:small;white-space:pre-wrap")
+    return (head + f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px'>{html.escape(tr('Arguments'))}</div>"
+            f"<pre style='{box}'>{html.escape(block.get('arguments') or '{}')}</pre>"
+            f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px'>{html.escape(tr('Result'))}</div>"
+            f"<pre style='{box}'>{html.escape(result)}</pre>")
+
+
+def steps_html(index: int, steps: list) -> str:
+    """An answer's earlier rounds: the text it wrote before a call, and each call's block."""
+    out = []
+    for n, (kind, value) in enumerate(steps):
+        out.append(markdown_html(value) if kind == "text" else tool_html(index, n, value))
+    return "".join(out)
+
+
 def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False, *,
                  thinking: str = "") -> str:
-    """One bubble; `thinking`: the thinking block's HTML above an answer (thinking_html)."""
+    """One bubble; `thinking`: what goes above the answer's text (the thinking block, earlier
+    tool rounds)."""
     stats = stats or {}
     if role == "user":
         body = html.escape(text).replace("\n", "<br>")

@@ -62,6 +62,16 @@ def documents_check() -> dict:
             "found_page": hits[0]["page"] if hits else None, "ms": round((time.perf_counter() - t0) * 1000)}
 
 
+def mcp_check() -> dict:
+    """The MCP SDK runs in this install: an in-process server's tool listed and called."""
+    from engine.api import mcp_self_check
+
+    try:
+        return mcp_self_check()
+    except Exception as exc:  # noqa: BLE001 - said in the report
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def api_server_check(window) -> dict:
     """Serve the window's engine (jobs on its engine thread) on a free loopback port with a one-off
     key (the user's key file is not touched): /v1/models without and with the key, a whole and a
@@ -146,6 +156,8 @@ def run_selftest(model: str | None = None) -> int:
         window.close()  # already closed by quit() when it was shown; closing twice is harmless
         report["documents"] = documents_check()
         checks["documents_indexed"] = report["documents"].get("ok", False)
+        report["mcp"] = mcp_check()
+        checks["mcp_sdk"] = report["mcp"].get("ok", False)
         stored = database_check()
         checks["db_integrity"] = stored["integrity"] == "ok"
         rows = stored["messages"]

@@ -43,10 +43,14 @@ class ChatSidebar(QWidget):
         self.models_button = QPushButton(tr("Models"))
         self.documents_button = QPushButton(tr("Documents"))
         self.documents_button.setObjectName("documentsButton")
+        self.tools_button = QPushButton(tr("Tools"))
+        self.tools_button.setObjectName("toolsButton")
+        self.tools_button.setToolTip(tr("Built-in tools and MCP servers: their state, their tools, what you allowed"))
         layout = QVBoxLayout(self)
         layout.addWidget(self.search)
         layout.addWidget(self.chat_list, 1)
-        for button in (self.new_button, self.documents_button, self.settings_button, self.models_button):
+        for button in (self.new_button, self.documents_button, self.tools_button, self.settings_button,
+                       self.models_button):
             layout.addWidget(button)
 
     def set_conversations(self, rows: list[dict], current: int | None) -> None:

@@ -56,6 +56,17 @@ class WindowPanels:
         self.documents_panel.raise_()
         return self.documents_panel
 
+    def open_tools(self):
+        """The Tools panel (non-modal): sources, their state and log, each tool's switch; made once."""
+        from app.tools_panel import ToolsPanel
+
+        if self.tools_panel is None:
+            self.tools_panel = ToolsPanel(self.worker, self)
+        self.tools_panel.show()
+        self.tools_panel.raise_()
+        self.tools_panel.refresh()
+        return self.tools_panel
+
     def _update_docs_note(self) -> None:
         """Documents stay local when L3 is set up without docs.allow_remote: the toggle says so."""
         settings = Settings.shared()

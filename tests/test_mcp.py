@@ -221,7 +221,7 @@ def http_server():
 
 def test_streamable_http_server_with_secret_headers(hub, http_server, caplog):
     caplog.set_level(logging.DEBUG)
-    servers = hub({"web": {"url": http_server, "headers": {"Authorization": f"Bearer {SECRET}"}}})
+    servers = hub({"web": {"url": http_server + f"?key={SECRET}", "headers": {"Authorization": f"Bearer {SECRET}"}}})
     runner = ToolRunner(servers.sources())
     assert call(runner, "add", {"a": 20, "b": 22}).text == "42"
     assert call(runner, "echo", {"text": "over HTTP"}).text == "over HTTP"
@@ -285,8 +285,8 @@ def test_an_mcp_call_in_the_loop_and_its_injection_stored_as_a_tool_message(fake
     result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.status == "ok" and result.text == INJECTION
     assert [e for e in events if isinstance(e, TurnDone)][-1].text.startswith("The page")
-    stored = [m for m in a.messages(cid) if m.role == "tool"]
-    assert len(stored) == 1 and stored[0].text == INJECTION
+    stored = [m for m in a.transcript(cid) if m["role"] == "tool"]
+    assert len(stored) == 1 and stored[0]["content"] == INJECTION
     plain = fake.vocab.tokenize(INJECTION, special=False)
     prompt = fake.prompts[-1]
     assert any(prompt[i:i + len(plain)] == plain for i in range(len(prompt)))  # the bytes, as text

@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "ImportReport": "engine.tools.mcp_config",
     "known_mcp_configs": "engine.tools.mcp_config",
     "mcp_config_path": "engine.tools.mcp_config",
+    "mcp_self_check": "engine.tools.mcp_server",  # the bundle's selftest: the SDK imports and runs
     "GenerateParams": "engine.inference.generate",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",
@@ -133,7 +134,7 @@ _EXPORTS: dict[str, str] = {
     "FetchError": "engine.models.fetch",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search", "known_mcp_configs": "known_configs",
-            "mcp_config_path": "config_path"}
+            "mcp_config_path": "config_path", "mcp_self_check": "self_check"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -200,10 +200,12 @@ class Assistant(AssistantCore, DocumentsApi):
 
     def transcript(self, conversation_id: int) -> list[dict]:
         """Every stored message (superseded ones flagged): {"id", "role", "content", "reasoning" (a
-        reasoning model's thinking, else None), "stats", "superseded"}."""
+        reasoning model's thinking, else None), "stats", "superseded", "tool_calls" (an answer's
+        calls, OpenAI-shaped, else None), "tool_call_id" (a tool result's, else None)}."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
         return [{"id": r["id"], "role": r["role"], "content": r["content"], "reasoning": r["reasoning"],
-                 "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None}
+                 "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None,
+                 "tool_calls": r["tool_calls"], "tool_call_id": r["tool_call_id"]}
                 for r in self.db.messages(conversation_id)]
 
     def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:

@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     "docs.watch": True,              # re-index added folders when their files change
     "docs.code": False,              # also index source code files (by extension)
     "docs.max_file_mb": 64.0,        # larger files are skipped with a reason
+    "tools.enabled": False,          # the window offers tools (built-in and mcp.json's MCP servers) to the model;
+                                     # off by default: the list costs prompt tokens in every turn
     "generate.repetition_guard": True,  # end an answer that loops (same block or line again and again)
     # Reasoning models (Qwen3, the R1 distills: engine/inference/reasoning.py). A chat's Think switch
     # starts from reasoning.think; off asks Qwen3's template, and closes R1's block at once.

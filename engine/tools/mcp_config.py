@@ -54,14 +54,17 @@ class McpServerConfig:
     @property
     def key(self) -> str:
         """One line for a log or a list, secrets left out."""
-        return self.url if self.url else " ".join((self.command, *self.args))
+        return masked_url(self.url) if self.url else " ".join((self.command, *self.args))
 
     def shown(self) -> dict:
-        """What the window may show: env and header names, their values masked."""
+        """What the window may show: env and header names, their values masked, and a URL's
+        query values and password (some servers take a key there)."""
         out = self.as_json()
         for part in ("env", "headers"):
             if part in out:
                 out[part] = {k: MASK for k in out[part]}
+        if "url" in out:
+            out["url"] = masked_url(out["url"])
         return out
 
     def __repr__(self) -> str:  # a stray log line or trace never carries a secret
@@ -86,6 +89,21 @@ class McpServerConfig:
         if self.disabled:
             out["disabled"] = True
         return out
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password and query values masked."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password:
+            netloc = netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
+        query = "&".join(f"{k}={MASK}" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    except ValueError:
+        return MASK
 
 
 def parse_server(name: str, entry) -> McpServerConfig:

@@ -30,9 +30,13 @@ from typing import Any, Coroutine
 from engine.config.version import __version__
 from engine.inference.tool_calls import Tool
 from engine.tools.base import ToolFailed, ToolResult
-from engine.tools.mcp_config import McpServerConfig
+from engine.tools.mcp_config import MASK, McpServerConfig, masked_url
 
 log = logging.getLogger(__name__)
+# The SDK and its HTTP client log a server's URL (INFO: every request; DEBUG: the connection), and a
+# URL may carry a key in its query: those loggers say only warnings.
+for _name in ("httpx2", "httpcore2", "mcp.client.streamable_http"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 START_TIMEOUT_S = 60.0  # a first `npx -y …` downloads its package; a handshake is otherwise < 1 s
 RETRY_S = 30.0
@@ -194,9 +198,9 @@ class McpServer:
             await self._close_session()
         session = self._session = _Session(asyncio.current_task(), asyncio.Event())
         t0 = time.monotonic()
-        errlog = None
+        errlog = http = None
         try:
-            target, errlog = self._target()
+            target, errlog, http = self._target()
             async with Client(target, read_timeout_seconds=self.timeout_s, client_info=_client_info()) as client:
                 session.client = client
                 listed = await client.list_tools()
@@ -209,7 +213,7 @@ class McpServer:
         except asyncio.CancelledError:
             pass
         except BaseException as exc:  # noqa: BLE001 - a server's failure is reported, never the app's
-            said = _said(exc)
+            said = self._scrub(_said(exc))
             if not ready.done():
                 ready.set_exception(ToolFailed(said + _last_line(self.stderr_tail(2048))))
             elif self.state == RUNNING:
@@ -220,16 +224,19 @@ class McpServer:
                 self._session = None
             if errlog is not None:
                 errlog.close()
+            if http is not None:  # given to the SDK, so not closed by it
+                await http.aclose()
 
     def _target(self):
-        """What the SDK connects to, and the stderr log file (stdio) to close afterwards."""
+        """What the SDK connects to, and what to close afterwards: the stderr log file (stdio) or
+        the HTTP client (streamable HTTP)."""
         if self.config.url:
             import httpx2  # the SDK's HTTP client
             from mcp.client.streamable_http import streamable_http_client
 
             http = httpx2.AsyncClient(headers=dict(self.config.headers),
                                       timeout=httpx2.Timeout(self.timeout_s, read=self.timeout_s + 5))
-            return streamable_http_client(self.config.url, http_client=http), None
+            return streamable_http_client(self.config.url, http_client=http), None, http
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -239,7 +246,7 @@ class McpServer:
         errlog.flush()
         params = StdioServerParameters(command=self.config.command, args=list(self.config.args),
                                        env=dict(self.config.env) or None, cwd=self.config.cwd or None)
-        return stdio_client(params, errlog=errlog), errlog
+        return stdio_client(params, errlog=errlog), errlog, None
 
     async def _call(self, name: str, arguments: dict) -> ToolResult:
         session = self._session
@@ -251,13 +258,23 @@ class McpServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the connection, a protocol error, the server's
-            said = _said(exc)
+            said = self._scrub(_said(exc))
             if _connection_lost(exc):
                 said = f"the MCP server stopped during the call ({said})" + _last_line(self.stderr_tail(2048))
                 self._publish(CRASHED, said)
                 session.closing.set()  # the session unwinds; the next use starts the server again
             raise ToolFailed(said) from None
         return ToolResult(_text(result), bool(result.is_error))
+
+    def _scrub(self, text: str) -> str:
+        """An error's text with the config's secrets masked (an HTTP error quotes its URL)."""
+        c = self.config
+        if c.url:
+            text = text.replace(c.url, masked_url(c.url))
+        for value in (*c.env.values(), *c.headers.values()):
+            if len(value) >= 4:
+                text = text.replace(value, MASK)
+        return text
 
     async def _close_session(self) -> None:
         session = self._session
@@ -342,6 +359,31 @@ class _LazyLoop:
 
     def submit(self, coro: Coroutine) -> Future:
         return self._get().submit(coro)
+
+
+def self_check() -> dict:
+    """The SDK works in this install (the bundle's selftest): a server made in-process, its tool
+    listed and called through the client, over the SDK's in-memory transport."""
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("selftest")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    async def run() -> tuple[list[str], str]:
+        async with Client(server) as client:
+            listed = await client.list_tools()
+            result = await client.call_tool("add", {"a": 2, "b": 3})
+            return [t.name for t in listed.tools], _text(result)
+
+    t0 = time.monotonic()
+    names, text = asyncio.run(run())
+    return {"ok": names == ["add"] and text == "5", "tools": names, "result": text,
+            "ms": round((time.monotonic() - t0) * 1000)}
 
 
 def _client_info():
