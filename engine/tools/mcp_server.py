@@ -43,6 +43,8 @@ RETRY_S = 30.0
 STOP_TIMEOUT_S = 8.0    # the SDK's own escalation: stdin closed, 2 s, SIGTERM to the group, 2 s, SIGKILL
 LOG_KEEP_BYTES = 256 * 1024
 POLL_S = 0.05
+MAX_DESCRIPTION = 1024  # characters of a tool's description a prompt carries
+MAX_SCHEMA = 8192       # characters of its arguments' JSON schema
 
 # States a server is in, as the Tools panel shows them.
 STOPPED, STARTING, RUNNING, CRASHED, FAILED, DISABLED = "stopped", "starting", "running", "crashed", "failed", "disabled"
@@ -205,6 +207,8 @@ class McpServer:
                 session.client = client
                 listed = await client.list_tools()
                 tools = tuple(_tool(t) for t in listed.tools)
+                if ready.done():  # the caller gave up waiting (start timeout): this start ends here
+                    return
                 self._started_s = time.monotonic() - t0
                 self._publish(RUNNING, tools=tools)
                 log.info("MCP server %s: %d tools in %.2f s", self.name, len(tools), self._started_s)
@@ -393,8 +397,17 @@ def _client_info():
 
 
 def _tool(t) -> Tool:
+    """A server's tool as a turn offers it. Its description and schema go into every prompt, so a
+    server cannot make them huge: a description past MAX_DESCRIPTION is cut, and a schema past
+    MAX_SCHEMA becomes "any object" (the call still parses)."""
     schema = t.input_schema if isinstance(t.input_schema, dict) else {"type": "object"}
-    return Tool(t.name, (t.description or "").strip(), json.dumps(schema, ensure_ascii=False))
+    text = json.dumps(schema, ensure_ascii=False)
+    if len(text) > MAX_SCHEMA:
+        text = json.dumps({"type": "object"})
+    description = (t.description or "").strip()
+    if len(description) > MAX_DESCRIPTION:
+        description = description[:MAX_DESCRIPTION] + "…"
+    return Tool(t.name, description, text)
 
 
 def _text(result) -> str:
