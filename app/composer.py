@@ -1,4 +1,5 @@
-"""The message box: Enter sends, Shift+Enter starts a new line; a live token count against the
+"""The message box: Enter sends, Shift+Enter starts a new line, Up in an empty box edits the last
+message; a live token count against the
 context budget, exact (the L1 model's tokenizer: a vocabulary lookup that is safe beside the
 model's thread and releases the GIL); per-message route override."""
 
@@ -15,10 +16,14 @@ MAX_COUNT_CHARS = 20_000  # beyond this the count is "very long": counting a hug
 
 class MessageEdit(QPlainTextEdit):
     submitted = Signal()
+    edit_last = Signal()  # Up in an empty box: the last message back, to edit (as in a terminal)
 
     def keyPressEvent(self, event):  # noqa: N802 - Qt's name
         if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
             self.submitted.emit()
+            return
+        if event.key() == Qt.Key_Up and not event.modifiers() and not self.toPlainText():
+            self.edit_last.emit()
             return
         super().keyPressEvent(event)
 
@@ -26,6 +31,7 @@ class MessageEdit(QPlainTextEdit):
 class Composer(QWidget):
     send = Signal(str, str)  # text, route ("auto" | "L1" | "L2" | "L3")
     stop = Signal()
+    edit_last = Signal()
 
     def __init__(self, count_tokens=None, parent=None):
         """`count_tokens(text)` → the exact count, or None while no model is loaded."""
@@ -54,6 +60,7 @@ class Composer(QWidget):
         layout.addWidget(self.edit)
         layout.addLayout(row)
         self.edit.submitted.connect(self._submit)
+        self.edit.edit_last.connect(self.edit_last.emit)
         self.send_button.clicked.connect(self._submit)
         self.stop_button.clicked.connect(self.stop.emit)
         self.context_used = 0

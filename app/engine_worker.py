@@ -175,7 +175,7 @@ class EngineWorker(QObject):
 
     def export(self, conversation_id: int, path: str, fmt: str) -> None:
         def write(a: Assistant) -> None:
-            text = a.export(conversation_id, "json" if fmt == "json" else "markdown")
+            text = a.export(conversation_id, {"md": "markdown", "json": "json", "html": "html"}[fmt])
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
 

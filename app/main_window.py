@@ -22,6 +22,7 @@ from app.i18n import tr
 from app.overflow import ask_overflow
 from app.render import answered_by
 from app.sidebar import ChatSidebar
+from app.shortcuts import ShortcutSheet, install as install_shortcuts
 from app.think_toggle import ThinkToggle
 from app.tool_approval import ApprovalDialog
 from app.window_panels import WindowPanels
@@ -71,6 +72,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.worker.on_tool = self._on_tool
         self.worker.tokens.connect(self._on_tokens)
         self.worker.thinking.connect(self._on_thinking)
+        self.shortcuts = install_shortcuts(self)
         self.worker.start(self._on_ready, self._on_failed)  # the engine thread loads; the window shows now
 
     def _build_sidebar(self) -> ChatSidebar:
@@ -107,6 +109,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
+        self.composer.edit_last.connect(self.edit_last)  # Up in an empty message box
         actions = self._build_actions()
         self.composer.set_busy(True)  # until the engine is ready
         mode = Settings.shared().get("router.mode")  # the settings' routing mode is the composer's default
@@ -346,6 +349,18 @@ class MainWindow(WindowPanels, QMainWindow):
         self.composer.edit.setFocus()
         self.status_label.setText(tr("Editing your last message: send to replace it"))
 
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def focus_composer(self) -> None:
+        self.composer.edit.setFocus()
+
+    def show_shortcuts(self) -> ShortcutSheet:
+        sheet = ShortcutSheet(self)
+        sheet.open()
+        return sheet
+
     def copy_answer(self) -> None:
         from PySide6.QtGui import QGuiApplication
 
@@ -469,7 +484,7 @@ class MainWindow(WindowPanels, QMainWindow):
         if path is None:
             from PySide6.QtWidgets import QFileDialog
 
-            filt = "Markdown (*.md)" if fmt == "md" else "JSON (*.json)"
+            filt = {"md": "Markdown (*.md)", "json": "JSON (*.json)", "html": "HTML (*.html)"}[fmt]
             path, _ = QFileDialog.getSaveFileName(self, tr("Export chat"), f"chat-{cid}.{fmt}", filt)
             if not path:
                 return

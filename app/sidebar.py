@@ -18,7 +18,7 @@ class ChatSidebar(QWidget):
     searched = Signal(str)         # the search box's text, once typing pauses
     selected = Signal(int)         # a chat clicked (conversation id)
     rename = Signal(int, str)      # conversation id, its current title
-    export = Signal(int, str)      # conversation id, "md" | "json"
+    export = Signal(int, str)      # conversation id, "md" | "json" | "html"
     delete = Signal(int, str)      # conversation id, its title
 
     def __init__(self, busy: Callable[[], bool], parent=None):
@@ -92,6 +92,7 @@ class ChatSidebar(QWidget):
         menu.addAction(tr("Rename…"), lambda: self.rename.emit(cid, item.text()))
         menu.addAction(tr("Export as Markdown…"), lambda: self.export.emit(cid, "md"))
         menu.addAction(tr("Export as JSON…"), lambda: self.export.emit(cid, "json"))
+        menu.addAction(tr("Export as HTML…"), lambda: self.export.emit(cid, "html"))
         menu.addSeparator()
         menu.addAction(tr("Delete…"), lambda: self.delete.emit(cid, item.text()))
         menu.exec(self.chat_list.mapToGlobal(pos))

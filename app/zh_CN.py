@@ -399,4 +399,11 @@ TABLE = {
     "crashed": "已崩溃",
     "failed to start": "启动失败",
     "off": "已关闭",
+    "Export as HTML…": "导出为 HTML…",
+    "Keyboard shortcuts": "键盘快捷键",
+    "Write a message": "输入消息",
+    "Stop the answer": "停止回答",
+    "Edit your last message (in an empty message box)": "编辑上一条消息（在空的输入框中）",
+    "Copy the last answer": "复制最后的回答",
+    "Show the keyboard shortcuts": "显示键盘快捷键",
 }

@@ -133,3 +133,35 @@ def test_the_loop_is_bounded_and_its_last_round_offers_no_call(fakes, make_assis
     events = run(a, a.new_conversation(""), "loop", ToolRunner([BuiltinTools()]), max_rounds=3)
     assert sum(isinstance(e, ToolCallEvent) for e in events) == 3
     assert events[-1].tool_calls == [] and "<tool_call>" in events[-1].text  # choice none: words, not a call
+
+
+def test_export_keeps_calls_and_results_and_escapes_everything_in_html(fakes, make_assistant):
+    """Markdown, JSON and HTML exports carry an answer's calls and the tool results; the HTML page
+    shows a model's or a tool's markup as text, never as markup (no script survives)."""
+    from html.parser import HTMLParser
+
+    a = make_assistant(str(fakes.model_file("m")))
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    fakes.script("m").enqueue(Answer(call_text("calculator", {"expression": "6 * 7"})), Answer(f"42 {hostile}"))
+    cid = a.new_conversation("")
+    run(a, cid, f"What is 6 * 7? {hostile}", ToolRunner([BuiltinTools()]))
+    data = json.loads(a.export(cid, "json"))
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert data["messages"][1]["tool_calls"][0]["function"]["name"] == "calculator"
+    assert data["messages"][2]["content"] == "42" and data["messages"][2]["tool_call_id"]
+    md = a.export(cid, "markdown")
+    assert "**Tool result**" in md and "*Called `calculator`*" in md
+    page = a.export(cid, "html")
+
+    class Tags(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags = set()
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+
+    parsed = Tags()
+    parsed.feed(page)
+    assert "script" not in parsed.tags and "img" not in parsed.tags
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "Tool call: calculator" in page

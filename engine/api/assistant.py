@@ -20,7 +20,7 @@ from engine.api.documents import DocumentsApi, embedder_from_settings
 from engine.api.engine_config import CONFIG_SETTINGS, engine_config
 from engine.api.status import StatusPublisher
 from engine.chat.core import AssistantCore, TurnDone
-from engine.chat.export import conversation_json, conversation_markdown
+from engine.chat.export import conversation_html, conversation_json, conversation_markdown
 from engine.chat.targets import InputError
 from engine.chat.tool_loop import MAX_ROUNDS, tool_loop
 from engine.config.paths import db_path
@@ -209,13 +209,16 @@ class Assistant(AssistantCore, DocumentsApi):
                 for r in self.db.messages(conversation_id)]
 
     def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:
-        """The conversation as Markdown or JSON text. A reasoning model's thinking is a field of
-        its own in JSON; in Markdown only with `reasoning` (folded above the answer)."""
-        if fmt not in ("markdown", "json"):
-            raise InputError(f"export format must be markdown or json, not {fmt!r}")
+        """The conversation as Markdown, JSON or HTML text (a page of its own, every text escaped).
+        A reasoning model's thinking is a field of its own in JSON; in Markdown and HTML only with
+        `reasoning` (folded above the answer)."""
+        if fmt not in ("markdown", "json", "html"):
+            raise InputError(f"export format must be markdown, json or html, not {fmt!r}")
         self.conversation(conversation_id)
         if fmt == "json":
             return conversation_json(self.db, conversation_id)
+        if fmt == "html":
+            return conversation_html(self.db, conversation_id, reasoning)
         return conversation_markdown(self.db, conversation_id, reasoning)
 
     def new_conversation_from(self, messages: list[tuple], system_prompt: str = "") -> int:

@@ -162,11 +162,13 @@ def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
     window.rename_chat(cid, "", title="Colours 颜色")
     qtbot.waitUntil(lambda: window.chat_list.count() == 1 and window.chat_list.item(0).text() == "Colours 颜色",
                     timeout=60_000)
-    md, js = tmp_path / "c.md", tmp_path / "c.json"
+    md, js, page = tmp_path / "c.md", tmp_path / "c.json", tmp_path / "c.html"
     window.export_chat(cid, "md", str(md))
     window.export_chat(cid, "json", str(js))
-    qtbot.waitUntil(lambda: md.exists() and js.exists(), timeout=60_000)
+    window.export_chat(cid, "html", str(page))
+    qtbot.waitUntil(lambda: md.exists() and js.exists() and page.exists(), timeout=60_000)
     assert md.read_text(encoding="utf-8").startswith("# Colours 颜色") and "Hello! Name a colour." in md.read_text()
+    assert "<title>Colours 颜色</title>" in page.read_text(encoding="utf-8")
     import json
 
     data = json.loads(js.read_text(encoding="utf-8"))
