@@ -152,6 +152,7 @@ class DocumentsPanel(QDialog):
         table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         table.verticalHeader().hide()
         table.itemSelectionChanged.connect(self._show_files)
+        table.setAccessibleName(tr("Added folders and files"))
         return table
 
     def _root_buttons(self) -> QHBoxLayout:
@@ -164,6 +165,8 @@ class DocumentsPanel(QDialog):
         self.collection.setEditable(True)  # a new name makes a new collection
         self.collection.addItem(DEFAULT_COLLECTION)
         self.collection.setToolTip(tr("Added folders and files go into this collection; a new name starts one."))
+        self.collection.setAccessibleName(tr("Collection"))
+        self.collection.lineEdit().setAccessibleName(tr("Collection"))
         self.remove_button = QPushButton(tr("Remove"))
         self.remove_button.setObjectName("removeDocumentsButton")
         self.remove_button.setToolTip(tr("Take the selected folder or file out of the index (the files stay)."))
@@ -190,6 +193,7 @@ class DocumentsPanel(QDialog):
         header = view.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
+        view.setAccessibleName(tr("Files"))
         self.files_title = QLabel(tr("Files"))
         return view
 

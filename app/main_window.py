@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QSplitter,
                                QVBoxLayout, QWidget)
 
+from app.a11y import announce, chain, describe
 from app.api_server import ApiServerControl
 from app.chat_view import ChatView
 from app.composer import Composer
@@ -178,6 +179,33 @@ class MainWindow(WindowPanels, QMainWindow):
                              ("copyButton", self.copy_button), ("statusLine", self.status_label),
                              ("errorBanner", self.banner), ("progressBar", self.progress)):
             widget.setObjectName(name)
+        self._describe_widgets()
+
+    def _describe_widgets(self) -> None:
+        """Names and descriptions a screen reader says; Tab follows reading order (app/a11y.py)."""
+        side = self.sidebar
+        for widget, name, what in (
+            (self.search, tr("Search chats"), tr("Type to find chats by their words (Ctrl+K)")),
+            (self.chat_list, tr("Chats"), tr("Your chats, newest first; right-click to rename, export or delete")),
+            (self.new_button, tr("New chat"), tr("Start a new chat (Ctrl+N)")),
+            (side.documents_button, tr("Documents"), tr("Folders the assistant may search and cite")),
+            (side.settings_button, tr("Settings"), tr("Models per tier, GPU, memory, language and more")),
+            (self.models_button, tr("Models"), tr("Download, import and choose models")),
+            (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end")),
+            (self.regen_button, tr("Regenerate"), tr("Answer the last message again")),
+            (self.edit_button, tr("Edit last message"), tr("Put your last message back in the box to change it "
+                                                           "(Up in an empty box)")),
+            (self.copy_button, tr("Copy answer"), tr("Copy the last answer (Ctrl+Shift+C)")),
+            (self.composer.edit, tr("Message"), tr("Enter sends, Shift+Enter starts a new line (Ctrl+L)")),
+            (self.composer.route, tr("Route"), tr("Which tier answers this message: automatic, or L1, L2, L3")),
+            (self.composer.stop_button, tr("Stop"), tr("Stop the answer being written (Esc)")),
+            (self.composer.send_button, tr("Send"), tr("Send the message (Enter)")),
+        ):
+            describe(widget, name, what)
+        chain(self.search, self.chat_list, self.new_button, side.documents_button, side.tools_button,
+              side.settings_button, self.models_button, self.view, self.regen_button, self.edit_button,
+              self.copy_button, self.docs_toggle.check, self.think_toggle, self.tools_toggle, self.composer.edit,
+              self.composer.route, self.composer.stop_button, self.composer.send_button)
 
     # ---- engine events
     def _on_ready(self, info: dict) -> None:
@@ -255,6 +283,7 @@ class MainWindow(WindowPanels, QMainWindow):
             self.show_banner(tr("GPU: {why}").format(why=gpu_note))
         if cid == self.conversation_id:
             self.view.finish(done)
+            announce(self.view, done["text"] or self.view.last_answer())  # polite: after what is being read
             self._show_confidence(done["stats"])
             context = done["stats"].get("context")
             self.gauges.set_water_level(context)

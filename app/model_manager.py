@@ -57,6 +57,7 @@ class ModelManagerDialog(QDialog):
         self.table.setHorizontalHeaderLabels([tr(c) for c in COLUMNS])
         self.table.setSelectionBehavior(QTableWidget.SelectRows)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setAccessibleName(tr("Catalog models"))
         return self.table
 
     def _catalog_buttons(self) -> QHBoxLayout:
@@ -85,6 +86,7 @@ class ModelManagerDialog(QDialog):
         self.query = QLineEdit()
         self.query.setObjectName("hubSearchBox")
         self.query.setPlaceholderText(tr("Search GGUF models, e.g. qwen2.5 instruct"))
+        self.query.setAccessibleName(tr("Search the hub"))
         self.search_button = QPushButton(tr("Search"))
         self.search_button.setObjectName("hubSearchButton")
         self.search_button.clicked.connect(self.search)
@@ -99,6 +101,7 @@ class ModelManagerDialog(QDialog):
     def _results_table(self) -> QTableWidget:
         self.result_table = QTableWidget(0, len(RESULT_COLUMNS))
         self.result_table.setObjectName("hubResults")
+        self.result_table.setAccessibleName(tr("Search results"))
         self.result_table.setHorizontalHeaderLabels([tr(c) for c in RESULT_COLUMNS])
         self.result_table.setSelectionBehavior(QTableWidget.SelectRows)
         self.result_table.setEditTriggers(QTableWidget.NoEditTriggers)

@@ -1,0 +1,107 @@
+"""Accessibility (issue 27): walking the accessibility tree of the window and its panels finds no
+unnamed interactive widget; the main window's controls also say what they do; Tab follows
+reading order; a finished answer is announced politely. On the scripted fake backend: the window
+is under test."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtGui import QAccessible
+from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSlider, QAbstractSpinBox, QComboBox,
+                               QHeaderView, QLineEdit, QPlainTextEdit, QScrollBar, QTextEdit, QWidget)
+
+from app import a11y
+from app.engine_worker import EngineWorker
+from app.main_window import MainWindow
+from engine.api import Settings
+from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
+
+INTERACTIVE = (QAbstractButton, QLineEdit, QPlainTextEdit, QTextEdit, QComboBox, QAbstractItemView,
+               QAbstractSlider, QAbstractSpinBox)
+PARTS = (QHeaderView, QScrollBar)  # parts of a list or a scroll area: read through it
+
+
+class FakeEngine(EngineWorker):
+    def __init__(self, make):
+        super().__init__(model="fake", memory=False)
+        self._make = make
+
+    def open_assistant(self):
+        return self._make()
+
+
+@pytest.fixture
+def window(qtbot, fakes, make_assistant):
+    Settings.shared().set("ui.welcome_done", True)
+    model = str(fakes.model_file("m"))
+    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=64)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    yield w
+    w.close()
+
+
+def controls(root: QWidget) -> list[QWidget]:
+    """The interactive widgets a user can reach; a spin box's or combo box's own text field is
+    read through its box (which must be named)."""
+    return [w for w in [root, *root.findChildren(QWidget)]
+            if isinstance(w, INTERACTIVE) and not isinstance(w, PARTS) and w.isVisibleTo(root)
+            and not (isinstance(w, QLineEdit) and isinstance(w.parent(), (QAbstractSpinBox, QComboBox)))
+            and w.objectName() != "qt_tableview_cornerbutton"]  # a table's select-all corner
+
+
+def said(widget: QWidget, what) -> str:
+    iface = QAccessible.queryAccessibleInterface(widget)
+    return iface.text(what).strip() if iface is not None else ""
+
+
+def unnamed(root: QWidget) -> list[str]:
+    return [f"{type(w).__name__} {w.objectName()!r}" for w in controls(root) if not said(w, QAccessible.Name)]
+
+
+def test_no_unnamed_control_and_the_main_ones_say_what_they_do(qtbot, window):
+    w = window
+    assert not unnamed(w)
+    assert not [f"{type(c).__name__} {said(c, QAccessible.Name)!r}" for c in controls(w)
+                if not said(c, QAccessible.Description)]
+    from app.model_manager import ModelManagerDialog
+    from app.settings_dialog import SettingsDialog
+    from app.tool_approval import ApprovalDialog
+    from app.welcome import WelcomePanel
+    from engine.api import Approval
+
+    panels = [w.open_tools(), w.open_documents(), w.show_shortcuts(),
+              ApprovalDialog(Approval("bench", "add", {"a": 1, "b": 2}, "Add two integers."), lambda answer: None, w),
+              SettingsDialog(Settings.shared(), w), ModelManagerDialog(Settings.shared(), w),
+              WelcomePanel(Settings.shared(), w)]
+    for panel in panels:
+        panel.show()
+        assert not unnamed(panel), type(panel).__name__
+        panel.close()
+
+
+def test_tab_follows_reading_order(qtbot, window):
+    w = window
+    order = [w.search, w.chat_list, w.new_button, w.sidebar.documents_button, w.sidebar.tools_button,
+             w.sidebar.settings_button, w.models_button, w.view, w.regen_button, w.edit_button, w.copy_button,
+             w.docs_toggle.check, w.think_toggle, w.tools_toggle, w.composer.edit, w.composer.route,
+             w.composer.stop_button, w.composer.send_button]
+    seen, widget = [], w.search
+    for _ in range(200):
+        if widget in order and widget not in seen:
+            seen.append(widget)
+        widget = widget.nextInFocusChain()
+        if widget is w.search:
+            break
+    assert seen == order
+
+
+def test_a_finished_answer_is_announced_politely(qtbot, window, fakes):
+    w = window
+    fakes.script("m").enqueue(Answer("Paris is the capital of France."))
+    a11y.ANNOUNCED.clear()
+    w.composer.edit.setPlainText("Capital of France?")
+    w.composer.send_button.click()
+    qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
+    assert ("chatView", "Polite", "Paris is the capital of France.") in a11y.ANNOUNCED
