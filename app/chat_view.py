@@ -17,6 +17,7 @@ RENDER_MS = 50
 
 class ChatView(QTextBrowser):
     sig_notice = Signal(str)  # a cited document could not be opened (a message for the user)
+    sig_empty = Signal(bool)  # the view became empty (True) or got its first message (False)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -27,6 +28,7 @@ class ChatView(QTextBrowser):
         # "steps": an answer's earlier tool rounds, [("text", str) | ("tool", block)], shown above its text
         self.messages: list[dict] = []
         self._dirty = False
+        self._was_empty = True
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
         self._timer = QTimer(self)
         self._timer.setInterval(RENDER_MS)
@@ -192,6 +194,10 @@ class ChatView(QTextBrowser):
 
     def _render(self) -> None:
         self._dirty = False
+        empty = not self.messages
+        if empty != self._was_empty:
+            self._was_empty = empty
+            self.sig_empty.emit(empty)
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 8
         parts = []

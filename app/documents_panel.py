@@ -128,6 +128,12 @@ class DocumentsPanel(QDialog):
 
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel(tr("Folders and files used by “Use my documents”")))
+        self.empty_note = QLabel(tr("No folders yet. Add a folder or files below: they are indexed on this computer, "
+                                    "and a chat with “Use my documents” on answers from them, citing file and page."))
+        self.empty_note.setObjectName("documentsEmpty")
+        self.empty_note.setWordWrap(True)
+        self.empty_note.setStyleSheet("padding:8px;background:#eef5ff;color:#1d3d66;border-radius:4px")
+        layout.addWidget(self.empty_note)
         layout.addWidget(self._roots_table(), 1)
         layout.addLayout(self._root_buttons())
         files = self._files_view()
@@ -237,6 +243,7 @@ class DocumentsPanel(QDialog):
             w.setEnabled(self.enabled)
         selected = self._selected_root()
         self.roots, self.files = data["roots"], data["files"]
+        self.empty_note.setVisible(not self.roots and self.enabled)
         table = self.roots_table
         table.blockSignals(True)
         table.setRowCount(len(self.roots))

@@ -94,6 +94,13 @@ class EngineWorker(QObject):
         self.runner.run(self._open, on_ready, lambda exc: on_failed(self._start_error(exc)))
         self.refresh()
 
+    def retry(self, on_ready: Callable[[dict], None], on_failed: Callable[[str], None]) -> None:
+        """Open the engine again on its thread, after a failed start (a model or setting changed)."""
+        if self.runner is None or self.assistant is not None or self.closing:
+            return
+        self.runner.run(self._open, on_ready, lambda exc: on_failed(self._start_error(exc)))
+        self.refresh()
+
     def _open(self) -> dict:
         adopt(self)  # the engine thread: from here on what runs there changes this worker
         a = self.assistant = self.open_assistant()

@@ -17,6 +17,7 @@ from app.chat_view import ChatView
 from app.composer import Composer
 from app.documents_toggle import DocumentsToggle
 from app.documents_worker import DocumentsWorker
+from app.empty_state import EmptyState
 from app.engine_worker import TURN_ERRORS, EngineWorker, said
 from app.gauges import GaugePanel
 from app.i18n import tr
@@ -127,6 +128,10 @@ class MainWindow(WindowPanels, QMainWindow):
                 layout.addLayout(actions)
             else:
                 layout.addWidget(part, 1 if part is self.view else 0)
+        self.empty = EmptyState("emptyState")  # no chats yet, an empty chat, or no engine: what to do next
+        self.empty.hide()
+        layout.insertWidget(layout.indexOf(self.view) + 1, self.empty, 1)
+        self.view.sig_empty.connect(lambda _empty: self._update_empty())
         self.welcome = self._welcome(layout)  # first start: in the empty chat's place
         return center
 
@@ -217,6 +222,7 @@ class MainWindow(WindowPanels, QMainWindow):
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
         self.composer.set_busy(False)
+        self._update_empty()
         self.docs_toggle.setEnabled(bool(info.get("documents")))
         self.api_server.apply()  # off by default: nothing listens unless server.enabled is on
 
@@ -225,9 +231,52 @@ class MainWindow(WindowPanels, QMainWindow):
         self.progress.hide()
         self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
         self.status_label.setText(tr("Not ready"))
+        self._update_empty()
+
+    def retry_engine(self) -> None:
+        """Try to start the engine again (after a model or a setting was changed)."""
+        self.engine_error = None
+        self.hide_banner()
+        self.progress.show()
+        self.status_label.setText(tr("Loading the model…"))
+        self._update_empty()
+        self.worker.retry(self._on_ready, self._on_failed)
+
+    def _update_empty(self) -> None:
+        """The chat's place shows the conversation, or what to do when there is none."""
+        if self.welcome is not None and not self.welcome.isHidden():
+            self.empty.hide()
+            return
+        if self.engine_error is not None:
+            self.view.hide()
+            self.empty.show_state(tr("The engine could not start"), tr("{why}\n\nChoose a model that fits this "
+                                                                        "computer, or check the settings, then try "
+                                                                        "again.").format(why=self.engine_error),
+                                  [(tr("Models"), tr("Download, import and choose models"), self.open_models),
+                                   (tr("Settings"), tr("Models per tier, GPU, memory, language and more"),
+                                    self.open_settings),
+                                   (tr("Try again"), tr("Start the engine again"), self.retry_engine)])
+        elif self.view.messages or not self.engine_ready:
+            self.empty.hide()
+            self.view.show()
+        elif self.chat_list.count() == 0:
+            self.view.hide()
+            self.empty.show_state(tr("No chats yet"), tr("Type a message below to start. Your chats stay on this "
+                                                         "computer."),
+                                  [(tr("Write a message"), tr("Put the cursor in the message box (Ctrl+L)"),
+                                    self.focus_composer),
+                                   (tr("Add documents…"), tr("Folders the assistant may search and cite"),
+                                    self.open_documents)])
+        else:
+            self.view.hide()
+            self.empty.show_state(tr("Ask anything"), tr("Type below to start this chat, or pick one on the left "
+                                                         "(Ctrl+K searches them)."),
+                                  [(tr("Write a message"), tr("Put the cursor in the message box (Ctrl+L)"),
+                                    self.focus_composer)])
 
     def _on_conversations(self, rows: list[dict]) -> None:
         self.sidebar.set_conversations(rows, self.conversation_id)
+        self._update_empty()
 
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid

@@ -36,6 +36,7 @@ class WindowPanels:
         if self.welcome is not None and not self.welcome.isHidden():
             self.welcome.hide()
             self.view.show()
+            self._update_empty()
 
     def open_models(self) -> None:
         from app.model_manager import ModelManagerDialog

@@ -1,0 +1,78 @@
+"""Empty states that guide (issue 27): no chats yet, an empty chat, an engine that could not start,
+and a Documents panel with nothing added. Each says what to do next, with a button that does it.
+The window is driven over the scripted fake backend."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from app.engine_worker import EngineWorker
+from app.main_window import MainWindow
+from engine.api import ModelNotFound, Settings
+from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
+
+
+class FakeEngine(EngineWorker):
+    def __init__(self, make, fail_first: bool = False):
+        super().__init__(model="fake", memory=False)
+        self._make, self.fail = make, fail_first
+
+    def open_assistant(self):
+        if self.fail:
+            self.fail = False
+            raise ModelNotFound("no model file for tier L1: 'qwen2.5-1.5b-instruct' is not downloaded")
+        return self._make()
+
+
+def make_window(qtbot, fakes, make_assistant, fail_first=False):
+    Settings.shared().set("ui.welcome_done", True)
+    model = str(fakes.model_file("m"))
+    w = MainWindow(FakeEngine(lambda: make_assistant(model), fail_first), temperature=0.0, max_tokens=64)
+    qtbot.addWidget(w)
+    w.show()
+    return w
+
+
+def buttons(w) -> dict:
+    return {b.text(): b for b in w.empty.buttons}
+
+
+def test_no_chats_then_an_empty_chat_then_a_conversation(qtbot, fakes, make_assistant):
+    w = make_window(qtbot, fakes, make_assistant)
+    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    assert w.empty.isVisible() and not w.view.isVisible() and w.empty.title.text() == "No chats yet"
+    buttons(w)["Write a message"].click()
+    assert w.composer.edit.hasFocus() or QApplication.focusWidget() is w.composer.edit
+    fakes.script("m").enqueue(Answer("Hello!"))
+    w.composer.edit.setPlainText("Hi")
+    w.composer.send_button.click()
+    qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
+    assert w.view.isVisible() and not w.empty.isVisible()
+    w.new_chat()
+    qtbot.waitUntil(lambda: w.empty.isVisible(), timeout=10_000)
+    assert w.empty.title.text() == "Ask anything" and not w.view.isVisible()
+    w.close()
+
+
+def test_an_engine_that_could_not_start_says_why_and_tries_again(qtbot, fakes, make_assistant):
+    w = make_window(qtbot, fakes, make_assistant, fail_first=True)
+    qtbot.waitUntil(lambda: w.engine_error is not None, timeout=30_000)
+    assert w.empty.isVisible() and w.empty.title.text() == "The engine could not start"
+    assert "not downloaded" in w.empty.text.text()
+    assert set(buttons(w)) == {"Models", "Settings", "Try again"}
+    buttons(w)["Try again"].click()
+    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    assert w.engine_error is None and w.empty.title.text() == "No chats yet" and not w.banner.isVisible()
+    w.close()
+
+
+def test_the_documents_panel_says_what_to_do_when_nothing_is_added(qtbot, fakes, make_assistant):
+    w = make_window(qtbot, fakes, make_assistant)
+    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    panel = w.open_documents()
+    panel.refresh()
+    qtbot.waitUntil(lambda: panel.empty_note.isVisible(), timeout=10_000)
+    assert panel.add_folder_button.isVisible()
+    panel.close()
+    w.close()
