@@ -32,6 +32,7 @@ class GaugePanel(QGroupBox):
         self.status_source = status_source
         self.conversation_id: int | None = None
         self.water: dict | None = None
+        self.on_summary = lambda text: None  # one line of the gauges, for the folded panel's strip
         self._proc = psutil.Process()
         layout = QVBoxLayout(self)
         form = QFormLayout()
@@ -93,8 +94,18 @@ class GaugePanel(QGroupBox):
             self.ram_sys.setValue(int(100 * (total - available) / total))
             self.ram_sys.setFormat(f"{(total - available) / 2**30:.1f} / {total / 2**30:.1f} GiB")
             self._draw_kv(status.get("kv") or {})
+            self.on_summary(self.summary(rss))
         except Exception:  # noqa: BLE001 - a gauge must never take the window down
             log.exception("gauge update failed")
+
+    def summary(self, rss: int) -> str:
+        """"RAM 301 MiB · context 71 %" (and the GPU's use, when there is one)."""
+        parts = [tr("RAM {mib} MiB").format(mib=f"{rss / 2**20:.0f}")]
+        if self.water:
+            parts.append(tr("context {pct} %").format(pct=int(round(self.water["water_level"] * 100))))
+        if self.vram.text() != tr("no GPU"):
+            parts.insert(0, self.vram.text().split(":")[-1].strip())
+        return " · ".join(parts)
 
     def _draw_kv(self, pages: dict) -> None:
         for ident, p in pages.items():

@@ -26,6 +26,7 @@ from app.render import answered_by
 from app.sidebar import ChatSidebar
 from app.shortcuts import ShortcutSheet, install as install_shortcuts
 from app.think_toggle import ThinkToggle
+from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
 from app.window_panels import WindowPanels
 from engine.api import MessageTooLong, Settings
@@ -40,6 +41,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.resize(1100, 720)
         self.temperature, self.max_tokens = temperature, max_tokens
         self.conversation_id: int | None = None
+        self._titles: dict[int, str] = {}  # the chat list's titles, for the top bar
         self.busy = False
         self.engine_ready = False
         self._pending: tuple[str, str] | None = None  # a first message waiting for its new chat
@@ -58,6 +60,9 @@ class MainWindow(WindowPanels, QMainWindow):
         center = self._build_center()
         self.api_server = ApiServerControl(self.worker, self._on_api_state, self)  # serves while server.enabled is on
         self.gauges = GaugePanel(self.worker.status)
+        self.gauges.on_summary = self.top_bar.set_summary
+        self.gauges.setVisible(self.top_bar.toggle.isChecked())
+        self.top_bar.sig_resources.connect(self._show_resources)
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(side)
         splitter.addWidget(center)
@@ -120,8 +125,10 @@ class MainWindow(WindowPanels, QMainWindow):
         self.confidence_warning.setWordWrap(True)
         self.confidence_warning.setStyleSheet("padding:4px;background:#fff1d6;color:#8a4b00;border-radius:4px")
         self.confidence_warning.hide()
+        self.top_bar = TopBar(bool(Settings.shared().get("ui.resources_panel")))
         center = QWidget()
         layout = QVBoxLayout(center)
+        layout.addWidget(self.top_bar)
         for part in (self.banner, self.view, self.confidence_warning, actions, self.composer, self.progress,
                      self.status_label):
             if part is actions:
@@ -242,6 +249,10 @@ class MainWindow(WindowPanels, QMainWindow):
         self._update_empty()
         self.worker.retry(self._on_ready, self._on_failed)
 
+    def _show_resources(self, on: bool) -> None:
+        self.gauges.setVisible(on)
+        Settings.shared().set("ui.resources_panel", on)
+
     def _update_empty(self) -> None:
         """The chat's place shows the conversation, or what to do when there is none."""
         if self.welcome is not None and not self.welcome.isHidden():
@@ -276,10 +287,14 @@ class MainWindow(WindowPanels, QMainWindow):
 
     def _on_conversations(self, rows: list[dict]) -> None:
         self.sidebar.set_conversations(rows, self.conversation_id)
+        self._titles = {r["id"]: r["title"] for r in rows}
+        self.top_bar.set_title(self._titles.get(self.conversation_id))
         self._update_empty()
 
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
+        self.top_bar.set_title(None)
+        self.top_bar.set_model("")
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
         self.think_toggle.take(cid)
         self.view.set_messages([])
@@ -301,6 +316,7 @@ class MainWindow(WindowPanels, QMainWindow):
                                      "stats": dict(m["stats"], model=(m["stats"] or {}).get("model")),
                                      "superseded": m["superseded"]} for m in messages])
             last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
+            self.top_bar.set_model(" · ".join(str(x) for x in (last.get("level"), last.get("model")) if x))
             self.gauges.set_water_level(last.get("context"))
             self._update_actions()
 
@@ -332,6 +348,7 @@ class MainWindow(WindowPanels, QMainWindow):
             self.show_banner(tr("GPU: {why}").format(why=gpu_note))
         if cid == self.conversation_id:
             self.view.finish(done)
+            self.top_bar.set_model(f"{done.get('level') or ''} · {done.get('model') or ''}".strip(" ·"))
             announce(self.view, done["text"] or self.view.last_answer())  # polite: after what is being read
             self._show_confidence(done["stats"])
             context = done["stats"].get("context")
@@ -526,6 +543,8 @@ class MainWindow(WindowPanels, QMainWindow):
         if self.busy or cid == self.conversation_id:
             return
         self.conversation_id = cid
+        self.top_bar.set_title(self._titles.get(cid))
+        self.top_bar.set_model("")
         self.gauges.conversation_id = cid
         self.docs_toggle.set_conversation(cid)
         self._load(cid)

@@ -438,4 +438,7 @@ TABLE = {
     "Type a message below to start. Your chats stay on this computer.": "在下方输入消息即可开始。你的对话只保存在本机。",
     "Type below to start this chat, or pick one on the left (Ctrl+K searches them).": "在下方输入以开始这个对话，或在左侧选择一个（Ctrl+K 可搜索）。",
     "{why}\n\nChoose a model that fits this computer, or check the settings, then try again.": "{why}\n\n请选择适合这台电脑的模型，或检查设置，然后重试。",
+    "RAM {mib} MiB": "内存 {mib} MiB",
+    "context {pct} %": "上下文 {pct} %",
+    "Show or fold the VRAM, RAM, KV and context gauges": "显示或收起显存、内存、KV 和上下文仪表",
 }

@@ -70,6 +70,7 @@ DEFAULTS: dict[str, Any] = {
     "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
     "ui.theme": "light",             # light | dark
+    "ui.resources_panel": False,     # the gauge panel shown beside the chat (off: a one-line strip in the top bar)
     "ui.welcome_done": False,        # the first-start welcome was dismissed or used (app/welcome.py)
     "models.hub": "auto",            # where models download from: auto (by UI locale) | a hub id
                                      # (engine/models/hubs.py: huggingface, hf-mirror, modelscope)

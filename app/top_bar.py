@@ -1,0 +1,57 @@
+"""The bar above the conversation: the chat's title, which model answered it (or will), and the
+resources: a compact strip ("RAM 301 MiB · context 71 %") while the gauge panel is folded away,
+the panel itself when the user opens it (setting ui.resources_panel, kept)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+
+from app.a11y import describe
+from app.i18n import tr
+
+
+class TopBar(QWidget):
+    sig_resources = Signal(bool)  # the gauge panel shown (True) or folded (False)
+
+    def __init__(self, resources_open: bool, parent=None):
+        super().__init__(parent)
+        self.setObjectName("topBar")
+        self.title = QLabel(tr("New chat"))
+        self.title.setObjectName("chatTitle")
+        self.title.setStyleSheet("font-weight:600;font-size:12pt")
+        self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.model = QLabel("")
+        self.model.setObjectName("answeringModel")
+        self.model.setStyleSheet("color:#666")
+        self.strip = QLabel("")
+        self.strip.setObjectName("resourceStrip")
+        self.strip.setStyleSheet("color:#666")
+        self.toggle = QToolButton()
+        self.toggle.setObjectName("resourcesToggle")
+        self.toggle.setText(tr("Resources"))
+        self.toggle.setCheckable(True)
+        self.toggle.setChecked(resources_open)
+        describe(self.toggle, tr("Resources"), tr("Show or fold the VRAM, RAM, KV and context gauges"))
+        self.toggle.toggled.connect(self._toggled)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        layout.addWidget(self.title)
+        layout.addWidget(self.model)
+        layout.addStretch(1)
+        layout.addWidget(self.strip)
+        layout.addWidget(self.toggle)
+        self.strip.setVisible(not resources_open)
+
+    def set_title(self, title: str | None) -> None:
+        self.title.setText(title or tr("New chat"))
+
+    def set_model(self, text: str) -> None:
+        self.model.setText(text)
+
+    def set_summary(self, text: str) -> None:
+        self.strip.setText(text)
+
+    def _toggled(self, on: bool) -> None:
+        self.strip.setVisible(not on)
+        self.sig_resources.emit(on)
