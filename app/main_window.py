@@ -29,7 +29,7 @@ from app.think_toggle import ThinkToggle
 from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
 from app.window_panels import WindowPanels
-from engine.api import MessageTooLong, Settings
+from engine.api import MessageTooLong, Presets, Settings
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,9 @@ class MainWindow(WindowPanels, QMainWindow):
         self.documents_panel = None  # app/documents_panel.py, made when first opened
         self.tools_panel = None  # app/tools_panel.py, made when first opened
         self.approval: ApprovalDialog | None = None  # the tool call waiting for the user's answer
+        self.presets = Presets()  # presets.json; a chat's preset shapes its prompt, tier, documents and tools
+        self.chat_preset = self.presets.default()  # the shown chat's (or the next new chat's)
+        self.presets_dialog = None
         self.worker = worker or EngineWorker()
         self.docs_worker = DocumentsWorker(self.worker)
 
@@ -63,6 +66,9 @@ class MainWindow(WindowPanels, QMainWindow):
         self.gauges.on_summary = self.top_bar.set_summary
         self.gauges.setVisible(self.top_bar.toggle.isChecked())
         self.top_bar.sig_resources.connect(self._show_resources)
+        self.top_bar.sig_preset.connect(self.choose_preset)
+        self.top_bar.sig_edit_presets.connect(self.open_presets)
+        self._show_presets()
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(side)
         splitter.addWidget(center)
@@ -295,6 +301,7 @@ class MainWindow(WindowPanels, QMainWindow):
         self.conversation_id = cid
         self.top_bar.set_title(None)
         self.top_bar.set_model("")
+        self._preset_switches(self.chat_preset)
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
         self.think_toggle.take(cid)
         self.view.set_messages([])
@@ -462,20 +469,73 @@ class MainWindow(WindowPanels, QMainWindow):
         QGuiApplication.clipboard().setText(self.view.last_answer())
 
     def new_chat(self) -> None:
-        """Start a new conversation; sending waits until it exists (on the engine thread)."""
+        """Start a new conversation from the default preset; sending waits until it exists (on the
+        engine thread)."""
         if not self.engine_ready or self.busy:
             return
+        self.chat_preset = self.presets.default()
+        self._show_presets()
         self._set_busy(True)
         self._new_conversation()
 
     def _new_conversation(self) -> None:
-        """A chat is made on the engine thread; `_on_created` takes it from there."""
-        self.worker.call(lambda a: a.new_conversation(""), self._on_created, refresh=True)
+        """A chat is made on the engine thread, with its preset; `_on_created` takes it from there."""
+        preset = self.chat_preset
+
+        def make(a) -> int:
+            cid = a.new_conversation("")
+            a.apply_preset(cid, preset)
+            return cid
+
+        self.worker.call(make, self._on_created, refresh=True)
+
+    # ---- presets
+    def _show_presets(self) -> None:
+        from app.presets_dialog import shown_name
+
+        self.top_bar.set_presets([(p.id, shown_name(p)) for p in self.presets.all()], self.chat_preset.id)
+
+    def choose_preset(self, preset_id: str) -> None:
+        """The picker: this chat (or the next new one) uses the preset from now on."""
+        self.chat_preset = preset = self.presets.get(preset_id)
+        self._preset_switches(preset)
+        cid = self.conversation_id
+        if cid is not None:
+            self.worker.call(lambda a: a.apply_preset(cid, preset),
+                             lambda _r: self.docs_toggle.set_conversation(cid))  # its documents switch, as stored
+        self.status_label.setText(tr("Preset: {name}").format(name=self.top_bar.preset.currentText()))
+
+    def _preset_switches(self, preset, documents: bool = True) -> None:
+        """The switches under the chat as the preset has them (None: left as they stand)."""
+        pairs = [(self.tools_toggle, preset.tools)] + [(self.docs_toggle.check, preset.documents)] * documents
+        for box, value in pairs:
+            if value is not None:
+                box.blockSignals(True)  # the chat's, not the app's default (tools.enabled)
+                box.setChecked(value)
+                box.blockSignals(False)
+
+    def open_presets(self):
+        from app.presets_dialog import PresetsDialog
+
+        if self.presets_dialog is None:
+            self.presets_dialog = PresetsDialog(self.presets, self)
+            self.presets_dialog.sig_changed.connect(self._presets_changed)
+        self.presets_dialog.show()
+        self.presets_dialog.raise_()
+        return self.presets_dialog
+
+    def _presets_changed(self) -> None:
+        # no chat yet: the next one starts from the default; else the chat's, edited (gone: the default)
+        self.chat_preset = (self.presets.default() if self.conversation_id is None
+                            else self.presets.get(self.chat_preset.id))
+        self._show_presets()
 
     def _turn(self, cid: int, start) -> None:
-        """One turn on the engine thread (`start(assistant, params, cancel)` yields its events)."""
-        self.worker.turn(cid, start, self.temperature, self.max_tokens, self._on_answer, self._on_turn_error,
-                         think=self.think_toggle.isChecked())
+        """One turn on the engine thread (`start(assistant, params, cancel)` yields its events), at
+        the chat's preset's temperature (None: the window's)."""
+        t = self.chat_preset.temperature
+        self.worker.turn(cid, start, self.temperature if t is None else t, self.max_tokens, self._on_answer,
+                         self._on_turn_error, think=self.think_toggle.isChecked())
 
     def _send_to(self, cid: int, text: str, route: str) -> None:
         self.conversation_id = cid
@@ -545,9 +605,16 @@ class MainWindow(WindowPanels, QMainWindow):
         self.conversation_id = cid
         self.top_bar.set_title(self._titles.get(cid))
         self.top_bar.set_model("")
+        self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self._show_chat_preset(cid, pid))
         self.gauges.conversation_id = cid
         self.docs_toggle.set_conversation(cid)
         self._load(cid)
+
+    def _show_chat_preset(self, cid: int, preset_id: str | None) -> None:
+        if cid == self.conversation_id:
+            self.chat_preset = self.presets.get(preset_id)
+            self._show_presets()
+            self._preset_switches(self.chat_preset, documents=False)  # its documents: as the engine stored them
 
     def show_banner(self, message: str) -> None:
         self.banner.setText(message)

@@ -1,11 +1,12 @@
-"""The bar above the conversation: the chat's title, which model answered it (or will), and the
+"""The bar above the conversation: the chat's title, which model answered it (or will), its preset
+(and the door to the presets), and the
 resources: a compact strip ("RAM 301 MiB · context 71 %") while the gauge panel is folded away,
 the panel itself when the user opens it (setting ui.resources_panel, kept)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from app.a11y import describe
 from app.i18n import tr
@@ -13,6 +14,8 @@ from app.i18n import tr
 
 class TopBar(QWidget):
     sig_resources = Signal(bool)  # the gauge panel shown (True) or folded (False)
+    sig_preset = Signal(str)      # the user chose a preset for this chat (its id)
+    sig_edit_presets = Signal()
 
     def __init__(self, resources_open: bool, parent=None):
         super().__init__(parent)
@@ -24,6 +27,14 @@ class TopBar(QWidget):
         self.model = QLabel("")
         self.model.setObjectName("answeringModel")
         self.model.setStyleSheet("color:#666")
+        self.preset = describe(QComboBox(), tr("Preset"), tr("The preset this chat uses: its system prompt, "
+                                                              "temperature, tier, documents and tools"))
+        self.preset.setObjectName("presetPicker")
+        self.preset.activated.connect(lambda k: self.sig_preset.emit(self.preset.itemData(k)))
+        self.presets_button = describe(QToolButton(), tr("Presets…"), tr("Make, change, import and export presets"))
+        self.presets_button.setObjectName("presetsButton")
+        self.presets_button.setText(tr("Presets…"))
+        self.presets_button.clicked.connect(self.sig_edit_presets.emit)
         self.strip = QLabel("")
         self.strip.setObjectName("resourceStrip")
         self.strip.setStyleSheet("color:#666")
@@ -39,9 +50,20 @@ class TopBar(QWidget):
         layout.addWidget(self.title)
         layout.addWidget(self.model)
         layout.addStretch(1)
+        layout.addWidget(self.preset)
+        layout.addWidget(self.presets_button)
         layout.addWidget(self.strip)
         layout.addWidget(self.toggle)
         self.strip.setVisible(not resources_open)
+
+    def set_presets(self, presets: list[tuple[str, str]], current: str) -> None:
+        """(id, name) of every preset, and the one this chat uses."""
+        self.preset.blockSignals(True)
+        self.preset.clear()
+        for pid, name in presets:
+            self.preset.addItem(name, pid)
+        self.preset.setCurrentIndex(max(0, self.preset.findData(current)))
+        self.preset.blockSignals(False)
 
     def set_title(self, title: str | None) -> None:
         self.title.setText(title or tr("New chat"))

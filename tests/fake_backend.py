@@ -185,6 +185,7 @@ class FakeBackend:
         self.calls: list[tuple] = []  # ("eval", asked, done) ("keep_prefix", n, ok) ("shift_out", …) …
         self.samples = 0
         self.grammars: list[str | None] = []  # each grammar asked for: at make_sampler, then by constrain
+        self.samplings: list[SamplingParams] = []  # each answer's sampling parameters
         self.on_piece: list[Callable] = []  # hook(backend, piece_index, part, call_tokens), mid-piece
         self.on_sample: list[Callable] = []  # hook(backend, n_sampled_this_answer) before each sample
         self._fail_in: int | None = None  # pieces left before a decode fails
@@ -322,6 +323,7 @@ class FakeBackend:
     @owned
     def make_sampler(self, p: SamplingParams, grammar: str | None = None) -> _Sampler:
         self.grammars.append(grammar)
+        self.samplings.append(p)
         self.prompts.append(list(self._kv))
         answer = self.script.next(self.text(self._kv))
         return _Sampler(answer, _tokenize(answer.text, special=False))

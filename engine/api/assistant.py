@@ -24,6 +24,7 @@ from engine.chat.export import conversation_html, conversation_json, conversatio
 from engine.chat.targets import InputError
 from engine.chat.tool_loop import MAX_ROUNDS, tool_loop
 from engine.config.paths import db_path
+from engine.config.presets import Preset
 from engine.config.settings import Settings
 from engine.docs.service import DocumentService
 from engine.inference.backend import ModelLoadError, VocabTokenizer
@@ -295,6 +296,18 @@ class Assistant(AssistantCore, DocumentsApi):
         gone = self.memory.forget_all() if self.memory is not None else 0
         self.db.scrub()  # the forgotten text out of the WAL (the file's pages are zeroed: secure_delete)
         return gone
+
+    # ---- presets
+    def apply_preset(self, conversation_id: int, preset: Preset) -> None:
+        """Give a chat a preset: its system prompt, its tier (the chat's route) and documents on or
+        off (unless the preset leaves them as they stand), kept with the chat. A front-end reads
+        the preset's temperature and tools for each turn."""
+        preset = preset.checked()
+        self.set_conversation_system_prompt(conversation_id, preset.system_prompt)
+        self.set_conversation_route(conversation_id, preset.tier)
+        if preset.documents is not None:  # None: the chat's own switch, as it stands
+            self.set_conversation_docs(conversation_id, True if preset.documents else None)
+        self.set_conversation_preset(conversation_id, preset.id)
 
     # ---- turns: the caller's stop event, or the assistant's own Stop
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(), *,

@@ -376,6 +376,27 @@ class AssistantCore:
             raise ConversationNotFound(f"no conversation with id {conversation_id}")
         return row.get("docs")
 
+    def set_conversation_system_prompt(self, conversation_id: int, text: str) -> None:
+        """A chat's system prompt from now on (a preset chosen for it): the next turn reads it; the
+        KV state keeps what came before the prompt's first changed token."""
+        text = clean_text(text).strip()
+        if len(text) > MAX_MESSAGE_CHARS:
+            raise InputError(f"a system prompt may hold at most {MAX_MESSAGE_CHARS} characters")
+        conv = self.conversation(conversation_id)
+        self.db.update_conversation(conversation_id, system_prompt=text)
+        conv.system_prompt = text
+
+    def set_conversation_preset(self, conversation_id: int, preset_id: str | None) -> None:
+        self.conversation(conversation_id)
+        self.db.update_conversation(conversation_id, preset=preset_id)
+
+    def conversation_preset(self, conversation_id: int) -> str | None:
+        """The id of the preset the chat was given (None: made before presets, or none chosen)."""
+        row = self.db.conversation(conversation_id)
+        if row is None:
+            raise ConversationNotFound(f"no conversation with id {conversation_id}")
+        return row.get("preset")
+
     def set_conversation_think(self, conversation_id: int, think: bool | None) -> None:
         """A chat's Think switch for reasoning models: on, off, or None (the reasoning.think setting)."""
         self.conversation(conversation_id)

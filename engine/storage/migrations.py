@@ -336,6 +336,11 @@ MIGRATIONS: list[tuple[str, str]] = [
             INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
         END;
     """),
+    ("0013_conversation_preset", """
+        -- The preset ("assistant", engine/config/presets.py) a chat was given: its id in
+        -- presets.json; NULL for chats made before presets, which read as the default one.
+        ALTER TABLE conversations ADD COLUMN preset TEXT;
+    """),
 ]
 
 
