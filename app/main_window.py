@@ -1,4 +1,5 @@
-"""The main window: conversations on the left, the chat in the middle, gauges on the right.
+"""The main window: conversations on the left; the chat in the middle, under its top bar; the
+gauges folded into the top bar or on the right. Its parts are the mixins in app/window_*.py.
 
 Engine calls go to `EngineWorker`, which runs them on its thread; results come back to this
 window's methods on the GUI thread, the only thread that touches widgets."""
@@ -8,10 +9,10 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QPushButton, QSplitter,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
+                               QPushButton, QSplitter, QVBoxLayout, QWidget)
 
-from app.a11y import announce, chain, describe
+from app.a11y import announce
 from app.api_server import ApiServerControl
 from app.chat_view import ChatView
 from app.composer import Composer
@@ -24,17 +25,21 @@ from app.i18n import tr
 from app.overflow import ask_overflow
 from app.render import answered_by
 from app.sidebar import ChatSidebar
-from app.shortcuts import ShortcutSheet, install as install_shortcuts
+from app.shortcuts import install as install_shortcuts
 from app.think_toggle import ThinkToggle
 from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
+from app.window_chats import WindowChats
 from app.window_panels import WindowPanels
+from app.window_presets import WindowPresets
+from app.window_states import WindowStates
+from app.window_tools import WindowTools
 from engine.api import MessageTooLong, Presets, Settings
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(WindowPanels, QMainWindow):
+class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowStates, QMainWindow):
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
@@ -199,32 +204,6 @@ class MainWindow(WindowPanels, QMainWindow):
             widget.setObjectName(name)
         self._describe_widgets()
 
-    def _describe_widgets(self) -> None:
-        """Names and descriptions a screen reader says; Tab follows reading order (app/a11y.py)."""
-        side = self.sidebar
-        for widget, name, what in (
-            (self.search, tr("Search chats"), tr("Type to find chats by their words (Ctrl+K)")),
-            (self.chat_list, tr("Chats"), tr("Your chats, newest first; right-click to rename, export or delete")),
-            (self.new_button, tr("New chat"), tr("Start a new chat (Ctrl+N)")),
-            (side.documents_button, tr("Documents"), tr("Folders the assistant may search and cite")),
-            (side.settings_button, tr("Settings"), tr("Models per tier, GPU, memory, language and more")),
-            (self.models_button, tr("Models"), tr("Download, import and choose models")),
-            (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end")),
-            (self.regen_button, tr("Regenerate"), tr("Answer the last message again")),
-            (self.edit_button, tr("Edit last message"), tr("Put your last message back in the box to change it "
-                                                           "(Up in an empty box)")),
-            (self.copy_button, tr("Copy answer"), tr("Copy the last answer (Ctrl+Shift+C)")),
-            (self.composer.edit, tr("Message"), tr("Enter sends, Shift+Enter starts a new line (Ctrl+L)")),
-            (self.composer.route, tr("Route"), tr("Which tier answers this message: automatic, or L1, L2, L3")),
-            (self.composer.stop_button, tr("Stop"), tr("Stop the answer being written (Esc)")),
-            (self.composer.send_button, tr("Send"), tr("Send the message (Enter)")),
-        ):
-            describe(widget, name, what)
-        chain(self.search, self.chat_list, self.new_button, side.documents_button, side.tools_button,
-              side.settings_button, self.models_button, self.view, self.regen_button, self.edit_button,
-              self.copy_button, self.docs_toggle.check, self.think_toggle, self.tools_toggle, self.composer.edit,
-              self.composer.route, self.composer.stop_button, self.composer.send_button)
-
     # ---- engine events
     def _on_ready(self, info: dict) -> None:
         self.engine_ready = True
@@ -245,51 +224,6 @@ class MainWindow(WindowPanels, QMainWindow):
         self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
         self.status_label.setText(tr("Not ready"))
         self._update_empty()
-
-    def retry_engine(self) -> None:
-        """Try to start the engine again (after a model or a setting was changed)."""
-        self.engine_error = None
-        self.hide_banner()
-        self.progress.show()
-        self.status_label.setText(tr("Loading the model…"))
-        self._update_empty()
-        self.worker.retry(self._on_ready, self._on_failed)
-
-    def _show_resources(self, on: bool) -> None:
-        self.gauges.setVisible(on)
-        Settings.shared().set("ui.resources_panel", on)
-
-    def _update_empty(self) -> None:
-        """The chat's place shows the conversation, or what to do when there is none."""
-        if self.welcome is not None and not self.welcome.isHidden():
-            self.empty.hide()
-            return
-        if self.engine_error is not None:
-            self.view.hide()
-            self.empty.show_state(tr("The engine could not start"), tr("{why}\n\nChoose a model that fits this "
-                                                                        "computer, or check the settings, then try "
-                                                                        "again.").format(why=self.engine_error),
-                                  [(tr("Models"), tr("Download, import and choose models"), self.open_models),
-                                   (tr("Settings"), tr("Models per tier, GPU, memory, language and more"),
-                                    self.open_settings),
-                                   (tr("Try again"), tr("Start the engine again"), self.retry_engine)])
-        elif self.view.messages or not self.engine_ready:
-            self.empty.hide()
-            self.view.show()
-        elif self.chat_list.count() == 0:
-            self.view.hide()
-            self.empty.show_state(tr("No chats yet"), tr("Type a message below to start. Your chats stay on this "
-                                                         "computer."),
-                                  [(tr("Write a message"), tr("Put the cursor in the message box (Ctrl+L)"),
-                                    self.focus_composer),
-                                   (tr("Add documents…"), tr("Folders the assistant may search and cite"),
-                                    self.open_documents)])
-        else:
-            self.view.hide()
-            self.empty.show_state(tr("Ask anything"), tr("Type below to start this chat, or pick one on the left "
-                                                         "(Ctrl+K searches them)."),
-                                  [(tr("Write a message"), tr("Put the cursor in the message box (Ctrl+L)"),
-                                    self.focus_composer)])
 
     def _on_conversations(self, rows: list[dict]) -> None:
         self.sidebar.set_conversations(rows, self.conversation_id)
@@ -451,18 +385,6 @@ class MainWindow(WindowPanels, QMainWindow):
         self.composer.edit.setFocus()
         self.status_label.setText(tr("Editing your last message: send to replace it"))
 
-    def focus_search(self) -> None:
-        self.search.setFocus()
-        self.search.selectAll()
-
-    def focus_composer(self) -> None:
-        self.composer.edit.setFocus()
-
-    def show_shortcuts(self) -> ShortcutSheet:
-        sheet = ShortcutSheet(self)
-        sheet.open()
-        return sheet
-
     def copy_answer(self) -> None:
         from PySide6.QtGui import QGuiApplication
 
@@ -488,47 +410,6 @@ class MainWindow(WindowPanels, QMainWindow):
             return cid
 
         self.worker.call(make, self._on_created, refresh=True)
-
-    # ---- presets
-    def _show_presets(self) -> None:
-        from app.presets_dialog import shown_name
-
-        self.top_bar.set_presets([(p.id, shown_name(p)) for p in self.presets.all()], self.chat_preset.id)
-
-    def choose_preset(self, preset_id: str) -> None:
-        """The picker: this chat (or the next new one) uses the preset from now on."""
-        self.chat_preset = preset = self.presets.get(preset_id)
-        self._preset_switches(preset)
-        cid = self.conversation_id
-        if cid is not None:
-            self.worker.call(lambda a: a.apply_preset(cid, preset),
-                             lambda _r: self.docs_toggle.set_conversation(cid))  # its documents switch, as stored
-        self.status_label.setText(tr("Preset: {name}").format(name=self.top_bar.preset.currentText()))
-
-    def _preset_switches(self, preset, documents: bool = True) -> None:
-        """The switches under the chat as the preset has them (None: left as they stand)."""
-        pairs = [(self.tools_toggle, preset.tools)] + [(self.docs_toggle.check, preset.documents)] * documents
-        for box, value in pairs:
-            if value is not None:
-                box.blockSignals(True)  # the chat's, not the app's default (tools.enabled)
-                box.setChecked(value)
-                box.blockSignals(False)
-
-    def open_presets(self):
-        from app.presets_dialog import PresetsDialog
-
-        if self.presets_dialog is None:
-            self.presets_dialog = PresetsDialog(self.presets, self)
-            self.presets_dialog.sig_changed.connect(self._presets_changed)
-        self.presets_dialog.show()
-        self.presets_dialog.raise_()
-        return self.presets_dialog
-
-    def _presets_changed(self) -> None:
-        # no chat yet: the next one starts from the default; else the chat's, edited (gone: the default)
-        self.chat_preset = (self.presets.default() if self.conversation_id is None
-                            else self.presets.get(self.chat_preset.id))
-        self._show_presets()
 
     def _turn(self, cid: int, start) -> None:
         """One turn on the engine thread (`start(assistant, params, cancel)` yields its events), at
@@ -557,33 +438,6 @@ class MainWindow(WindowPanels, QMainWindow):
         self.worker.stop()  # a threading.Event: safe from this thread
         self._end_approval()  # a call waiting for approval is denied
 
-    # ---- tool calls: approval and the answer's blocks
-    def _on_approval(self, approval, reply) -> None:
-        self._end_approval()
-        self.status_label.setText(tr("Waiting for your approval: {tool}").format(tool=approval.tool))
-        dialog = self.approval = ApprovalDialog(approval, reply, self)
-        dialog.finished.connect(lambda _r: self._approval_closed(dialog))
-        dialog.open()
-
-    def _approval_closed(self, dialog: ApprovalDialog) -> None:
-        if self.approval is dialog:
-            self.approval = None
-            self.status_label.setText(tr("Calling {tool}…").format(tool=dialog.approval.tool)
-                                      if dialog.answer != "deny" else tr("Thinking…"))
-
-    def _end_approval(self) -> None:
-        if self.approval is not None:
-            dialog, self.approval = self.approval, None
-            dialog.done(0)  # unanswered: denied
-
-    def _on_tool(self, cid: int, event: dict) -> None:
-        if cid == self.conversation_id:
-            self.view.tool_event(event)
-        if event["kind"] == "call":
-            self.status_label.setText(tr("Calling {tool}…").format(tool=event["tool"]))
-        if self.tools_panel is not None and event["kind"] == "result":
-            self.tools_panel.refresh()  # a server may have started or crashed
-
     def _set_busy(self, busy: bool) -> None:
         self.busy = busy
         self.progress.setVisible(busy)
@@ -610,49 +464,12 @@ class MainWindow(WindowPanels, QMainWindow):
         self.docs_toggle.set_conversation(cid)
         self._load(cid)
 
-    def _show_chat_preset(self, cid: int, preset_id: str | None) -> None:
-        if cid == self.conversation_id:
-            self.chat_preset = self.presets.get(preset_id)
-            self._show_presets()
-            self._preset_switches(self.chat_preset, documents=False)  # its documents: as the engine stored them
-
     def show_banner(self, message: str) -> None:
         self.banner.setText(message)
         self.banner.show()
 
     def hide_banner(self) -> None:
         self.banner.hide()
-
-    def rename_chat(self, cid: int, current: str, title: str | None = None) -> None:
-        if title is None:
-            from PySide6.QtWidgets import QInputDialog
-
-            title, ok = QInputDialog.getText(self, tr("Rename chat"), tr("Title"), text=current)
-            if not ok:
-                return
-        self.worker.call(lambda a: a.rename_conversation(cid, title), refresh=True)
-
-    def delete_chat(self, cid: int, title: str, confirmed: bool = False) -> None:
-        if not confirmed and not self.confirm(tr("Delete chat"), tr("Delete “{title}” and everything remembered "
-                                                                      "from it?").format(title=title)):
-            return
-        if cid == self.conversation_id:
-            self.conversation_id = None
-            self.docs_toggle.set_conversation(None)
-            self.view.set_messages([])
-            self.gauges.set_water_level(None)
-            self._update_actions()
-        self.worker.call(lambda a: a.delete_conversation(cid), refresh=True)
-
-    def export_chat(self, cid: int, fmt: str, path: str | None = None) -> None:
-        if path is None:
-            from PySide6.QtWidgets import QFileDialog
-
-            filt = {"md": "Markdown (*.md)", "json": "JSON (*.json)", "html": "HTML (*.html)"}[fmt]
-            path, _ = QFileDialog.getSaveFileName(self, tr("Export chat"), f"chat-{cid}.{fmt}", filt)
-            if not path:
-                return
-        self.worker.export(cid, path, fmt)
 
     # ---- shutdown
     def closeEvent(self, event):  # noqa: N802 - Qt's name

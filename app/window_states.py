@@ -1,0 +1,98 @@
+"""What the chat's place shows when there is no conversation to show (no chats yet, an empty chat,
+an engine that could not start), the engine's retry, the gauges folded or shown, the names and
+tab order a screen reader follows, and where the keyboard's shortcuts lead (app/shortcuts.py). A part of `MainWindow` (app/main_window.py), kept in its
+own file; GUI thread only."""
+
+from __future__ import annotations
+
+from app.a11y import chain, describe
+from app.i18n import tr
+from app.shortcuts import ShortcutSheet
+from engine.api import Settings
+
+
+class WindowStates:
+    """Mixed into MainWindow: it uses the window's view, empty state, welcome, gauges and worker."""
+
+    def retry_engine(self) -> None:
+        """Try to start the engine again (after a model or a setting was changed)."""
+        self.engine_error = None
+        self.hide_banner()
+        self.progress.show()
+        self.status_label.setText(tr("Loading the model…"))
+        self._update_empty()
+        self.worker.retry(self._on_ready, self._on_failed)
+
+    def _show_resources(self, on: bool) -> None:
+        self.gauges.setVisible(on)
+        Settings.shared().set("ui.resources_panel", on)
+
+    def _update_empty(self) -> None:
+        """The chat's place shows the conversation, or what to do when there is none."""
+        if self.welcome is not None and not self.welcome.isHidden():
+            self.empty.hide()
+            return
+        if self.engine_error is not None:
+            self.view.hide()
+            self.empty.show_state(tr("The engine could not start"), tr("{why}\n\nChoose a model that fits this "
+                                                                        "computer, or check the settings, then try "
+                                                                        "again.").format(why=self.engine_error),
+                                  [(tr("Models"), tr("Download, import and choose models"), self.open_models),
+                                   (tr("Settings"), tr("Models per tier, GPU, memory, language and more"),
+                                    self.open_settings),
+                                   (tr("Try again"), tr("Start the engine again"), self.retry_engine)])
+        elif self.view.messages or not self.engine_ready:
+            self.empty.hide()
+            self.view.show()
+        elif self.chat_list.count() == 0:
+            self.view.hide()
+            self.empty.show_state(tr("No chats yet"), tr("Type a message below to start. Your chats stay on this "
+                                                         "computer."),
+                                  [(tr("Write a message"), tr("Put the cursor in the message box (Ctrl+L)"),
+                                    self.focus_composer),
+                                   (tr("Add documents…"), tr("Folders the assistant may search and cite"),
+                                    self.open_documents)])
+        else:
+            self.view.hide()
+            self.empty.show_state(tr("Ask anything"), tr("Type below to start this chat, or pick one on the left "
+                                                         "(Ctrl+K searches them)."),
+                                  [(tr("Write a message"), tr("Put the cursor in the message box (Ctrl+L)"),
+                                    self.focus_composer)])
+
+    def _describe_widgets(self) -> None:
+        """Names and descriptions a screen reader says; Tab follows reading order (app/a11y.py)."""
+        side = self.sidebar
+        for widget, name, what in (
+            (self.search, tr("Search chats"), tr("Type to find chats by their words (Ctrl+K)")),
+            (self.chat_list, tr("Chats"), tr("Your chats, newest first; right-click to rename, export or delete")),
+            (self.new_button, tr("New chat"), tr("Start a new chat (Ctrl+N)")),
+            (side.documents_button, tr("Documents"), tr("Folders the assistant may search and cite")),
+            (side.settings_button, tr("Settings"), tr("Models per tier, GPU, memory, language and more")),
+            (self.models_button, tr("Models"), tr("Download, import and choose models")),
+            (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end")),
+            (self.regen_button, tr("Regenerate"), tr("Answer the last message again")),
+            (self.edit_button, tr("Edit last message"), tr("Put your last message back in the box to change it "
+                                                           "(Up in an empty box)")),
+            (self.copy_button, tr("Copy answer"), tr("Copy the last answer (Ctrl+Shift+C)")),
+            (self.composer.edit, tr("Message"), tr("Enter sends, Shift+Enter starts a new line (Ctrl+L)")),
+            (self.composer.route, tr("Route"), tr("Which tier answers this message: automatic, or L1, L2, L3")),
+            (self.composer.stop_button, tr("Stop"), tr("Stop the answer being written (Esc)")),
+            (self.composer.send_button, tr("Send"), tr("Send the message (Enter)")),
+        ):
+            describe(widget, name, what)
+        chain(self.search, self.chat_list, self.new_button, side.documents_button, side.tools_button,
+              side.settings_button, self.models_button, self.view, self.regen_button, self.edit_button,
+              self.copy_button, self.docs_toggle.check, self.think_toggle, self.tools_toggle, self.composer.edit,
+              self.composer.route, self.composer.stop_button, self.composer.send_button)
+
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def focus_composer(self) -> None:
+        self.composer.edit.setFocus()
+
+    def show_shortcuts(self) -> ShortcutSheet:
+        sheet = ShortcutSheet(self)
+        sheet.open()
+        return sheet
