@@ -10,7 +10,7 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.citations import SOURCES, open_source
-from app.render import CODE_BLOCKS, message_html, steps_html, thinking_html
+from app.render import CODE_BLOCKS, markdown_html, message_html, steps_html, thinking_html
 
 RENDER_MS = 50
 
@@ -98,6 +98,20 @@ class ChatView(QTextBrowser):
         last["rev"] = last.get("rev", 0) + 1
         self._dirty = True
 
+    def copy_message(self, index: int, markdown: bool = False) -> str:
+        """Copy one message: an answer's Markdown as written, or any message as the plain text it
+        reads as (Markdown rendered, then its text)."""
+        from PySide6.QtGui import QGuiApplication, QTextDocument
+
+        m = self.messages[index]
+        text = m["content"]
+        if not markdown and m["role"] == "assistant":
+            doc = QTextDocument()
+            doc.setHtml(markdown_html(text))
+            text = doc.toPlainText().strip()
+        QGuiApplication.clipboard().setText(text)
+        return text
+
     def tool_blocks(self) -> list[dict]:
         """Every tool block in the chat, in order (tests and the window read them)."""
         return [b for m in self.messages for kind, b in m.get("steps", ()) if kind == "tool"]
@@ -141,7 +155,11 @@ class ChatView(QTextBrowser):
 
     def _on_link(self, url) -> None:
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
-        if url.scheme() == "tool":
+        if url.scheme() == "msg":
+            action, _, i = url.path().partition(":")
+            if i.isdigit() and int(i) < len(self.messages):
+                self.copy_message(int(i), markdown=action == "markdown")
+        elif url.scheme() == "tool":
             i, _, n = url.path().partition(".")
             if i.isdigit() and n.isdigit() and int(i) < len(self.messages):
                 steps = self.messages[int(i)].get("steps", [])
@@ -208,7 +226,7 @@ class ChatView(QTextBrowser):
                 parts.append(cached[1])
                 continue
             piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"),
-                                 thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())))
+                                 thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())), index=i)
             if not m.get("streaming"):
                 self._cache[i] = (key, piece)
             parts.append(piece)

@@ -176,21 +176,32 @@ def steps_html(index: int, steps: list) -> str:
     return "".join(out)
 
 
+def actions_html(index: int, role: str) -> str:
+    """A finished message's own actions, as `msg:<action>:<index>` links: copy as plain text, and
+    an answer's Markdown as written."""
+    links = [f"<a href='msg:copy:{index}' style='color:{COLOURS['meta']}'>{html.escape(tr('Copy'))}</a>"]
+    if role == "assistant":
+        links.append(f"<a href='msg:markdown:{index}' style='color:{COLOURS['meta']}'>"
+                     f"{html.escape(tr('Copy Markdown'))}</a>")
+    return f"<div style='font-size:small;color:{COLOURS['meta']}'>{' · '.join(links)}</div>"
+
+
 def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False, *,
-                 thinking: str = "") -> str:
+                 thinking: str = "", index: int | None = None) -> str:
     """One bubble; `thinking`: what goes above the answer's text (the thinking block, earlier
-    tool rounds)."""
+    tool rounds); `index`: the message's place in the view, for its action links."""
     stats = stats or {}
+    actions = actions_html(index, role) if index is not None and not streaming and text else ""
     if role == "user":
         body = html.escape(text).replace("\n", "<br>")
         return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
-                f"<td style='background:{COLOURS['user']}'>{body}</td></tr></table>")
+                f"<td style='background:{COLOURS['user']}'>{body}{actions}</td></tr></table>")
     body = markdown_html(text) if text else ("" if thinking else "<i>…</i>")  # all thinking: it is the content
     body = thinking + body
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
     tail = "" if streaming else citations_html(stats, COLOURS["meta"])  # [n] → the documents cited
     tail += (f"<div style='color:{COLOURS['meta']};font-size:small'>{html.escape(meta)}</div>" if meta else "")
-    tail += notices_html(stats)
+    tail += notices_html(stats) + actions
     return ("<table width='100%' cellspacing='0' cellpadding='8'><tr>"
             f"<td style='background:{COLOURS['assistant']}'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")

@@ -479,4 +479,5 @@ TABLE = {
     "as it stands": "保持现状",
     "on": "开",
     "the app's": "应用默认",
+    "Copy Markdown": "复制 Markdown",
 }

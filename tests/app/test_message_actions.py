@@ -1,0 +1,45 @@
+"""Every finished message can be copied on its own (issue 27): plain text as it reads, or an
+answer's Markdown as written, through the links under it. Driven over the scripted fake backend."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QUrl
+from PySide6.QtWidgets import QApplication
+
+from app.engine_worker import EngineWorker
+from app.main_window import MainWindow
+from engine.api import Settings
+from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
+
+
+class FakeEngine(EngineWorker):
+    def __init__(self, make):
+        super().__init__(model="fake", memory=False)
+        self._make = make
+
+    def open_assistant(self):
+        return self._make()
+
+
+def test_copy_any_message_as_text_or_markdown(qtbot, fakes, make_assistant):
+    Settings.shared().set("ui.welcome_done", True)
+    model = str(fakes.model_file("m"))
+    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=200)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    fakes.script("m").enqueue(Answer("**Bold** and `code`.\n\n- one\n- two"), Answer("Second."))
+    for text in ("First question", "Second question"):
+        w.composer.edit.setPlainText(text)
+        w.composer.send_button.click()
+        qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
+    clipboard = QApplication.clipboard()
+    w.view._on_link(QUrl("msg:markdown:1"))  # the first answer, not the last
+    assert clipboard.text() == "**Bold** and `code`.\n\n- one\n- two"
+    w.view._on_link(QUrl("msg:copy:1"))
+    assert "**" not in clipboard.text() and "Bold and code." in clipboard.text() and "two" in clipboard.text()
+    w.view._on_link(QUrl("msg:copy:0"))
+    assert clipboard.text() == "First question"
+    assert w.view.toPlainText().count("Copy Markdown") == 2
+    w.view._on_link(QUrl("msg:copy:99"))  # a stale link does nothing
+    w.close()
