@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
                                QVBoxLayout, QWidget)
 
+from app.attachments import AttachmentBar
 from app.i18n import tr
 
 MAX_COUNT_CHARS = 20_000  # beyond this the count is "very long": counting a huge paste must not stall
@@ -17,6 +18,41 @@ MAX_COUNT_CHARS = 20_000  # beyond this the count is "very long": counting a hug
 class MessageEdit(QPlainTextEdit):
     submitted = Signal()
     edit_last = Signal()  # Up in an empty box: the last message back, to edit (as in a terminal)
+    files = Signal(list)  # local files dropped or pasted (paths): attachments, not text
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setAcceptDrops(True)
+
+    def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 - Qt's name
+        return bool(_local_files(source)) or super().canInsertFromMimeData(source)
+
+    def dragEnterEvent(self, event):  # noqa: N802 - Qt's name
+        if _local_files(event.mimeData()):
+            event.acceptProposedAction()
+            return
+        super().dragEnterEvent(event)
+
+    def dragMoveEvent(self, event):  # noqa: N802 - Qt's name
+        if _local_files(event.mimeData()):
+            event.acceptProposedAction()
+            return
+        super().dragMoveEvent(event)
+
+    def dropEvent(self, event):  # noqa: N802 - Qt's name: files become attachments, never text
+        paths = _local_files(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.files.emit(paths)
+            return
+        super().dropEvent(event)
+
+    def insertFromMimeData(self, source) -> None:  # noqa: N802 - Qt's name; a paste lands here
+        paths = _local_files(source)
+        if paths:
+            self.files.emit(paths)
+            return
+        super().insertFromMimeData(source)
 
     def keyPressEvent(self, event):  # noqa: N802 - Qt's name
         if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
@@ -28,10 +64,17 @@ class MessageEdit(QPlainTextEdit):
         super().keyPressEvent(event)
 
 
+def _local_files(source) -> list[str]:
+    if source is None or not source.hasUrls():
+        return []
+    return [u.toLocalFile() for u in source.urls() if u.isLocalFile()]
+
+
 class Composer(QWidget):
     send = Signal(str, str)  # text, route ("auto" | "L1" | "L2" | "L3")
     stop = Signal()
     edit_last = Signal()
+    files = Signal(list)  # files dropped or pasted: the window reads them off the GUI thread
 
     def __init__(self, count_tokens=None, parent=None):
         """`count_tokens(text)` → the exact count, or None while no model is loaded."""
@@ -57,8 +100,13 @@ class Composer(QWidget):
         row.addWidget(self.send_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        self.attachments = AttachmentBar()
+        self.attachments.sig_changed.connect(self._update_count)
+        self.sent_files: list[str] = []  # the last message's large attachments, indexed for its chat
+        layout.addWidget(self.attachments)
         layout.addWidget(self.edit)
         layout.addLayout(row)
+        self.edit.files.connect(self.files.emit)
         self.edit.submitted.connect(self._submit)
         self.edit.edit_last.connect(self.edit_last.emit)
         self.send_button.clicked.connect(self._submit)
@@ -85,6 +133,8 @@ class Composer(QWidget):
             self.count.setText(tr("very long message"))
             return
         n = self.count_tokens(text)
+        if n is not None:
+            n += self.attachments.inline_tokens()  # what the attached files add to the message
         if n is None:
             self.count.setText("")
         elif self.n_ctx:
@@ -97,7 +147,11 @@ class Composer(QWidget):
         if not self.send_button.isEnabled():
             return
         text = self.edit.toPlainText()
-        if not text.strip():
+        if not text.strip() and not self.attachments.items:
             return
-        self.send.emit(text, self.route.currentData())
+        files = self.attachments.take()
+        # small files ride in the message; a large one is named there and indexed for the chat
+        parts = [text.strip()] + [a.message_text() if a.inline else f"[Attached file: {a.name}]" for a in files]
+        self.sent_files = [a.path for a in files if not a.inline]
+        self.send.emit("\n\n".join(p for p in parts if p), self.route.currentData())
         self.edit.clear()

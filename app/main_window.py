@@ -1,6 +1,5 @@
 """The main window: conversations on the left; the chat in the middle, under its top bar; the
 gauges folded into the top bar or on the right. Its parts are the mixins in app/window_*.py.
-
 Engine calls go to `EngineWorker`, which runs them on its thread; results come back to this
 window's methods on the GUI thread, the only thread that touches widgets."""
 
@@ -29,6 +28,7 @@ from app.shortcuts import install as install_shortcuts
 from app.think_toggle import ThinkToggle
 from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
+from app.window_attachments import WindowAttachments, attaching
 from app.window_chats import WindowChats
 from app.window_panels import WindowPanels
 from app.window_presets import WindowPresets
@@ -39,7 +39,8 @@ from engine.api import MessageTooLong, Presets, Settings
 log = logging.getLogger(__name__)
 
 
-class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowStates, QMainWindow):
+class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowStates, WindowAttachments,
+                 QMainWindow):
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
@@ -49,7 +50,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self._titles: dict[int, str] = {}  # the chat list's titles, for the top bar
         self.busy = False
         self.engine_ready = False
-        self._pending: tuple[str, str] | None = None  # a first message waiting for its new chat
+        self._pending: tuple[str, str, list] | None = None  # a first message waiting for its new chat
         self.editing = False  # the composer holds an edit of the last user message
         self._sent: tuple[str, str, bool] | None = None  # (text, route, edit) in flight: MessageTooLong gives it back
         self.too_long_dialog: QMessageBox | None = None
@@ -127,6 +128,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
+        self.composer.files.connect(self.attach_files)  # dropped or pasted files
         self.composer.edit_last.connect(self.edit_last)  # Up in an empty message box
         actions = self._build_actions()
         self.composer.set_busy(True)  # until the engine is ready
@@ -349,9 +351,10 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
     def send_message(self, text: str, route: str = "auto") -> None:
         if not self.engine_ready or self.busy:
             return
+        files, self.composer.sent_files = self.composer.sent_files, []  # large attachments: indexed for the chat
         if self.conversation_id is None:
             # A chat is made on the engine thread first; `_on_created` sends the message into it.
-            self._pending = (text, route)
+            self._pending = (text, route, files)
             self._new_conversation()
             self._set_busy(True)
             return
@@ -363,9 +366,10 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
             self._set_busy(True)
             self._sent = (text, route, True)
             self._turn(self.conversation_id,
-                       lambda a, p, cancel, cid=self.conversation_id: a.resend_edited(cid, text, p, cancel=cancel, route=route))
+                       lambda a, p, cancel, cid=self.conversation_id: a.resend_edited(cid, text, p, cancel=cancel,
+                                                                                      route=route), files)
             return
-        self._send_to(self.conversation_id, text, route)
+        self._send_to(self.conversation_id, text, route, files)
 
     def regenerate(self) -> None:
         if not self.engine_ready or self.busy or self.conversation_id is None or not self.view.ends_with_answer():
@@ -411,14 +415,18 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
 
         self.worker.call(make, self._on_created, refresh=True)
 
-    def _turn(self, cid: int, start) -> None:
+    def _turn(self, cid: int, start, files: list[str] = ()) -> None:
         """One turn on the engine thread (`start(assistant, params, cancel)` yields its events), at
-        the chat's preset's temperature (None: the window's)."""
+        the chat's preset's temperature (None: the window's). `files`: large attachments, indexed
+        into the chat's own collection first (the answer cites them)."""
+        if files:
+            self.status_label.setText(tr("Indexing the attached files…"))
+            start = attaching(cid, list(files), start)
         t = self.chat_preset.temperature
         self.worker.turn(cid, start, self.temperature if t is None else t, self.max_tokens, self._on_answer,
                          self._on_turn_error, think=self.think_toggle.isChecked())
 
-    def _send_to(self, cid: int, text: str, route: str) -> None:
+    def _send_to(self, cid: int, text: str, route: str, files: list[str] = ()) -> None:
         self.conversation_id = cid
         self.hide_banner()
         self.confidence_warning.hide()
@@ -430,9 +438,9 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         if self.tools_toggle.isChecked():
             worker = self.worker  # its toolbox and approve are the engine thread's (the start runs there)
             self._turn(cid, lambda a, p, cancel: a.send_with_tools(cid, text, worker.toolbox.runner(), worker.approve,
-                                                                   p, cancel=cancel, route=route))
+                                                                   p, cancel=cancel, route=route), files)
             return
-        self._turn(cid, lambda a, p, cancel: a.send(cid, text, p, cancel=cancel, route=route))
+        self._turn(cid, lambda a, p, cancel: a.send(cid, text, p, cancel=cancel, route=route), files)
 
     def stop(self) -> None:
         self.worker.stop()  # a threading.Event: safe from this thread
@@ -480,6 +488,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         if self.documents_panel is not None:
             self.documents_panel.close_work()
         self._end_approval()
+        self.close_attachments()
         if self.tools_panel is not None:
             self.tools_panel.close_work()
         self.api_server.close()  # before the engine: API turns cancelled, the port closed
@@ -488,3 +497,4 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
 
     def confirm(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.Yes
+

@@ -114,6 +114,10 @@ _EXPORTS: dict[str, str] = {
     "Documents": "engine.api.documents",
     "DocumentsError": "engine.docs.service",
     "DEFAULT_COLLECTION": "engine.docs.store",
+    # attachments (issue 27): a file dropped or pasted into the message box
+    "Attachment": "engine.docs.attach",
+    "AttachmentError": "engine.docs.attach",
+    "read_attachment": "engine.docs.attach",
     # the embedding model through Assistant.embed (the local API's /v1/embeddings)
     "EmbedderNotReady": "engine.memory.embedder",
     # what the terminal's tools need without a chat engine (issue 23): the memory on its own, what

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.config.paths import db_path
 from engine.config.settings import Settings
+from engine.docs.attach import chat_collection
 from engine.docs.service import AddReport, DocumentService, DocumentsError
 from engine.docs.store import DEFAULT_COLLECTION
 from engine.memory.embedder import Embedder
@@ -50,6 +51,17 @@ class DocumentsApi:
         "reason"}]}; else a Future of the AddReport (the indexing thread does the work)."""
         future = self._docs().add(paths, collection, cancel)
         return future.result().to_dict() if wait else future
+
+    def attach_documents(self, conversation_id: int, paths: list[str | os.PathLike]) -> dict:
+        """Large attachments of a chat: indexed into the chat's own collection (waiting for it), and
+        the chat answers from it, with citations (a chat already using every collection keeps
+        that). Returns the add report (see `add_documents`)."""
+        self.conversation(conversation_id)  # ConversationNotFound before any indexing
+        collection = chat_collection(conversation_id)
+        report = self.add_documents(paths, collection, wait=True)
+        if self.conversation_docs(conversation_id) != "*":
+            self.set_conversation_docs(conversation_id, collection)
+        return report
 
     def search_documents(self, query: str, collection: str | None = None, k: int | None = None) -> list[dict]:
         """Excerpts best first: {"path", "page", "heading", "line", "text", "score", "rrf", "collection"}."""

@@ -1,0 +1,44 @@
+"""Files dropped or pasted into the message box: each read off the GUI thread (the "attachments"
+Runner, through engine.api's `read_attachment`: the documents' parser) and shown as a chip, or
+refused with the reason; the message being written is never touched. A part of `MainWindow`
+(app/main_window.py), kept in its own file; GUI thread only."""
+
+from __future__ import annotations
+
+from app.background import Runner
+from app.i18n import tr
+from engine.api import AttachmentError, read_attachment
+
+
+class WindowAttachments:
+    """Mixed into MainWindow: it uses the window's composer and worker."""
+
+    attach_runner: Runner | None = None
+
+    def attach_files(self, paths: list[str]) -> None:
+        if self.attach_runner is None:
+            self.attach_runner = Runner("attachments", self)
+        count = self.worker.count_tokens  # the L1 vocabulary alone: safe off the engine thread
+        bar = self.composer.attachments
+        for path in paths:
+            self.attach_runner.run(lambda p=path: read_attachment(p, count), bar.add,
+                                   lambda exc, p=path: bar.refuse(_why(exc, p)))
+
+    def close_attachments(self) -> None:
+        if self.attach_runner is not None:
+            self.attach_runner.close()
+
+
+def _why(exc: BaseException, path: str) -> str:
+    if isinstance(exc, AttachmentError):
+        return tr("Not attached: {why}").format(why=exc)
+    return tr("Not attached: {path} could not be read ({why})").format(path=path, why=type(exc).__name__)
+
+
+def attaching(cid: int, files: list[str], start):
+    """`start`, after the files are indexed into the chat's collection (on the engine thread)."""
+    def run(a, params, cancel):
+        a.attach_documents(cid, files)
+        yield from start(a, params, cancel)
+
+    return run
