@@ -1,7 +1,7 @@
 """What the chat's place shows when there is no conversation to show (no chats yet, an empty chat,
 an engine that could not start), the engine's retry, the gauges folded or shown, the names and
-tab order a screen reader follows, and where the keyboard's shortcuts lead (app/shortcuts.py). A part of `MainWindow` (app/main_window.py), kept in its
-own file; GUI thread only."""
+tab order a screen reader follows, and where the keyboard's shortcuts lead (app/shortcuts.py).
+A part of `MainWindow` (app/main_window.py), kept in its own file; GUI thread only."""
 
 from __future__ import annotations
 
