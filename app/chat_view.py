@@ -3,6 +3,7 @@ answer streams (tokens arrive in batches; the document is rebuilt only for the l
 
 from __future__ import annotations
 
+import html
 import time
 
 from PySide6.QtCore import QTimer, Signal
@@ -10,9 +11,12 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.citations import SOURCES, open_source
+from app.i18n import tr
 from app.render import CODE_BLOCKS, markdown_html, message_html, steps_html, thinking_html
 
 RENDER_MS = 50
+SHOWN = 120      # a chat opens on its last SHOWN messages; earlier ones a click away (a 1 000-message
+MORE = 200       # chat took ~0.5 s to draw whole: bench/window_long_chat.py); MORE more per click
 
 
 class ChatView(QTextBrowser):
@@ -29,6 +33,11 @@ class ChatView(QTextBrowser):
         self.messages: list[dict] = []
         self._dirty = False
         self._was_empty = True
+        self.first_shown = 0  # messages before this index are not drawn until asked for
+        # While an answer streams: the HTML of the messages before it as last set, and where the
+        # answer starts in the document (only it is redrawn while nothing before it changes).
+        self._prefix: str | None = None
+        self._tail: int | None = None
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
         self._timer = QTimer(self)
         self._timer.setInterval(RENDER_MS)
@@ -38,7 +47,13 @@ class ChatView(QTextBrowser):
     # ---- content
     def set_messages(self, messages: list[dict]) -> None:
         self.messages = fold_tool_rounds([dict(m, streaming=False) for m in messages if not m.get("superseded")])
+        self.first_shown = max(0, len(self.messages) - SHOWN)
         self._cache.clear()
+        self._render()
+
+    def show_earlier(self) -> None:
+        """MORE earlier messages above the ones shown (the "Show earlier messages" link)."""
+        self.first_shown = max(0, self.first_shown - MORE)
         self._render()
 
     def add_user(self, text: str) -> None:
@@ -155,7 +170,9 @@ class ChatView(QTextBrowser):
 
     def _on_link(self, url) -> None:
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
-        if url.scheme() == "msg":
+        if url.scheme() == "more":
+            self.show_earlier()
+        elif url.scheme() == "msg":
             action, _, i = url.path().partition(":")
             if i.isdigit() and int(i) < len(self.messages):
                 self.copy_message(int(i), markdown=action == "markdown")
@@ -219,7 +236,11 @@ class ChatView(QTextBrowser):
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 8
         parts = []
+        if self.first_shown:
+            parts.append(f"<p align='center'><a href='more:'>{html.escape(tr('Show {n} earlier messages').format(n=self.first_shown))}</a></p>")
         for i, m in enumerate(self.messages):  # finished messages are rendered once
+            if i < self.first_shown:
+                continue
             cached = self._cache.get(i)
             key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"))
             if cached and not m.get("streaming") and cached[0] == key:
@@ -230,7 +251,24 @@ class ChatView(QTextBrowser):
             if not m.get("streaming"):
                 self._cache[i] = (key, piece)
             parts.append(piece)
-        self.setHtml("".join(parts))
+        live = bool(self.messages) and bool(self.messages[-1].get("streaming"))
+        prefix = "".join(parts[:-1]) if live else None
+        if live and prefix == self._prefix and self._tail is not None:
+            # Only the answer being written changed: replace it in place. Setting the whole
+            # document every RENDER_MS cost a long chat ~180 ms per frame (bench/window_long_chat.py).
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(self._tail)
+            cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+            cursor.insertHtml(parts[-1])
+        elif live:
+            self.setHtml(prefix)
+            cursor = QTextCursor(self.document())
+            cursor.movePosition(QTextCursor.End)
+            self._prefix, self._tail = prefix, cursor.position()
+            cursor.insertHtml(parts[-1])
+        else:
+            self._prefix = self._tail = None
+            self.setHtml("".join(parts))
         if at_bottom:
             self.moveCursor(QTextCursor.End)
             bar.setValue(bar.maximum())

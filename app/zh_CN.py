@@ -486,4 +486,5 @@ TABLE = {
     "Remove {name}": "移除 {name}",
     "in the message": "放入消息中",
     "indexed for this chat, cited": "已为本对话建立索引，回答会引用",
+    "Show {n} earlier messages": "显示更早的 {n} 条消息",
 }

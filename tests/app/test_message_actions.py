@@ -43,3 +43,20 @@ def test_copy_any_message_as_text_or_markdown(qtbot, fakes, make_assistant):
     assert w.view.toPlainText().count("Copy Markdown") == 2
     w.view._on_link(QUrl("msg:copy:99"))  # a stale link does nothing
     w.close()
+
+
+def test_a_long_chat_opens_on_its_last_messages_and_shows_earlier_ones_on_click(qtbot):
+    from app.chat_view import MORE, SHOWN, ChatView
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message number {k}", "stats": {},
+                 "superseded": False} for k in range(1000)]
+    view.set_messages(messages)
+    shown = view.toPlainText()
+    assert "message number 999" in shown and f"message number {1000 - SHOWN}" in shown
+    assert f"message number {999 - SHOWN}" not in shown and f"Show {1000 - SHOWN} earlier messages" in shown
+    view._on_link(QUrl("more:"))
+    assert f"message number {1000 - SHOWN - MORE}" in view.toPlainText()
+    view._on_link(QUrl("msg:copy:0"))  # links keep the message's own index, drawn or not
+    assert QApplication.clipboard().text() == "message number 0"
