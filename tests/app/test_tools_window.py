@@ -71,11 +71,7 @@ def ask(qtbot, w, text: str):
 
 
 def approval(qtbot, w):
-    try:
-        qtbot.waitUntil(lambda: w.approval is not None and w.approval.isVisible(), timeout=60_000)
-    except Exception:
-        print("STATUS", w.status_label.text(), "BANNER", w.banner.text(), "VIEW", w.view.toPlainText()[-500:], "DONE", w.last_done, w.view.messages)
-        raise
+    qtbot.waitUntil(lambda: w.approval is not None and w.approval.isVisible(), timeout=60_000)
     return w.approval
 
 
