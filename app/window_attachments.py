@@ -21,8 +21,18 @@ class WindowAttachments:
         count = self.worker.count_tokens  # the L1 vocabulary alone: safe off the engine thread
         bar = self.composer.attachments
         for path in paths:
-            self.attach_runner.run(lambda p=path: read_attachment(p, count), bar.add,
+            self.attach_runner.run(lambda p=path: read_attachment(p, count), self._attached,
                                    lambda exc, p=path: bar.refuse(_why(exc, p)))
+
+    def _attached(self, attachment) -> None:
+        """A file read: a chip, unless it is too large for the message while documents are off
+        (it could not be indexed for the chat): then refused now, not when the message is sent."""
+        bar = self.composer.attachments
+        if not attachment.inline and not self.docs_toggle.isEnabled():
+            bar.refuse(tr("Not attached: {name} is too large to go into the message, and documents are off "
+                          "(setting docs.enabled), so it cannot be indexed for this chat").format(name=attachment.name))
+            return
+        bar.add(attachment)
 
     def close_attachments(self) -> None:
         if self.attach_runner is not None:

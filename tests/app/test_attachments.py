@@ -90,6 +90,11 @@ def test_drop_and_paste_files_into_the_message(qtbot, fakes, make_assistant, doc
     flag, roots = seen[0]
     assert flag == f"chat-{cid}" and [r["path"] for r in roots] == [str(big)]
     assert w.last_done["stats"]["sources"]  # the answer was given excerpts of it, to cite
+    # with documents off, a large file is refused when it is attached, not when the message is sent
+    w.docs_toggle.setEnabled(False)
+    w.composer.edit.insertFromMimeData(mime(big))
+    qtbot.waitUntil(lambda: "documents are off" in bar.note.text(), timeout=20_000)
+    assert not bar.items
     w.close()
 
 
