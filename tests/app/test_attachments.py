@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QApplication
 
 from app.engine_worker import EngineWorker
 from app.main_window import MainWindow

@@ -4,7 +4,6 @@ The window is driven over the scripted fake backend."""
 
 from __future__ import annotations
 
-import pytest
 from PySide6.QtWidgets import QApplication
 
 from app.engine_worker import EngineWorker
