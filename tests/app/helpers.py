@@ -21,6 +21,40 @@ def ready_window(qtbot, model: str | None, n_ctx: int, max_tokens: int, temperat
     return w
 
 
+def fake_engine(make):
+    """The window's engine worker on an Assistant that `make()` builds (on the scripted fake
+    backend: tests/fake_backend.py), opened on the engine thread as the real one is."""
+    from app.engine_worker import EngineWorker
+
+    class FakeEngine(EngineWorker):
+        def __init__(self):
+            super().__init__(model="fake", memory=False)
+
+        def open_assistant(self):
+            return make()
+
+    return FakeEngine()
+
+
+def fake_window(qtbot, make, *, temperature: float = 0.0, max_tokens: int = 64, welcome_done: bool = True,
+                worker=None, wait: bool = True):
+    """A shown MainWindow on `fake_engine(make)` (or `worker`), once the engine is ready (`wait`);
+    a banner instead fails the test with its text. `welcome_done`: the first-start welcome is
+    dismissed first, as after a first run."""
+    from app.main_window import MainWindow
+    from engine.api import Settings
+
+    if welcome_done:
+        Settings.shared().set("ui.welcome_done", True)
+    w = MainWindow(worker or fake_engine(make), temperature=temperature, max_tokens=max_tokens)
+    qtbot.addWidget(w)
+    w.show()
+    if wait:
+        qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=30_000)
+        assert w.engine_ready, w.banner.text()
+    return w
+
+
 def send(qtbot, w, text, timeout=120_000):
     """Type `text`, press Enter, wait for the answer; returns the window's `last_done`. Waits on
     window state, not on the worker's signals: those are emitted on the engine thread."""

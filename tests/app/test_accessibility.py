@@ -11,33 +11,21 @@ from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSlid
                                QHeaderView, QLineEdit, QPlainTextEdit, QScrollBar, QTextEdit, QWidget)
 
 from app import a11y
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
 from engine.api import Settings
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
+
+from .helpers import fake_window
 
 INTERACTIVE = (QAbstractButton, QLineEdit, QPlainTextEdit, QTextEdit, QComboBox, QAbstractItemView,
                QAbstractSlider, QAbstractSpinBox)
 PARTS = (QHeaderView, QScrollBar)  # parts of a list or a scroll area: read through it
 
 
-class FakeEngine(EngineWorker):
-    def __init__(self, make):
-        super().__init__(model="fake", memory=False)
-        self._make = make
-
-    def open_assistant(self):
-        return self._make()
-
 
 @pytest.fixture
 def window(qtbot, fakes, make_assistant):
-    Settings.shared().set("ui.welcome_done", True)
     model = str(fakes.model_file("m"))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=64)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    w = fake_window(qtbot, lambda: make_assistant(model))
     yield w
     w.close()
 

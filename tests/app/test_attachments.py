@@ -10,22 +10,14 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
-from engine.api import Settings, read_attachment
+from engine.api import read_attachment
 from engine.docs.service import DocumentService
 from engine.storage import Database
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 from tests.test_docs_index import embedder  # noqa: F401
 
+from .helpers import fake_window
 
-class FakeEngine(EngineWorker):
-    def __init__(self, make):
-        super().__init__(model="fake", memory=False)
-        self._make = make
-
-    def open_assistant(self):
-        return self._make()
 
 
 @pytest.fixture
@@ -44,12 +36,8 @@ def mime(*paths) -> QMimeData:
 
 
 def test_drop_and_paste_files_into_the_message(qtbot, fakes, make_assistant, docs, tmp_path):
-    Settings.shared().set("ui.welcome_done", True)
     model = str(fakes.model_file("m"))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model, docs=docs)), temperature=0.0, max_tokens=64)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    w = fake_window(qtbot, lambda: make_assistant(model, docs=docs))
     note = tmp_path / "kettle.md"
     note.write_text("# Kettle\n\nThe Zephyr kettle boils one litre in ninety seconds.\n", encoding="utf-8")
     big = tmp_path / "handbook.txt"

@@ -6,31 +6,25 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QApplication
 
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
 from engine.api import ModelNotFound, Settings
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
-
-class FakeEngine(EngineWorker):
-    def __init__(self, make, fail_first: bool = False):
-        super().__init__(model="fake", memory=False)
-        self._make, self.fail = make, fail_first
-
-    def open_assistant(self):
-        if self.fail:
-            self.fail = False
-            raise ModelNotFound("no model file for tier L1: 'qwen2.5-1.5b-instruct' is not downloaded")
-        return self._make()
+from .helpers import fake_window
 
 
 def make_window(qtbot, fakes, make_assistant, fail_first=False):
-    Settings.shared().set("ui.welcome_done", True)
+    """The window over the fake backend; `fail_first`: the engine's first start fails as a missing
+    model does, and the next one works."""
     model = str(fakes.model_file("m"))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model), fail_first), temperature=0.0, max_tokens=64)
-    qtbot.addWidget(w)
-    w.show()
-    return w
+    failing = [fail_first]
+
+    def make():
+        if failing[0]:
+            failing[0] = False
+            raise ModelNotFound("no model file for tier L1: 'qwen2.5-1.5b-instruct' is not downloaded")
+        return make_assistant(model)
+
+    return fake_window(qtbot, make, wait=False)
 
 
 def buttons(w) -> dict:

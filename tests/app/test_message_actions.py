@@ -6,28 +6,15 @@ from __future__ import annotations
 from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication
 
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
-from engine.api import Settings
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
+from .helpers import fake_window
 
-class FakeEngine(EngineWorker):
-    def __init__(self, make):
-        super().__init__(model="fake", memory=False)
-        self._make = make
-
-    def open_assistant(self):
-        return self._make()
 
 
 def test_copy_any_message_as_text_or_markdown(qtbot, fakes, make_assistant):
-    Settings.shared().set("ui.welcome_done", True)
     model = str(fakes.model_file("m"))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=200)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    w = fake_window(qtbot, lambda: make_assistant(model), max_tokens=200)
     fakes.script("m").enqueue(Answer("**Bold** and `code`.\n\n- one\n- two"), Answer("Second."))
     for text in ("First question", "Second question"):
         w.composer.edit.setPlainText(text)

@@ -8,29 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
 from engine.api import Settings
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
+from .helpers import fake_window
 
-class FakeEngine(EngineWorker):
-    def __init__(self, make):
-        super().__init__(model="fake", memory=False)
-        self._make = make
-
-    def open_assistant(self):
-        return self._make()
 
 
 @pytest.fixture
 def window(qtbot, fakes, make_assistant):
-    Settings.shared().set("ui.welcome_done", True)
     model = str(fakes.model_file("m"))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.3, max_tokens=64)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+    w = fake_window(qtbot, lambda: make_assistant(model), temperature=0.3)
     yield w
     w.close()
 
@@ -104,10 +92,7 @@ def test_screenshots_of_presets(qtbot, fakes, make_assistant, tmp_path):
     model = str(fakes.model_file("m"))
     for language in ("en", "zh_CN"):
         with in_language(language):
-            w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.3, max_tokens=64)
-            qtbot.addWidget(w)
-            w.show()
-            qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+            w = fake_window(qtbot, lambda: make_assistant(model), temperature=0.3)
             dialog = w.open_presets()
             name = "Translator" if language == "en" else "翻译"
             if not any(p.name == name for p in w.presets.all()):

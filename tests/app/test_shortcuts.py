@@ -8,29 +8,18 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel
 
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
 from app.shortcuts import SHORTCUTS, ShortcutSheet, shown
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
+from .helpers import fake_window
 
-class FakeEngine(EngineWorker):
-    def __init__(self, make):
-        super().__init__(model="fake", memory=False)
-        self._make = make
-
-    def open_assistant(self):
-        return self._make()
 
 
 @pytest.fixture
 def window(qtbot, fakes, make_assistant):
     model = str(fakes.model_file("m", decode_s_per_token=0.02))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=200)
-    qtbot.addWidget(w)
-    w.show()
+    w = fake_window(qtbot, lambda: make_assistant(model), max_tokens=200, welcome_done=False)
     w.activateWindow()
-    qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
     qtbot.waitUntil(lambda: QApplication.activeWindow() is w, timeout=5_000)
     yield w
     w.close()

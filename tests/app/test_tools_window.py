@@ -17,13 +17,11 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QUrl
 
-from app.engine_worker import EngineWorker
-from app.main_window import MainWindow
 from engine.api import Settings, Tool, mcp_config_path
 from engine.tools.toolbox import prompt_entry
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
-from .helpers import in_language, save_screenshot, screenshot_dir
+from .helpers import fake_window, in_language, save_screenshot, screenshot_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-window-secret"
@@ -32,14 +30,6 @@ SECRET = "sk-window-secret"
 def call_text(name: str, args: dict) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
-
-class FakeEngine(EngineWorker):
-    def __init__(self, make):
-        super().__init__(model="fake", memory=False)
-        self._make = make
-
-    def open_assistant(self):
-        return self._make()
 
 
 @pytest.fixture
@@ -51,11 +41,7 @@ def window(qtbot, fakes, make_assistant):
         "env": {"BENCH_TOKEN": SECRET}}}}))
     Settings.shared().set("tools.enabled", True)
     model = str(fakes.model_file("m"))
-    w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=400)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.engine_ready or w.banner.isVisible(), timeout=30_000)
-    assert w.engine_ready, w.banner.text()
+    w = fake_window(qtbot, lambda: make_assistant(model), max_tokens=400, welcome_done=False)
     # The fake model's file has no vocabulary for Assistant.count_tokens: the panel counts with the
     # fake backend's (a token per byte), as the app counts with the L1 model's.
     w.worker.toolbox.count_tokens = lambda text: len(fakes.backend("m").vocab.tokenize(text, special=False))
@@ -171,10 +157,7 @@ def test_screenshots_of_tools(qtbot, fakes, make_assistant, model_paths, tmp_pat
     model = str(fakes.model_file("m"))
     for language in ("en", "zh_CN"):
         with in_language(language):
-            w = MainWindow(FakeEngine(lambda: make_assistant(model)), temperature=0.0, max_tokens=400)
-            qtbot.addWidget(w)
-            w.show()
-            qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
+            w = fake_window(qtbot, lambda: make_assistant(model), max_tokens=400, welcome_done=False)
             w.worker.toolbox.count_tokens = vocab.count  # demo-small's, the default L1 (the fake has none)
             question = "What is 1234 × 5678?" if language == "en" else "1234 乘以 5678 等于多少？"
             answer = "1234 × 5678 = 7,006,652." if language == "en" else "1234 × 5678 = 7006652。"
