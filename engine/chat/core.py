@@ -369,12 +369,16 @@ class AssistantCore:
         value = "*" if docs is True else (docs.strip() if isinstance(docs, str) else None)
         self.db.update_conversation(conversation_id, docs=value)
 
-    def conversation_docs(self, conversation_id: int) -> str | None:
-        """None (off), "*" (every collection) or a collection name."""
+    def _row(self, conversation_id: int) -> dict:
+        """The conversation's stored row (its per-chat switches), read fresh."""
         row = self.db.conversation(conversation_id)
         if row is None:
             raise ConversationNotFound(f"no conversation with id {conversation_id}")
-        return row.get("docs")
+        return row
+
+    def conversation_docs(self, conversation_id: int) -> str | None:
+        """None (off), "*" (every collection) or a collection name."""
+        return self._row(conversation_id).get("docs")
 
     def set_conversation_system_prompt(self, conversation_id: int, text: str) -> None:
         """A chat's system prompt from now on (a preset chosen for it): the next turn reads it; the
@@ -392,10 +396,7 @@ class AssistantCore:
 
     def conversation_preset(self, conversation_id: int) -> str | None:
         """The id of the preset the chat was given (None: made before presets, or none chosen)."""
-        row = self.db.conversation(conversation_id)
-        if row is None:
-            raise ConversationNotFound(f"no conversation with id {conversation_id}")
-        return row.get("preset")
+        return self._row(conversation_id).get("preset")
 
     def set_conversation_think(self, conversation_id: int, think: bool | None) -> None:
         """A chat's Think switch for reasoning models: on, off, or None (the reasoning.think setting)."""
@@ -404,9 +405,7 @@ class AssistantCore:
 
     def conversation_think(self, conversation_id: int) -> bool | None:
         """The chat's Think switch (None: never set, the setting applies)."""
-        row = self.db.conversation(conversation_id)
-        if row is None:
-            raise ConversationNotFound(f"no conversation with id {conversation_id}")
+        row = self._row(conversation_id)
         return None if row.get("think") is None else bool(row["think"])
 
     def map_sizes(self) -> dict[str, int]:

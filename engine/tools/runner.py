@@ -135,23 +135,15 @@ class ToolRunner:
 
     def _run(self, cid: str, source: ToolSource, tool: Tool, arguments: dict,
              cancel: threading.Event) -> ToolResultEvent:
-        if getattr(source, "inline", False):
-            return self._run_inline(cid, source, tool, arguments, cancel)
-        box: dict = {}
-        stop = threading.Event()  # the call's own: set on Stop or at its timeout
-
-        def work() -> None:
-            try:
-                box["result"] = source.call(tool.name, arguments, stop)
-            except ToolFailed as exc:
-                box["failed"] = str(exc)
-            except Exception as exc:  # noqa: BLE001 - a tool's bug is its failure, reported, not the turn's
-                log.exception("tool %s/%s failed", source.name, tool.name)
-                box["failed"] = f"{exc.__class__.__name__}: {exc}"
-
         t0 = time.monotonic()
+        if getattr(source, "inline", False):
+            # the built-ins: quick, and their searches read stores the turn's own thread owns
+            return self._outcome(cid, source, tool, _call(source, tool, arguments, cancel), time.monotonic() - t0)
+        box: list = []
+        stop = threading.Event()  # the call's own: set on Stop or at its timeout
         limit = self.timeouts.get(source.name, getattr(source, "timeout_s", DEFAULT_TIMEOUT_S))
-        worker = threading.Thread(target=work, name=f"tool-{source.name}", daemon=True)
+        worker = threading.Thread(target=lambda: box.append(_call(source, tool, arguments, stop)),
+                                  name=f"tool-{source.name}", daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(POLL_S)
@@ -160,31 +152,31 @@ class ToolRunner:
                 status = "cancelled" if cancel.is_set() else "timeout"
                 text = "Stopped by the user." if status == "cancelled" else f"The tool did not answer within {limit:g} s."
                 return ToolResultEvent(cid, source.name, tool.name, status, text, time.monotonic() - t0)
-        seconds = time.monotonic() - t0
-        if "failed" in box:
-            return ToolResultEvent(cid, source.name, tool.name, "failed", f"The tool could not run: {box['failed']}",
-                                   seconds)
-        result: ToolResult = box["result"]
-        return ToolResultEvent(cid, source.name, tool.name, "error" if result.error else "ok",
-                               self._cut(result.text), seconds)
+        return self._outcome(cid, source, tool, box[0], time.monotonic() - t0)
 
-    def _run_inline(self, cid: str, source: ToolSource, tool: Tool, arguments: dict,
-                    cancel: threading.Event) -> ToolResultEvent:
-        """A source that runs on the turn's own thread (the built-ins: quick, and their searches read
-        stores that thread owns)."""
-        t0 = time.monotonic()
-        try:
-            result = source.call(tool.name, arguments, cancel)
-        except Exception as exc:  # noqa: BLE001 - ToolFailed, or a tool's bug: the call's failure, not the turn's
-            if not isinstance(exc, ToolFailed):
-                log.exception("tool %s/%s failed", source.name, tool.name)
-            return ToolResultEvent(cid, source.name, tool.name, "failed", f"The tool could not run: {exc}",
-                                   time.monotonic() - t0)
-        return ToolResultEvent(cid, source.name, tool.name, "error" if result.error else "ok", self._cut(result.text),
-                               time.monotonic() - t0)
+    def _outcome(self, cid: str, source: ToolSource, tool: Tool, called: ToolResult | str,
+                 seconds: float) -> ToolResultEvent:
+        """A finished call as the model and the window see it; `called`: the result, or why the
+        call could not run."""
+        if isinstance(called, str):
+            return ToolResultEvent(cid, source.name, tool.name, "failed", f"The tool could not run: {called}", seconds)
+        return ToolResultEvent(cid, source.name, tool.name, "error" if called.error else "ok", self._cut(called.text),
+                               seconds)
 
     def _cut(self, text: str) -> str:
         if len(text) <= self.max_result_chars:
             return text
         return (text[:self.max_result_chars] + f"\n[… cut: the tool returned {len(text):,} characters, "
                 f"the first {self.max_result_chars:,} are shown]")
+
+
+def _call(source: ToolSource, tool: Tool, arguments: dict, stop: threading.Event) -> ToolResult | str:
+    """One call: its result, or why it could not run (ToolFailed's words; a tool's bug is logged
+    and named, the call's failure, never the turn's)."""
+    try:
+        return source.call(tool.name, arguments, stop)
+    except ToolFailed as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("tool %s/%s failed", source.name, tool.name)
+        return f"{exc.__class__.__name__}: {exc}"

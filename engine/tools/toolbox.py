@@ -72,8 +72,8 @@ class Toolbox:
     def runner(self) -> ToolRunner:
         p = self.permissions
         sources = [self.builtin, *self.servers.sources()]
-        return ToolRunner(sources, always=p.always, disabled=p.disabled, remember=p.allow_always,
-                          timeouts={s.name: s.timeout_s for s in self.servers.servers()})
+        # each server's timeout is its own (McpServer.timeout_s), which the runner reads
+        return ToolRunner(sources, always=p.always, disabled=p.disabled, remember=p.allow_always)
 
     # ---- the Tools panel
     def snapshot(self) -> list[dict]:
