@@ -237,7 +237,8 @@ class ChatView(QTextBrowser):
         at_bottom = bar.value() >= bar.maximum() - 8
         parts = []
         if self.first_shown:
-            parts.append(f"<p align='center'><a href='more:'>{html.escape(tr('Show {n} earlier messages').format(n=self.first_shown))}</a></p>")
+            more = tr("Show {n} earlier messages").format(n=self.first_shown)
+            parts.append(f"<p align='center'><a href='more:'>{html.escape(more)}</a></p>")
         for i, m in enumerate(self.messages):  # finished messages are rendered once
             if i < self.first_shown:
                 continue

@@ -159,12 +159,14 @@ def tool_html(index: int, n: int, block: dict) -> str:
         return head
     result = block.get("text") or ""
     if len(result) > MAX_SHOWN_RESULT:
-        result = result[:MAX_SHOWN_RESULT] + "\n" + tr("[… {n} characters more]").format(n=len(result) - MAX_SHOWN_RESULT)
+        more = tr("[… {n} characters more]").format(n=len(result) - MAX_SHOWN_RESULT)
+        result = result[:MAX_SHOWN_RESULT] + "\n" + more
     box = (f"margin:2px 0 2px 12px;padding:4px;border-left:2px solid {COLOURS['meta']};"
            f"background:{COLOURS['code']};font-family:monospace;font-size:small;white-space:pre-wrap")
-    return (head + f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px'>{html.escape(tr('Arguments'))}</div>"
+    label = f"color:{COLOURS['meta']};font-size:small;margin-left:12px"
+    return (head + f"<div style='{label}'>{html.escape(tr('Arguments'))}</div>"
             f"<pre style='{box}'>{html.escape(block.get('arguments') or '{}')}</pre>"
-            f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px'>{html.escape(tr('Result'))}</div>"
+            f"<div style='{label}'>{html.escape(tr('Result'))}</div>"
             f"<pre style='{box}'>{html.escape(result)}</pre>")
 
 

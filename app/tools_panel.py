@@ -59,8 +59,9 @@ class ToolsPanel(QDialog):
 
     def _build_top(self) -> QHBoxLayout:
         """What the panel is, the empty state, Import / Open mcp.json / Reload."""
-        intro = self.intro = QLabel(tr("Tools the model may call when “Tools” is on under the chat. Every call asks you first. "
-                          "MCP servers come from {path}.").format(path=mcp_config_path()))
+        intro = self.intro = QLabel(tr("Tools the model may call when “Tools” is on under the chat. "
+                                       "Every call asks you first. MCP servers come from {path}.").format(
+            path=mcp_config_path()))
         intro.setWordWrap(True)
         self.empty = QLabel(tr("No MCP servers yet. Import them from Claude Desktop, LM Studio or Cursor, or add "
                                "one to mcp.json (the same format) and press Reload."))
