@@ -9,15 +9,21 @@ import json
 from engine.storage import Database
 
 
-def conversation_json(db: Database, conversation_id: int) -> str:
+def _kept(db: Database, conversation_id: int) -> tuple[dict, list[dict]]:
+    """The conversation's row and the messages an export shows (superseded answers left out)."""
     conv = db.conversation(conversation_id)
     if conv is None:
         raise LookupError(f"no conversation with id {conversation_id}")
+    return conv, [m for m in db.messages(conversation_id) if m["superseded_by"] is None]
+
+
+def conversation_json(db: Database, conversation_id: int) -> str:
+    conv, kept = _kept(db, conversation_id)
     messages = [{"role": m["role"], "content": m["content"], "created": m["created"], "model": m["model"],
                  "level": m["level"], "stats": m["stats"]} | ({"reasoning": m["reasoning"]} if m["reasoning"] else {})
                 | ({"tool_calls": m["tool_calls"]} if m["tool_calls"] else {})
                 | ({"tool_call_id": m["tool_call_id"]} if m["tool_call_id"] else {})
-                for m in db.messages(conversation_id) if m["superseded_by"] is None]
+                for m in kept]
     return json.dumps({"id": conv["id"], "title": conv["title"], "created": conv["created"],
                        "system_prompt": conv["system_prompt"], "messages": messages,
                        "summaries": db.summaries(conversation_id)}, ensure_ascii=False, indent=2)
@@ -25,15 +31,11 @@ def conversation_json(db: Database, conversation_id: int) -> str:
 
 def conversation_markdown(db: Database, conversation_id: int, reasoning: bool = False) -> str:
     """`reasoning`: a reasoning model's thinking too, folded (<details>) above its answer."""
-    conv = db.conversation(conversation_id)
-    if conv is None:
-        raise LookupError(f"no conversation with id {conversation_id}")
+    conv, kept = _kept(db, conversation_id)
     out = [f"# {conv['title'] or 'Conversation ' + str(conversation_id)}", "", f"*{conv['created'][:19]}*", ""]
     if conv["system_prompt"]:
         out += [f"> System: {conv['system_prompt']}", ""]
-    for m in db.messages(conversation_id):
-        if m["superseded_by"] is not None:
-            continue
+    for m in kept:
         if m["role"] == "tool":
             out += ["**Tool result**", "", "```", m["content"].replace("```", "` ` `"), "```", ""]
             continue
@@ -65,9 +67,7 @@ def conversation_html(db: Database, conversation_id: int, reasoning: bool = Fals
     """One self-contained HTML page: no script, no remote resource, every text escaped (a model's
     or a tool's output is shown as the text it is, never as markup). Light and dark follow the
     reader's system."""
-    conv = db.conversation(conversation_id)
-    if conv is None:
-        raise LookupError(f"no conversation with id {conversation_id}")
+    conv, kept = _kept(db, conversation_id)
     e = html.escape
     title = conv["title"] or f"Conversation {conversation_id}"
     out = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\">",
@@ -77,9 +77,7 @@ def conversation_html(db: Database, conversation_id: int, reasoning: bool = Fals
     if conv["system_prompt"]:
         out.append(f"<section class=\"tool\"><div class=\"who\">System</div><div class=\"text\">"
                    f"{e(conv['system_prompt'])}</div></section>")
-    for m in db.messages(conversation_id):
-        if m["superseded_by"] is not None:
-            continue
+    for m in kept:
         role = m["role"] if m["role"] in ("user", "assistant", "tool") else "assistant"
         who = {"user": "You", "tool": "Tool result"}.get(role) or \
             " ".join(p for p in ("Assistant", m["level"] or "", m["model"] or "") if p)
