@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QDoubleSpinBox, QFileDialog, 
 
 from app.a11y import describe
 from app.i18n import tr
-from engine.api import Preset, PresetError, Presets, new_preset_id
+from engine.api import Preset, PresetError, Presets
 
 # Tri-state switches: (label, value) — None leaves the chat's own switch as it stands.
 SWITCH = ((lambda: tr("as it stands"), None), (lambda: tr("on"), True), (lambda: tr("off"), False))
@@ -152,8 +152,7 @@ class PresetsDialog(QDialog):
         return True
 
     def new(self) -> None:
-        name = tr("New preset")
-        preset = self.store.save(Preset(new_preset_id(name), name))
+        preset = self.store.create(tr("New preset"))
         self.reload(preset.id)
         self.name.setFocus()
         self.name.selectAll()

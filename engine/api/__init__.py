@@ -75,7 +75,6 @@ _EXPORTS: dict[str, str] = {
     "Preset": "engine.config.presets",  # presets ("assistants"): presets.json, a chat's preset
     "Presets": "engine.config.presets",
     "PresetError": "engine.config.presets",
-    "new_preset_id": "engine.config.presets",
     "user_dir": "engine.config.paths",
     "install_dir": "engine.config.paths",
     "__version__": "engine.config.version",  # for `assistant --version`
@@ -142,7 +141,7 @@ _EXPORTS: dict[str, str] = {
     "FetchError": "engine.models.fetch",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search", "known_mcp_configs": "known_configs",
-            "mcp_config_path": "config_path", "mcp_self_check": "self_check", "new_preset_id": "new_id"}
+            "mcp_config_path": "config_path", "mcp_self_check": "self_check"}
 
 __all__ = sorted(_EXPORTS)
 

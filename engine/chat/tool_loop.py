@@ -1,7 +1,8 @@
 """The tool loop: model → calls → approval → run → results → model, on the same conversation
 (each round evaluates only the results and a few markers: the KV holds the rest). Bounded to
 `max_rounds` rounds of calls; the round after the last shows the same tools with tool_choice
-"none", so the model answers in words (and the prompt, and its KV, stay as they were). Stop ends it anywhere, a running tool included."""
+"none", so the model answers in words (and the prompt, and its KV, stay as they were). Stop ends
+it anywhere, a running tool included."""
 
 from __future__ import annotations
 

@@ -153,6 +153,10 @@ class Presets:
             self._write(default, out)
         return preset
 
+    def create(self, name: str) -> Preset:
+        """A new preset named `name` (an id of its own), saved."""
+        return self.save(Preset(new_id(name), name))
+
     def delete(self, preset_id: str) -> None:
         if preset_id == DEFAULT_ID:
             raise PresetError("the built-in Default preset can be edited, not deleted")

@@ -188,10 +188,6 @@ class McpServer:
                 log.warning("MCP server %s did not stop cleanly: %s", self.name, exc)
         self._publish(DISABLED if disable else STOPPED)
 
-    def enable(self) -> None:
-        if self.state == DISABLED:
-            self._publish(STOPPED)
-
     # ---- on the loop thread
     async def _run_session(self, ready: Future) -> None:
         from mcp import Client  # the SDK loads with the first server, not with the engine
