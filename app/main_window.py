@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
                                QPushButton, QSplitter, QVBoxLayout, QWidget)
 
-from app.a11y import announce
+from app.a11y import announce, describe
 from app.api_server import ApiServerControl
 from app.chat_view import ChatView
 from app.composer import Composer
@@ -181,10 +181,8 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         actions.addWidget(self.think_toggle)
         self.tools_toggle = QCheckBox(tr("Tools"))  # offer the tools (built-in and MCP) to the model
         self.tools_toggle.setObjectName("toolsToggle")
-        self.tools_toggle.setToolTip(tr("The model may call tools: the built-in ones and your MCP servers. "
-                                        "Every call asks you first."))
-        self.tools_toggle.setAccessibleName(tr("Tools"))
-        self.tools_toggle.setAccessibleDescription(self.tools_toggle.toolTip())
+        describe(self.tools_toggle, tr("Tools"), tr("The model may call tools: the built-in ones and your MCP "
+                                                     "servers. Every call asks you first."))
         self.tools_toggle.setChecked(bool(Settings.shared().get("tools.enabled")))
         self.tools_toggle.toggled.connect(lambda on: Settings.shared().set("tools.enabled", on))
         actions.addWidget(self.tools_toggle)
@@ -236,7 +234,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
         self.top_bar.set_title(None)
-        self.top_bar.set_model("")
+        self.top_bar.set_model()
         self._preset_switches(self.chat_preset)
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
         self.think_toggle.take(cid)
@@ -259,7 +257,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
                                      "stats": dict(m["stats"], model=(m["stats"] or {}).get("model")),
                                      "superseded": m["superseded"]} for m in messages])
             last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
-            self.top_bar.set_model(" · ".join(str(x) for x in (last.get("level"), last.get("model")) if x))
+            self.top_bar.set_model(last.get("level"), last.get("model"))
             self.gauges.set_water_level(last.get("context"))
             self._update_actions()
 
@@ -291,7 +289,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
             self.show_banner(tr("GPU: {why}").format(why=gpu_note))
         if cid == self.conversation_id:
             self.view.finish(done)
-            self.top_bar.set_model(f"{done.get('level') or ''} · {done.get('model') or ''}".strip(" ·"))
+            self.top_bar.set_model(done.get("level"), done.get("model"))
             announce(self.view, done["text"] or self.view.last_answer())  # polite: after what is being read
             self._show_confidence(done["stats"])
             context = done["stats"].get("context")
@@ -466,7 +464,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
             return
         self.conversation_id = cid
         self.top_bar.set_title(self._titles.get(cid))
-        self.top_bar.set_model("")
+        self.top_bar.set_model()
         self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self._show_chat_preset(cid, pid))
         self.gauges.conversation_id = cid
         self.docs_toggle.set_conversation(cid)

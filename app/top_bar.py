@@ -68,8 +68,9 @@ class TopBar(QWidget):
     def set_title(self, title: str | None) -> None:
         self.title.setText(title or tr("New chat"))
 
-    def set_model(self, text: str) -> None:
-        self.model.setText(text)
+    def set_model(self, level: str | None = None, model: str | None = None) -> None:
+        """Which tier and model answered ("L1 · demo-small"); nothing for a chat with no answer yet."""
+        self.model.setText(" · ".join(str(x) for x in (level, model) if x))
 
     def set_summary(self, text: str) -> None:
         self.strip.setText(text)
