@@ -34,3 +34,24 @@ def test_the_catalog_says_which_families_call_tools():
         by_family.setdefault(e.family, set()).add(e.tools)
     assert by_family["qwen2.5"] == by_family["qwen3"] == {True}
     assert by_family["gemma3"] == {False}
+
+
+def test_tool_results_go_back_to_the_model_that_called():
+    """send_tool_results routes to the calling answer's level: kept there even where that model
+    is not one the catalog says calls tools (the results extend its KV), with a reason that says so."""
+    from engine.chat.stages.route import Route
+    from engine.inference.tool_calls import Tool, ToolUse
+
+    route = Route(db=None, tiers=tiers(False, True), kv=None, conversation=None)
+    use = ToolUse((Tool("add", "Add"),), "auto", True)
+    seen = []
+
+    def run(kind):
+        turn = SimpleNamespace(request=SimpleNamespace(kind=kind, route="L1", domain="", params=SimpleNamespace(tools=use)),
+                               conv=SimpleNamespace(id=1), user=SimpleNamespace(content="2"), config=None, decision=None)
+        list(route(turn, lambda t: iter(seen.append(t.decision) or ())))
+        return seen[-1]
+
+    results = run("tool_results")
+    assert (results.level, results.reason) == ("L1", "tool results: the model that called")
+    assert run("message").level == "L1"  # a user's own route is kept too

@@ -31,12 +31,13 @@ class Route:
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         req = turn.request
         turn.decision = self.decide(turn.conv.id, turn.user.content, req.route, turn.config, req.domain)
-        if req.kind == "tool_results" and turn.decision.reason == "user override":
-            # send_tool_results routes to the model that called: say so, not the user's override
-            turn.decision = replace(turn.decision, reason="tool results: the model that called")
         tools = req.params.tools
         if tools is not None and tools.offered() and not turn.decision.reason.endswith("override"):
             turn.decision = self.tiers.tool_tier(turn.decision)  # a user's own route is theirs
+        if req.kind == "tool_results" and turn.decision.reason == "user override":
+            # send_tool_results routes to the model that called (kept there, as an override is, so
+            # the results extend its KV): say so, not the user's override
+            turn.decision = replace(turn.decision, reason="tool results: the model that called")
         return (yield from rest(turn))
 
     def decide(self, conversation_id: int, text: str, forced: str, config: EngineConfig,
