@@ -178,15 +178,15 @@ class McpServer:
         self._publish(FAILED, error)
         log.warning("MCP server %s failed to start: %s", self.name, error)
 
-    def stop(self, disable: bool = False) -> None:
-        """Stop the server (its process group, for stdio) and wait for it; `disable`: not started
-        again until enabled."""
+    def stop(self) -> None:
+        """Stop the server (its process group, for stdio) and wait for it. Turning a server off is
+        a config change: `McpServers.configure` stops it and makes it again, disabled."""
         if self._session is not None or self.state in (STARTING, RUNNING, CRASHED):
             try:
                 self._loop.submit(self._close_session()).result(STOP_TIMEOUT_S)
             except (FutureTimeout, Exception) as exc:  # noqa: BLE001 - stopping goes on regardless
                 log.warning("MCP server %s did not stop cleanly: %s", self.name, exc)
-        self._publish(DISABLED if disable else STOPPED)
+        self._publish(STOPPED)
 
     # ---- on the loop thread
     async def _run_session(self, ready: Future) -> None:

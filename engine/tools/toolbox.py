@@ -107,10 +107,7 @@ class Toolbox:
             configs = self._read()
             changed = [c if c.name != name else replace(c, disabled=not enabled) for c in configs]
             mcp_config.write(self.config_path, changed)
-            server = self.servers.get(name)
-            if server is not None and not enabled:
-                server.stop(disable=True)
-            self.servers.configure(changed)
+            self.servers.configure(changed)  # a changed entry's server is stopped and made again, off or on
 
     def restart(self, name: str) -> None:
         """Start (or start again) one server now; ToolFailed says why it did not."""
