@@ -192,9 +192,11 @@ class Assistant(AssistantCore, DocumentsApi):
 
     # ---- conversations (reads)
     def conversations(self) -> list[dict]:
-        """Every conversation, newest first: {"id", "title", "updated", "model"}."""
-        rows = sorted(self.db.conversations(), key=lambda r: r["updated"], reverse=True)
-        return [{"id": r["id"], "title": r["title"], "updated": r["updated"], "model": r["model"]} for r in rows]
+        """Every conversation, pinned ones first, then newest first: {"id", "title", "updated",
+        "model", "pinned"}."""
+        rows = sorted(self.db.conversations(), key=lambda r: (bool(r["pinned"]), r["updated"]), reverse=True)
+        return [{"id": r["id"], "title": r["title"], "updated": r["updated"], "model": r["model"],
+                 "pinned": bool(r["pinned"])} for r in rows]
 
     def search_conversations(self, query: str) -> list[int]:
         return self.db.search_conversations(query)

@@ -339,6 +339,15 @@ class AssistantCore:
         self.conversation(conversation_id)
         self.db.update_conversation(conversation_id, title=title[:200])
 
+    def pin_conversation(self, conversation_id: int, pinned: bool) -> None:
+        """Keep a conversation at the top of `conversations()` (or let it go back to its date).
+
+        Raises:
+            ConversationNotFound: unknown id.
+        """
+        self._row(conversation_id)  # ConversationNotFound; the row alone: no transcript to load
+        self.db.set_pinned(conversation_id, pinned)
+
     def delete_conversation(self, conversation_id: int) -> None:
         """Delete a conversation everywhere: its rows, its memory chunks, its KV snapshots."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id

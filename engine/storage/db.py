@@ -274,6 +274,15 @@ class Database:
         if cursor.rowcount == 0:
             raise LookupError(f"no conversation {conversation_id}")
 
+    def set_pinned(self, conversation_id: int, pinned: bool) -> None:
+        """Pin or unpin a conversation. Unlike update_conversation this keeps `updated`: pinning
+        is not activity, and an unpinned chat goes back to its own date group."""
+        with self._lock, _storage_errors(self.path, "write to"):
+            cursor = self._conn.execute("UPDATE conversations SET pinned = ? WHERE id = ?",
+                                        (int(pinned), conversation_id))
+        if cursor.rowcount == 0:
+            raise LookupError(f"no conversation {conversation_id}")
+
     def search_conversations(self, query: str, limit: int = 200) -> list[int]:
         """Ids of conversations whose title or messages contain `query` (case-insensitive
         substring), most recently updated first."""

@@ -341,6 +341,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- presets.json; NULL for chats made before presets, which read as the default one.
         ALTER TABLE conversations ADD COLUMN preset TEXT;
     """),
+    ("0014_conversation_pinned", """
+        -- A chat the user pinned to the top of the list; pinning is not activity, so it leaves
+        -- `updated` (the list's date groups) alone.
+        ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+    """),
 ]
 
 
