@@ -19,6 +19,7 @@ import numpy as np
 from engine.api.documents import DocumentsApi, embedder_from_settings
 from engine.api.engine_config import CONFIG_SETTINGS, engine_config
 from engine.api.status import StatusPublisher
+from engine.chat import branches
 from engine.chat.core import AssistantCore, TurnDone
 from engine.chat.export import conversation_html, conversation_json, conversation_markdown
 from engine.chat.targets import InputError
@@ -202,14 +203,19 @@ class Assistant(AssistantCore, DocumentsApi):
         return self.db.search_conversations(query)
 
     def transcript(self, conversation_id: int) -> list[dict]:
-        """Every stored message (superseded ones flagged): {"id", "role", "content", "reasoning" (a
-        reasoning model's thinking, else None), "stats", "superseded", "tool_calls" (an answer's
-        calls, OpenAI-shaped, else None), "tool_call_id" (a tool result's, else None)}."""
+        """Every stored message, in the order written: {"id", "role", "content", "reasoning" (a
+        reasoning model's thinking, else None), "stats", "superseded" (off the chat's current path:
+        another branch), "tool_calls" (an answer's calls, OpenAI-shaped, else None), "tool_call_id"
+        (a tool result's, else None), "parent_id" (the message it follows), "branches" (every
+        message at its place, oldest first, when it has siblings: answers given again, messages
+        edited; else None)}."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
+        rows = self.db.messages(conversation_id)
+        siblings = branches.siblings(rows)
         return [{"id": r["id"], "role": r["role"], "content": r["content"], "reasoning": r["reasoning"],
                  "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None,
-                 "tool_calls": r["tool_calls"], "tool_call_id": r["tool_call_id"]}
-                for r in self.db.messages(conversation_id)]
+                 "tool_calls": r["tool_calls"], "tool_call_id": r["tool_call_id"], "parent_id": r["parent_id"],
+                 "branches": siblings.get(r["id"])} for r in rows]
 
     def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:
         """The conversation as Markdown, JSON or HTML text (a page of its own, every text escaped).
@@ -238,10 +244,11 @@ class Assistant(AssistantCore, DocumentsApi):
         if bad:
             raise InputError(f"earlier turns must be user, assistant or tool messages, not {', '.join(bad)}")
         cid = self.new_conversation(system_prompt)
+        parent = None
         for role, content, *rest in messages:
             fields = (rest[0] if rest else None) or {}
-            self.db.add_message(cid, role, clean_text(content).strip(), tool_calls=fields.get("tool_calls"),
-                                tool_call_id=fields.get("tool_call_id"))
+            parent = self.db.add_message(cid, role, clean_text(content).strip(), tool_calls=fields.get("tool_calls"),
+                                         tool_call_id=fields.get("tool_call_id"), parent_id=parent)
         return cid
 
     def delete_conversation(self, conversation_id: int) -> None:

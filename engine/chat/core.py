@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import psutil
 
+from engine.chat.branches import Branches, forked, on_path
 from engine.chat.config import EngineConfig
 from engine.chat.conversation import Conversation, ConversationNotFound, StableBlock, TurnDone, load_conversation
 from engine.chat.doc_recall import DocumentRecall
@@ -82,6 +83,8 @@ class AssistantCore:
                                 remote=remote, kv=self.kv)
         self._conversations: dict[int, Conversation] = {}
         self.summary_chain = SummaryChain(db=db, worker=lambda: self.tier_set.local("L1").worker)
+        self.branches = Branches(db=db, conversations=self._conversations, load=self.conversation,
+                                 memory=self.memory_recall, summaries=self.summary_chain, render=self._next_prefix)
         self.stages = turn_stages(Parts(db=db, tiers=self.tier_set, kv=self.kv, memory=self.memory_recall,
                                         documents=self.doc_recall,
                                         summaries=self.summary_chain, conversation=self.conversation))
@@ -237,22 +240,51 @@ class AssistantCore:
         conv = self.conversation(conversation_id)
         yield from self._pipeline(Turn(request, self.config, conv, Message("user", request.text)))
 
-    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
-                   **options: Any) -> Iterator[Chunk | TurnDone]:
-        """Answer the last user message again; the previous answer is superseded (kept in the
-        record, out of the context) once the new one starts.
+    def send_after(self, conversation_id: int, message_id: int, text: str,
+                   params: GenerateParams = GenerateParams(), **options: Any) -> Iterator[Chunk | TurnDone]:
+        """Branch from an answer: send `text` as the message that follows `message_id`; the turns
+        after it leave the chat's path once the new message is stored, kept as a branch
+        (`switch_branch` goes back). Stream as `send`.
 
         Raises:
-            InputError: the conversation does not end with an answered user message.
+            InputError: `message_id` is not a finished answer on the chat's path.
         """
         conv = self.conversation(conversation_id)
-        if len(conv.messages) < 2 or (conv.messages[-1].role, conv.messages[-2].role) != ("assistant", "user"):
-            raise InputError("nothing to regenerate: the conversation does not end with an answer")
-        user, old = conv.messages[-2], conv.messages[-1]
-        request = TurnRequest(kind="regenerate", conversation_id=conversation_id, text=user.content, params=params,
-                              **options).checked()
-        yield from self._pipeline(Turn(request, self.config, conv, user, commit_user=False,
+        at = on_path(conv, message_id)
+        if conv.messages[at].role != "assistant" or conv.messages[at].tool_calls:
+            raise InputError("a branch starts after an answer")
+        yield from forked(conv, at + 1, lambda cut: self.send(conversation_id, text, params, replaces=cut,
+                                                                      **options))
+
+    def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
+                   message_id: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+        """Answer a user message again: the one `message_id` answered (an answer on the chat's
+        path; None: the last). The old answer and the turns after it leave the path once the new
+        answer starts, kept as a branch.
+
+        Raises:
+            InputError: no such answer, or (without `message_id`) the conversation does not end
+                with an answered user message.
+        """
+        conv = self.conversation(conversation_id)
+        if message_id is None:
+            if len(conv.messages) < 2 or (conv.messages[-1].role, conv.messages[-2].role) != ("assistant", "user"):
+                raise InputError("nothing to regenerate: the conversation does not end with an answer")
+            at = len(conv.messages) - 1
+        else:
+            at = on_path(conv, message_id)
+        asked = max((i for i in range(at) if conv.messages[i].role == "user"), default=None)
+        if conv.messages[at].role != "assistant" or asked is None:
+            raise InputError("only an answer to a message can be given again")
+        user, old = conv.messages[asked], conv.messages[asked + 1]  # its first round, when it called tools
+
+        def run(later: tuple[int, ...]) -> Iterator:
+            request = TurnRequest(kind="regenerate", conversation_id=conversation_id, text=user.content,
+                                  params=params, replaces=later, **options).checked()
+            return self._pipeline(Turn(request, self.config, conv, user, commit_user=False,
                                        supersedes=TurnDone(conv.id, old.id, "", old.content, [])))
+
+        yield from forked(conv, asked + 2, run)
 
     def send_tool_results(self, conversation_id: int, results: list[tuple[str, str]],
                           params: GenerateParams = GenerateParams(), **options: Any) -> Iterator[Chunk | TurnDone]:
@@ -279,32 +311,31 @@ class AssistantCore:
         request = TurnRequest(kind="tool_results", conversation_id=conversation_id, params=params,
                               **options).checked()
         for cid, text in results[:-1]:  # all but the last stored now; the last is the turn's own
-            mid = self.db.add_message(conv.id, "tool", text, tool_call_id=cid)
+            mid = self.db.add_message(conv.id, "tool", text, tool_call_id=cid, parent_id=conv.messages[-1].id)
             conv.messages.append(Message("tool", text, id=mid, tool_call_id=cid))
         cid, text = results[-1]
         yield from self._pipeline(Turn(request, self.config, conv, Message("tool", text, tool_call_id=cid)))
 
     def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
-                      **options: Any) -> Iterator[Chunk | TurnDone]:
-        """Replace the last user message (and its answer) with `text` and answer that; the old
-        turn is superseded in the record once the new message is stored.
+                      message_id: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+        """Send `text` in place of a user message (`message_id`, on the chat's path; None: the
+        last) and answer it; the old message and the turns after it leave the path once the new
+        one is stored, kept as a branch.
 
         Raises:
-            InputError: no user message to edit, or `text` is not sendable.
+            InputError: no such user message, or `text` is not sendable.
         """
         conv = self.conversation(conversation_id)
-        last = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
-        if last is None:
-            raise InputError("no message to edit")
-        old = conv.messages[last:]
-        conv.messages = conv.messages[:last]
-        try:
-            yield from self.send(conversation_id, text, params,
-                                 replaces=tuple(m.id for m in old if m.id is not None), **options)
-        except BaseException:
-            if not any(m.role == "user" and m.id is not None and m not in old for m in conv.messages[last:]):
-                conv.messages[last:last] = old  # nothing was stored: the old turn stands
-            raise
+        if message_id is None:
+            at = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
+            if at is None:
+                raise InputError("no message to edit")
+        else:
+            at = on_path(conv, message_id)
+            if conv.messages[at].role != "user":
+                raise InputError("only a message you wrote can be edited")
+        yield from forked(conv, at, lambda cut: self.send(conversation_id, text, params, replaces=cut,
+                                                                **options))
 
     def route(self, conversation_id: int, text: str, forced: str = "auto",
               domain: str = WINDOW_DOMAIN) -> RouteDecision:
@@ -361,6 +392,21 @@ class AssistantCore:
         if self.kv is not None:
             self.kv.forget(conversation_id)
         self.db.scrub()  # its text out of the WAL: the file keeps only the pages secure_delete zeroed
+
+    # ---- branches (engine/chat/branches.py)
+    def switch_branch(self, conversation_id: int, message_id: int) -> dict:
+        """Show the branch `message_id` is on (`Branches.switch`)."""
+        self.conversation(conversation_id)
+        return self.branches.switch(conversation_id, message_id)
+
+    def delete_turn(self, conversation_id: int, message_id: int) -> list[int]:
+        """Delete the turn `message_id` is part of (`Branches.delete_turn`); the ids deleted."""
+        conv = self.conversation(conversation_id)
+        return self.branches.delete_turn(conv, on_path(conv, message_id))
+
+    def _next_prefix(self, conv: Conversation) -> list[int]:
+        """The L1 model's tokens for the chat and the markers that open its next user turn."""
+        return Session(self.vocab, self.template, conv.history()).next_prefix()
 
     def set_conversation_route(self, conversation_id: int, route: str) -> None:
         """Force a level for every message of a conversation ("auto" lets the router decide)."""

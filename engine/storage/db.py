@@ -317,14 +317,17 @@ class Database:
     def add_message(self, conversation_id: int, role: str, content: str, *, model: str | None = None,
                     level: str | None = None, token_ids: list[int] | None = None, token_model: str | None = None,
                     status: str = "done", model_text: str | None = None, tool_calls: list[dict] | None = None,
-                    tool_call_id: str | None = None) -> int:
+                    tool_call_id: str | None = None, parent_id: int | None = None) -> int:
         """Insert and commit a message (and touch the conversation); return its id.
         `model_text`: what the model read, when it differs from `content` (retrieved memories).
-        `tool_calls`: an answer's calls (OpenAI-shaped); `tool_call_id`: a tool result's call."""
+        `tool_calls`: an answer's calls (OpenAI-shaped); `tool_call_id`: a tool result's call.
+        `parent_id`: the message it follows (None: the chat's first)."""
         now = _now()
         row = {"conversation_id": conversation_id, "role": role, "content": content, "created": now, "model": model,
                "level": level, "token_count": None if token_ids is None else len(token_ids), "status": status,
                "token_ids": encode_ids(token_ids), "token_model": token_model, "model_text": model_text}
+        if parent_id is not None:  # named only when set (a database before 0015 has no such column)
+            row["parent_id"] = parent_id
         if tool_calls:  # named only when set (a database before 0012 has no such columns)
             row["tool_calls"] = json.dumps(tool_calls, ensure_ascii=False)
         if tool_call_id is not None:
@@ -368,6 +371,35 @@ class Database:
         with self.transaction():
             self._conn.execute("UPDATE messages SET superseded_by = ? WHERE id = ?", (by_id, message_id))
 
+    def set_path(self, conversation_id: int, path: list[int]) -> None:
+        """Make `path` (message ids, first to last) the chat's current one: every other message of
+        it is marked off the path (superseded by the path's last message)."""
+        if not path:
+            raise ValueError("a chat's path holds at least one message")
+        ids = json.dumps(path)
+        with self.transaction():
+            self._conn.execute("UPDATE messages SET superseded_by = NULL WHERE superseded_by IS NOT NULL"
+                               " AND id IN (SELECT value FROM json_each(?))", (ids,))
+            self._conn.execute("UPDATE messages SET superseded_by = ? WHERE conversation_id = ? AND superseded_by"
+                               " IS NULL AND id NOT IN (SELECT value FROM json_each(?))",
+                               (path[-1], conversation_id, ids))
+
+    def delete_messages(self, conversation_id: int, ids: list[int]) -> None:
+        """Delete messages, and the summaries from the first of them on (a summary takes in every
+        one before it: those would speak of what is gone)."""
+        if not ids:
+            return
+        with self.transaction():
+            self._conn.execute("DELETE FROM summaries WHERE conversation_id = ? AND last_message_id >= ?",
+                               (conversation_id, min(ids)))
+            self._conn.execute("DELETE FROM messages WHERE conversation_id = ? AND id IN"
+                               " (SELECT value FROM json_each(?))", (conversation_id, json.dumps(ids)))
+
+    def reparent(self, ids: list[int], parent_id: int | None) -> None:
+        with self.transaction():
+            self._conn.execute("UPDATE messages SET parent_id = ? WHERE id IN (SELECT value FROM json_each(?))",
+                               (parent_id, json.dumps(ids)))
+
     def messages(self, conversation_id: int) -> list[dict[str, Any]]:
         rows = self._q("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))
         for row in rows:
@@ -387,8 +419,11 @@ class Database:
                 (conversation_id, first_message_id, last_message_id, text, model, _now(), previous_id)).lastrowid
 
     def summaries(self, conversation_id: int) -> list[dict[str, Any]]:
-        """The chain, oldest first; the last row stands for everything up to its last_message_id."""
-        return self._q("SELECT * FROM summaries WHERE conversation_id = ? ORDER BY id", (conversation_id,))
+        """The chain of the chat's current path, oldest first; the last row stands for everything
+        up to its last_message_id. A summary made on another branch waits there (its last message
+        is off the path, and so it speaks of turns this path does not have)."""
+        return self._q("SELECT s.* FROM summaries s JOIN messages m ON m.id = s.last_message_id"
+                       " WHERE s.conversation_id = ? AND m.superseded_by IS NULL ORDER BY s.id", (conversation_id,))
 
     def edit_summary(self, summary_id: int, text: str) -> bool:
         """Replace a summary's text (marked edited); False when there is no such summary."""

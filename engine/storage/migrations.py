@@ -346,6 +346,19 @@ MIGRATIONS: list[tuple[str, str]] = [
         -- `updated` (the list's date groups) alone.
         ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
     """),
+    ("0015_message_tree", """
+        -- Branches: each message follows its parent (NULL: a chat's first message). Siblings are
+        -- the answers given again and the messages edited and sent again; superseded_by still
+        -- marks what is off the chat's current path (engine/chat/branches.py).
+        ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+        -- Earlier chats were one path with superseded rows beside it: a message followed the latest
+        -- one before it that had not been replaced by then (a replacement always has the larger id).
+        UPDATE messages SET parent_id = (
+            SELECT p.id FROM messages p WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id
+               AND (p.superseded_by IS NULL OR p.superseded_by > messages.id)
+             ORDER BY p.id DESC LIMIT 1);
+        CREATE INDEX messages_parent ON messages (parent_id);
+    """),
 ]
 
 

@@ -30,6 +30,8 @@ class After:
         finally:
             messages = turn.conv.messages
             if old is not None and messages and messages[-1].id != old:
-                self.memory.forget_message(old)  # the new answer stands in the memory for the old one
+                # The new answer stands in the memory for the old one and the turns after it.
+                for gone in (old, *turn.request.replaces):
+                    self.memory.forget_message(gone)
             if turn.memory or regenerate:
                 self.memory.index(turn.conv, turn.user)

@@ -20,7 +20,8 @@ class Prompt:
         if turn.commit_user and user.id is None:
             user.id = self.db.add_message(conv.id, user.role, user.content, model=target.model_id,
                                           token_ids=user.ids.get(target.identity), token_model=target.identity,
-                                          model_text=user.model_text, tool_call_id=user.tool_call_id)
+                                          model_text=user.model_text, tool_call_id=user.tool_call_id,
+                                          parent_id=conv.messages[-1].id if conv.messages else None)
             conv.messages.append(user)
             for old in turn.request.replaces:  # an edited message: the old turn leaves the context
                 self.db.supersede(old, user.id)
