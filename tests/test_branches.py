@@ -98,8 +98,8 @@ def test_a_branch_from_an_earlier_answer_keeps_the_turns_after_it(fakes, make_as
     dones(send(a, cid, "q2"))
     u1, a1, u2, a2 = ids(a, cid)
     with pytest.raises(InputError, match="after an answer"):
-        list(a.send_after(cid, u1, "x", GenerateParams(max_tokens=8)))
-    (done,) = dones(a.send_after(cid, a1, "other question", GenerateParams(max_tokens=8)))
+        list(a.send(cid, "x", GenerateParams(max_tokens=8), after=u1))
+    (done,) = dones(a.send(cid, "other question", GenerateParams(max_tokens=8), after=a1))
     assert path(a, cid) == ["q1", "A1", "other question", "X"]
     rows = {m["id"]: m for m in a.transcript(cid)}
     new_user = ids(a, cid)[2]

@@ -225,36 +225,38 @@ class AssistantCore:
         return self.kv.pages([(w.view, w.plan.kv_bytes_per_token if w.plan else 0) for w in self.manager.published])
 
     # ---- turns
-    def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
-             **options: Any) -> Iterator[Chunk | TurnDone]:
+    def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(), *,
+             after: int | None = None, replacing: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
         """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
         cascade re-asks a weak L1 answer on L2: the first has `superseded=True`). `options` are
         `TurnRequest`'s keyword fields (route, cancel, docs, memory, overflow, …).
 
+        Args:
+            after: branch from an answer on the chat's path: the message follows it, and the turns
+                after it leave the path once the message is stored, kept as a branch
+                (`switch_branch` goes back).
+            replacing: a user message on the path that this one is sent in place of (an edit); it
+                and the turns after it leave the path the same way.
+
         Raises:
             MessageTooLong: the message does not fit the context and overflow is "refuse".
-            InputError: empty or oversized message, or no room left in the context.
+            InputError: empty or oversized message, no room left in the context, or `after` /
+                `replacing` is not an answer / a user message on the chat's path.
             ConversationNotFound: unknown id.
         """
-        request = TurnRequest(conversation_id=conversation_id, text=text, params=params, **options).checked()
         conv = self.conversation(conversation_id)
-        yield from self._pipeline(Turn(request, self.config, conv, Message("user", request.text)))
-
-    def send_after(self, conversation_id: int, message_id: int, text: str,
-                   params: GenerateParams = GenerateParams(), **options: Any) -> Iterator[Chunk | TurnDone]:
-        """Branch from an answer: send `text` as the message that follows `message_id`; the turns
-        after it leave the chat's path once the new message is stored, kept as a branch
-        (`switch_branch` goes back). Stream as `send`.
-
-        Raises:
-            InputError: `message_id` is not a finished answer on the chat's path.
-        """
-        conv = self.conversation(conversation_id)
-        at = on_path(conv, message_id)
-        if conv.messages[at].role != "assistant" or conv.messages[at].tool_calls:
+        if after is None and replacing is None:
+            request = TurnRequest(conversation_id=conversation_id, text=text, params=params, **options).checked()
+            yield from self._pipeline(Turn(request, self.config, conv, Message("user", request.text)))
+            return
+        at = on_path(conv, after if replacing is None else replacing)
+        m = conv.messages[at]
+        if replacing is not None and m.role != "user":
+            raise InputError("only a message you wrote can be edited")
+        if replacing is None and (m.role != "assistant" or m.tool_calls):
             raise InputError("a branch starts after an answer")
-        yield from forked(conv, at + 1, lambda cut: self.send(conversation_id, text, params, replaces=cut,
-                                                                      **options))
+        yield from forked(conv, at if replacing is not None else at + 1,
+                          lambda cut: AssistantCore.send(self, conversation_id, text, params, replaces=cut, **options))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
                    message_id: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
@@ -318,24 +320,17 @@ class AssistantCore:
 
     def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
                       message_id: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
-        """Send `text` in place of a user message (`message_id`, on the chat's path; None: the
-        last) and answer it; the old message and the turns after it leave the path once the new
-        one is stored, kept as a branch.
+        """`send` in place of the last user message, or of `message_id` (`replacing`).
 
         Raises:
-            InputError: no such user message, or `text` is not sendable.
+            InputError: no user message to edit, or `text` is not sendable.
         """
-        conv = self.conversation(conversation_id)
         if message_id is None:
-            at = max((i for i, m in enumerate(conv.messages) if m.role == "user"), default=None)
-            if at is None:
+            message_id = next((m.id for m in reversed(self.conversation(conversation_id).messages)
+                               if m.role == "user"), None)
+            if message_id is None:
                 raise InputError("no message to edit")
-        else:
-            at = on_path(conv, message_id)
-            if conv.messages[at].role != "user":
-                raise InputError("only a message you wrote can be edited")
-        yield from forked(conv, at, lambda cut: self.send(conversation_id, text, params, replaces=cut,
-                                                                **options))
+        yield from self.send(conversation_id, text, params, replacing=message_id, **options)
 
     def route(self, conversation_id: int, text: str, forced: str = "auto",
               domain: str = WINDOW_DOMAIN) -> RouteDecision:
