@@ -199,6 +199,7 @@ class SettingsDialog(QDialog):
         box = QGroupBox(tr("Appearance"))
         form = QFormLayout(box)
         self.theme = QComboBox()
+        self.theme.addItem(tr("Follow the system"), "system")
         self.theme.addItem(tr("Light"), "light")
         self.theme.addItem(tr("Dark"), "dark")
         self.theme.setCurrentIndex(max(0, self.theme.findData(self.settings.get("ui.theme"))))

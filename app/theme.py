@@ -1,48 +1,170 @@
-"""Light and dark looks: Qt's Fusion style with a palette, and the chat view's bubble colours."""
+"""The app's looks: a small table of design tokens per look, applied as a Fusion palette plus one
+stylesheet written only in those tokens, and the chat bubbles' colours. `ui.theme` "system" follows
+the OS colour scheme, live. Why tokens on Fusion rather than a QStyle such as Qlementine: docs/style.md."""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QPalette
+from string import Template
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
 from app import render
 
-DARK = {"window": "#202124", "base": "#2a2b2e", "text": "#e8eaed", "button": "#303134", "highlight": "#3d6fb6"}
-ACCENT = "#3d6fb6"
-STYLE = """
-QPushButton { padding: 5px 12px; border-radius: 6px; border: 1px solid %(border)s; background: %(button)s; }
-QPushButton:hover { border-color: %(accent)s; }
-QPushButton:disabled { color: %(muted)s; }
-QPushButton#sendButton { background: %(accent)s; color: white; border: none; font-weight: bold; }
-QPushButton#sendButton:disabled { background: %(muted)s; }
-QPushButton#newConversationButton { background: %(accent)s; color: white; border: none; }
+# One row per look. Colours: window (the app's background), surface (inputs, lists), raised (buttons,
+# tabs, the answer bubble), border, text, muted (secondary text, disabled), accent and the text on it,
+# danger (destructive actions). radius and spacing in device-independent pixels.
+TOKENS: dict[str, dict] = {
+    "light": {"window": "#f5f6f8", "surface": "#ffffff", "raised": "#eceef1", "border": "#d0d4da",
+              "text": "#1f2328", "muted": "#6b7079", "accent": "#3d6fb6", "accent_text": "#ffffff",
+              "danger": "#b3261e", "radius": 6, "spacing": 6},
+    "dark": {"window": "#202124", "surface": "#2a2b2e", "raised": "#35363a", "border": "#4a4b4e",
+             "text": "#e8eaed", "muted": "#9aa0a6", "accent": "#3d6fb6", "accent_text": "#ffffff",
+             "danger": "#f28b82", "radius": 6, "spacing": 6},
+}
+THEMES = ("system", "light", "dark")  # the values of the ui.theme setting
+SCHEMES = {"light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
+
+# No font-family anywhere: it would replace the app font's families and with them the bundled CJK
+# fallback (app/main.py). Sizes in px are device-independent, so high-DPI screens stay sharp.
+STYLE = Template("""
+QPushButton { padding: ${half}px ${space2}px; border: 1px solid $border; border-radius: ${radius}px;
+              background: $raised; color: $text; }
+QPushButton:hover, QPushButton:focus { border-color: $accent; }
+QPushButton:checked { background: $accent; color: $accent_text; border-color: $accent; }
+QPushButton:disabled { color: $muted; }
+QPushButton#sendButton, QPushButton#newConversationButton { background: $accent; color: $accent_text; border: none; }
+QPushButton#sendButton { font-weight: bold; }
+QPushButton#sendButton:disabled { background: $border; color: $muted; }
+QPushButton#removeDocumentsButton, QPushButton#revokeButton { color: $danger; }
+QLineEdit, QPlainTextEdit, QTextEdit, QTextBrowser {
+    border: 1px solid $border; border-radius: ${radius}px; padding: ${half}px; background: $surface; color: $text; }
+QLineEdit:focus, QPlainTextEdit:focus, QTextEdit:focus {
+    border-color: $accent; }
+/* Combo and spin boxes keep Fusion's frame and arrows (a stylesheet frame needs arrow images); the popup: */
+QComboBox QAbstractItemView { border: 1px solid $border; background: $surface; selection-background-color: $accent;
+                              selection-color: $accent_text; }
+QListWidget, QTreeView, QTableView { border: 1px solid $border; border-radius: ${radius}px; background: $surface; }
+QListWidget::item { padding: ${half}px; }
+QListWidget::item:selected, QTreeView::item:selected, QTableView::item:selected {
+    background: $accent; color: $accent_text; }
 QListWidget#conversationList { border: none; background: transparent; }
-QListWidget#conversationList::item { padding: 7px 6px; border-radius: 6px; }
-QListWidget#conversationList::item:selected { background: %(accent)s; color: white; }
-QLineEdit, QPlainTextEdit, QTextBrowser { border: 1px solid %(border)s; border-radius: 8px; padding: 4px; }
-QProgressBar { border: 1px solid %(border)s; border-radius: 5px; text-align: center; min-height: 16px; }
-QProgressBar::chunk { background: %(accent)s; border-radius: 4px; }
-QGroupBox { border: 1px solid %(border)s; border-radius: 8px; margin-top: 14px; padding: 8px; }
-QGroupBox::title { subcontrol-origin: margin; left: 10px; }
-"""
+QListWidget#conversationList::item { padding: ${space}px; border-radius: ${radius}px; }
+QScrollBar:vertical { width: ${space2}px; background: transparent; margin: 0; }
+QScrollBar:horizontal { height: ${space2}px; background: transparent; margin: 0; }
+QScrollBar::handle { background: $border; border-radius: ${half}px; margin: 2px; }
+QScrollBar::handle:vertical { min-height: ${space4}px; }
+QScrollBar::handle:horizontal { min-width: ${space4}px; }
+QScrollBar::handle:hover { background: $muted; }
+QScrollBar::add-line, QScrollBar::sub-line { width: 0; height: 0; border: none; }
+QScrollBar::add-page, QScrollBar::sub-page { background: none; }
+QToolTip { background: $raised; color: $text; border: 1px solid $border; padding: ${half}px; }
+QMenu { background: $surface; color: $text; border: 1px solid $border; padding: ${half}px; }
+QMenu::item { padding: ${half}px ${space3}px; border-radius: ${half}px; }
+QMenu::item:selected { background: $accent; color: $accent_text; }
+QMenu::item:disabled { color: $muted; }
+QMenu::separator { height: 1px; background: $border; margin: ${half}px ${space}px; }
+QTabWidget::pane { border: 1px solid $border; border-radius: ${radius}px; top: -1px; background: $surface; }
+QTabBar::tab { padding: ${half}px ${space2}px; margin-right: 2px; border: 1px solid transparent; border-bottom: none;
+               border-top-left-radius: ${radius}px; border-top-right-radius: ${radius}px; color: $muted; }
+QTabBar::tab:selected { background: $surface; border-color: $border; color: $text; }
+QGroupBox { border: 1px solid $border; border-radius: ${radius}px; margin-top: ${space3}px; padding: ${space}px; }
+QGroupBox::title { subcontrol-origin: margin; left: ${space2}px; color: $text; }
+QProgressBar { border: 1px solid $border; border-radius: ${radius}px; background: $surface; text-align: center;
+               min-height: ${space3}px; }
+QProgressBar::chunk { background: $accent; border-radius: ${half}px; }
+QCheckBox { spacing: ${space}px; }
+QCheckBox:disabled { color: $muted; }
+""")
+
+_chosen = "system"  # the ui.theme value last applied
+
+
+def system_scheme() -> Qt.ColorScheme:
+    """The OS colour scheme as Qt reports it (Unknown where the platform does not say)."""
+    return QGuiApplication.styleHints().colorScheme()
+
+
+def look_for(name: str, scheme: Qt.ColorScheme | None = None) -> str:
+    """The look ("light" or "dark") that the ui.theme value `name` means now."""
+    if name in TOKENS:
+        return name
+    scheme = system_scheme() if scheme is None else scheme
+    return "dark" if scheme == Qt.ColorScheme.Dark else "light"
+
+
+def _mix(a: str, b: str, share_a: float) -> str:
+    ca, cb = QColor(a), QColor(b)
+    mixed = [round(x * share_a + y * (1 - share_a)) for x, y in zip(ca.getRgb()[:3], cb.getRgb()[:3])]
+    return QColor(*mixed).name()
+
+
+def stylesheet(look: str) -> str:
+    t = TOKENS[look]
+    space = t["spacing"]
+    return STYLE.substitute(t, half=space // 2, space=space, space2=space * 2, space3=space * 3, space4=space * 4)
+
+
+def palette(look: str) -> QPalette:
+    t = {k: QColor(v) for k, v in TOKENS[look].items() if isinstance(v, str)}
+    p = QPalette(t["raised"], t["window"])  # Fusion's bevels are derived from these two
+    roles = {QPalette.Window: "window", QPalette.WindowText: "text", QPalette.Base: "surface",
+             QPalette.AlternateBase: "raised", QPalette.Button: "raised", QPalette.ButtonText: "text",
+             QPalette.Text: "text", QPalette.BrightText: "danger", QPalette.Highlight: "accent",
+             QPalette.HighlightedText: "accent_text", QPalette.ToolTipBase: "raised", QPalette.ToolTipText: "text",
+             QPalette.PlaceholderText: "muted", QPalette.Accent: "accent", QPalette.Mid: "border"}
+    for role, key in roles.items():
+        p.setColor(role, t[key])
+    link = t["accent"] if look == "light" else QColor(_mix(TOKENS[look]["accent"], TOKENS[look]["text"], 0.6))
+    p.setColor(QPalette.Link, link)  # a dark surface needs a lighter link than the accent
+    p.setColor(QPalette.LinkVisited, link)
+    for role in (QPalette.WindowText, QPalette.Text, QPalette.ButtonText):
+        p.setColor(QPalette.Disabled, role, t["muted"])
+    return p
+
+
+def _apply_look(app: QApplication, look: str) -> None:
+    t = TOKENS[look]
+    app.setStyle("Fusion")
+    app.setPalette(palette(look))
+    render.set_colours(user=_mix(t["accent"], t["surface"], 0.22), assistant=t["raised"], code=t["surface"],
+                       meta=t["muted"])
+    app.setStyleSheet(stylesheet(look))
+    app.setProperty("assistantLook", look)
+
+
+def _redraw_chat_views(app: QApplication) -> None:
+    # The chat's HTML carries the bubble colours, so a look change made outside the Settings dialog
+    # (the OS switching) redraws it, as open_settings does after the dialog.
+    for widget in app.allWidgets():
+        if widget.objectName() == "chatView" and hasattr(widget, "_render"):
+            widget._cache.clear()
+            widget._render()
+
+
+def _on_scheme_changed(scheme: Qt.ColorScheme) -> None:
+    app = QApplication.instance()
+    if app is not None and _chosen == "system":
+        _apply_look(app, look_for("system", scheme))
+        _redraw_chat_views(app)
 
 
 def apply_theme(name: str) -> None:
+    """Apply the ui.theme value `name` ("system", "light" or "dark"; anything else means "system").
+
+    "system" follows the OS colour scheme, and keeps following it while the app runs.
+    """
+    global _chosen
     app = QApplication.instance()
     if app is None:
         return
-    app.setStyle("Fusion")
-    if name == "dark":
-        p = QPalette()
-        for role, key in ((QPalette.Window, "window"), (QPalette.Base, "base"), (QPalette.AlternateBase, "window"),
-                          (QPalette.Button, "button"), (QPalette.Highlight, "highlight")):
-            p.setColor(role, QColor(DARK[key]))
-        for role in (QPalette.WindowText, QPalette.Text, QPalette.ButtonText, QPalette.BrightText):
-            p.setColor(role, QColor(DARK["text"]))
-        app.setPalette(p)
-        render.set_colours(user="#1f3a5f", assistant="#303134", code="#1b1b1b", meta="#9aa0a6")
-        app.setStyleSheet(STYLE % {"border": "#4a4b4e", "button": DARK["button"], "accent": ACCENT, "muted": "#5f6368"})
-    else:
-        app.setPalette(app.style().standardPalette())
-        render.set_colours()
-        app.setStyleSheet(STYLE % {"border": "#c9ccd1", "button": "#ffffff", "accent": ACCENT, "muted": "#b0b4ba"})
+    _chosen = name if name in THEMES else "system"
+    hints = app.styleHints()
+    # Where the platform allows, the window frames (title bars) take the chosen scheme too.
+    hints.setColorScheme(SCHEMES.get(_chosen, Qt.ColorScheme.Unknown))
+    if not getattr(app, "_assistant_scheme_hooked", False):
+        hints.colorSchemeChanged.connect(_on_scheme_changed)
+        app._assistant_scheme_hooked = True
+    _apply_look(app, look_for(_chosen))
+

@@ -488,4 +488,5 @@ TABLE = {
     "indexed for this chat, cited": "已为本对话建立索引，回答会引用",
     "Show {n} earlier messages": "显示更早的 {n} 条消息",
     "Not attached: {name} is too large to go into the message, and documents are off (setting docs.enabled), so it cannot be indexed for this chat": "未附加：{name} 太大，无法放入消息；而文档功能已关闭（设置 docs.enabled），无法为本对话建立索引",
+    "Follow the system": "跟随系统",
 }

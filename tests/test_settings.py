@@ -19,7 +19,7 @@ def test_values_of_the_wrong_type_or_range_give_the_default_and_say_so(tmp_path)
     s = Settings(write(tmp_path / "s.json", {"runtime.n_ctx": "abc", "memory.k": 2, "ui.theme": "pink",
                                              "cascade.enabled": 1, "cascade.threshold": 3.5, "l3.timeout_s": 30.0}))
     assert s.get("runtime.n_ctx") == DEFAULTS["runtime.n_ctx"] and s.get("memory.k") == 2
-    assert s.get("ui.theme") == "light" and s.get("cascade.enabled") is True
+    assert s.get("ui.theme") == "system" and s.get("cascade.enabled") is True
     assert s.get("cascade.threshold") == 0.0 and s.get("l3.timeout_s") == 30 and isinstance(s.get("l3.timeout_s"), int)
     problems = "\n".join(s.problems())
     for key in ("runtime.n_ctx", "ui.theme", "cascade.enabled", "cascade.threshold"):

@@ -69,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
                                      # it costs ≤ 1 GiB more RAM and no GPU layers; 0 = exactly runtime.n_ctx
     "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
-    "ui.theme": "light",             # light | dark
+    "ui.theme": "system",            # system (follows the OS, live) | light | dark
     "ui.resources_panel": False,     # the gauge panel shown beside the chat (off: a one-line strip in the top bar)
     "ui.welcome_done": False,        # the first-start welcome was dismissed or used (app/welcome.py)
     "models.hub": "auto",            # where models download from: auto (by UI locale) | a hub id
@@ -262,7 +262,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "router.mode": ("auto", "L1", "L2", "L3"),
     "memory.vector_backend": ("auto", "numpy", "sqlite-vec"),
     "ui.language": ("auto", "zh_CN", "en"),
-    "ui.theme": ("light", "dark"),
+    "ui.theme": ("system", "light", "dark"),
     "reasoning.history": ("template", "keep", "drop"),
 }
 # Inclusive numeric ranges.

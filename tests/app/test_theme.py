@@ -1,0 +1,99 @@
+"""Looks (app/theme.py): each look's tokens reach the palette, the stylesheet and the chat bubbles;
+"system" follows the OS colour scheme and re-applies when it changes; the stylesheet leaves the
+bundled CJK font in place."""
+
+import re
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QPalette, QRawFont
+from PySide6.QtWidgets import QApplication, QPushButton
+
+from app import render, theme
+from app.main import CJK_FAMILY, setup_application
+
+
+@pytest.fixture
+def app(qtbot):
+    app = QApplication.instance()
+    yield app
+    theme.apply_theme("light")
+
+
+def window_colour(app) -> str:
+    return app.palette().color(QPalette.Window).name()
+
+
+@pytest.mark.parametrize("look", ["light", "dark"])
+def test_each_look_puts_its_tokens_in_palette_stylesheet_and_bubbles(app, look):
+    theme.apply_theme(look)
+    t = theme.TOKENS[look]
+    p = app.palette()
+    assert window_colour(app) == t["window"]
+    assert p.color(QPalette.Base).name() == t["surface"] and p.color(QPalette.Text).name() == t["text"]
+    assert p.color(QPalette.Highlight).name() == t["accent"]
+    assert p.color(QPalette.Disabled, QPalette.ButtonText).name() == t["muted"]
+    sheet = app.styleSheet()
+    assert f"background: {t['accent']}; color: {t['accent_text']}" in sheet  # the send button
+    assert f"border-radius: {t['radius']}px" in sheet
+    # Written only in tokens: every colour in the sheet is one of the look's.
+    colours = {v for v in t.values() if isinstance(v, str)}
+    assert set(re.findall(r"#[0-9a-f]{6}", sheet)) <= colours
+    assert "$" not in sheet and "font-family" not in sheet
+    assert render.COLOURS["assistant"] == t["raised"] and render.COLOURS["meta"] == t["muted"]
+    assert app.property("assistantLook") == look
+
+
+def test_system_follows_the_os_scheme_and_its_changes(app, monkeypatch):
+    monkeypatch.setattr(theme, "system_scheme", lambda: Qt.ColorScheme.Dark)
+    theme.apply_theme("system")
+    assert window_colour(app) == theme.TOKENS["dark"]["window"]
+    # The OS switches while the app runs: the look follows at once.
+    app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Light)
+    assert window_colour(app) == theme.TOKENS["light"]["window"]
+    assert theme.TOKENS["light"]["accent"] in app.styleSheet()
+    app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
+    assert window_colour(app) == theme.TOKENS["dark"]["window"]
+    # Unknown (a platform that does not say) means light.
+    app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Unknown)
+    assert app.property("assistantLook") == "light"
+
+
+def test_a_chosen_look_stays_when_the_os_switches(app, monkeypatch):
+    monkeypatch.setattr(theme, "system_scheme", lambda: Qt.ColorScheme.Light)
+    theme.apply_theme("dark")
+    app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Light)
+    assert window_colour(app) == theme.TOKENS["dark"]["window"]
+    theme.apply_theme("light")  # switching at runtime, as the Settings dialog does
+    assert window_colour(app) == theme.TOKENS["light"]["window"]
+    theme.apply_theme("pink")  # not a value: follows the system
+    assert app.property("assistantLook") == "light"
+
+
+@pytest.mark.parametrize("look", ["light", "dark"])
+def test_styled_widgets_keep_the_bundled_cjk_font(app, qtbot, look):
+    setup_application(app)
+    theme.apply_theme(look)
+    send = QPushButton("发送")
+    send.setObjectName("sendButton")  # a rule with font-weight: the family list must survive it
+    qtbot.addWidget(send)
+    send.ensurePolished()
+    assert CJK_FAMILY in send.font().families() and send.font().bold()
+    raw = QRawFont.fromFont(QFont(CJK_FAMILY))
+    assert all(raw.glyphIndexesForString("发送跟随系统"))
+
+
+def test_the_chat_bubbles_follow_an_os_switch(app, qtbot, monkeypatch):
+    from app.engine_worker import EngineWorker
+    from app.main import create_main_window
+
+    w = create_main_window(worker=EngineWorker("/nonexistent.gguf", memory=False))
+    qtbot.addWidget(w)
+    monkeypatch.setattr(theme, "system_scheme", lambda: Qt.ColorScheme.Light)
+    theme.apply_theme("system")
+    w.view.set_messages([{"role": "user", "content": "你好"}, {"role": "assistant", "content": "Hi"}])
+    assert theme.TOKENS["light"]["raised"] in w.view.toHtml()
+    app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
+    html = w.view.toHtml()
+    assert theme.TOKENS["dark"]["raised"] in html and theme.TOKENS["light"]["raised"] not in html
+    w.close()
