@@ -170,7 +170,7 @@ class EngineWorker(QObject):
 
     def _rows(self, a: Assistant) -> list[dict]:
         hidden = self.hidden()
-        return [{"id": r["id"], "title": r["title"] or "(new chat)", "updated": r["updated"]}
+        return [{"id": r["id"], "title": r["title"] or "(new chat)", "updated": r["updated"], "pinned": r["pinned"]}
                 for r in a.conversations() if r["id"] not in hidden]
 
     def search(self, query: str, on_found: Callable[[str, list[int]], None]) -> None:

@@ -107,6 +107,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.models_button.clicked.connect(self.open_models)
         side.selected.connect(self._select)
         side.rename.connect(self.rename_chat)
+        side.pin.connect(self.pin_chat)
         side.export.connect(self.export_chat)
         side.delete.connect(self.delete_chat)
         side.searched.connect(lambda query: self.worker.search(query, side.show_matches))

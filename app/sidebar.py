@@ -1,17 +1,61 @@
-"""The window's left column: chat search, the chat list with its right-click menu, and the New
-chat / Documents / Settings / Models buttons. It holds no conversation state: what the user asks for leaves
-as signals, and the window (which owns the current chat and the engine) acts on them."""
+"""The window's left column: chat search, the chat list (under Pinned and date headers) with its
+right-click menu, and the New chat / Documents / Settings / Models buttons. It holds no conversation
+state: what the user asks for leaves as signals, and the window (which owns the current chat and the
+engine) acts on them."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Callable
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QLineEdit, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
 
+from app.chat_groups import grouped
 from app.i18n import tr
 
 SEARCH_PAUSE_MS = 200  # search when typing pauses
+PINNED_ROLE = Qt.UserRole + 1  # a chat row's pinned flag (Qt.UserRole holds its id; None on a header)
+
+
+def group_title(group: str) -> str:
+    """A group's header in the UI's language (app/chat_groups.py names the groups)."""
+    return {"pinned": tr("Pinned"), "today": tr("Today"), "yesterday": tr("Yesterday"),
+            "week": tr("Previous 7 days"), "month": tr("Previous 30 days"), "older": tr("Older")}[group]
+
+
+def pin_icon(size: int = 16) -> QIcon:
+    """A pushpin drawn with QPainter (no emoji font needed): the mark of a pinned chat's row."""
+    pixmap = QPixmap(size, size)
+    pixmap.fill(Qt.transparent)
+    p = QPainter(pixmap)
+    p.setRenderHint(QPainter.Antialiasing)
+    colour = QColor("#3d6fb6")  # the app icon's blue: readable on the light and the dark theme
+    p.setPen(QPen(colour, size / 10, Qt.SolidLine, Qt.RoundCap))
+    p.drawLine(QPointF(size * 0.5, size * 0.5), QPointF(size * 0.2, size * 0.85))  # the needle
+    p.setPen(Qt.NoPen)
+    p.setBrush(colour)
+    p.drawEllipse(QPointF(size * 0.62, size * 0.38), size * 0.28, size * 0.28)  # the head
+    p.end()
+    return QIcon(pixmap)
+
+
+class ChatList(QListWidget):
+    """The chat list. Home, End, Page Up and Page Down land on a chat: Qt's own move stays put when
+    the row it aims at is a group header (not enabled), so Home did nothing under "Pinned"."""
+
+    def moveCursor(self, action, modifiers) -> QModelIndex:  # noqa: N802 - Qt's name
+        index = super().moveCursor(action, modifiers)
+        if not index.isValid() or index.flags() & Qt.ItemIsEnabled:
+            return index
+        below = range(index.row() + 1, self.count())
+        above = range(index.row() - 1, -1, -1)
+        for row in (*below, *above):  # the header's own chats first
+            item = self.item(row)
+            if item.flags() & Qt.ItemIsEnabled and not item.isHidden():
+                return self.indexFromItem(item)
+        return index
 
 
 class ChatSidebar(QWidget):
@@ -20,10 +64,13 @@ class ChatSidebar(QWidget):
     rename = Signal(int, str)      # conversation id, its current title
     export = Signal(int, str)      # conversation id, "md" | "json" | "html"
     delete = Signal(int, str)      # conversation id, its title
+    pin = Signal(int, bool)        # conversation id, pinned from now on
 
     def __init__(self, busy: Callable[[], bool], parent=None):
         super().__init__(parent)
         self.busy = busy  # no menu mid-turn
+        self.now: Callable[[], datetime] = lambda: datetime.now().astimezone()  # the date groups' clock
+        self._pin_icon = pin_icon()
         self.search = QLineEdit()
         self.search.setPlaceholderText(tr("Search chats"))
         timer = QTimer(self)
@@ -32,7 +79,7 @@ class ChatSidebar(QWidget):
         timer.timeout.connect(lambda: self.searched.emit(self.search.text()))
         self.search.textChanged.connect(timer.start)
         self._matches: set[int] | None = None  # conversation ids matching the search (None: all)
-        self.chat_list = QListWidget()
+        self.chat_list = ChatList()
         self.chat_list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.chat_list.setTextElideMode(Qt.ElideRight)
         self.chat_list.currentItemChanged.connect(self._clicked)
@@ -54,18 +101,42 @@ class ChatSidebar(QWidget):
             layout.addWidget(button)
 
     def set_conversations(self, rows: list[dict], current: int | None) -> None:
-        """The list from the engine (newest first), `current` selected without a `selected` signal."""
+        """The list from the engine (pinned, then newest first) under its group headers, `current`
+        selected without a `selected` signal."""
         self.chat_list.blockSignals(True)
         self.chat_list.clear()
-        for r in rows:
-            item = QListWidgetItem(r["title"][:60])
-            item.setData(Qt.UserRole, r["id"])
-            item.setToolTip(r["updated"][:19])
-            self.chat_list.addItem(item)
-            if r["id"] == current:
-                self.chat_list.setCurrentItem(item)
+        for group, members in grouped(rows, self.now()):
+            self.chat_list.addItem(self._header(group_title(group)))
+            for r in members:
+                item = QListWidgetItem(r["title"][:60])
+                item.setData(Qt.UserRole, r["id"])
+                item.setData(PINNED_ROLE, bool(r.get("pinned")))
+                if r.get("pinned"):
+                    item.setIcon(self._pin_icon)  # a mark beside the title: the text stays the title
+                item.setToolTip(r["updated"][:19])
+                self.chat_list.addItem(item)
+                if r["id"] == current:
+                    self.chat_list.setCurrentItem(item)
         self.chat_list.blockSignals(False)
         self._filter()
+
+    def chat_items(self) -> list[QListWidgetItem]:
+        """The chat rows, in list order, without the group headers."""
+        items = (self.chat_list.item(i) for i in range(self.chat_list.count()))
+        return [item for item in items if item.data(Qt.UserRole) is not None]
+
+    def _header(self, title: str) -> QListWidgetItem:
+        """A group's header row: neither selectable nor enabled, so clicks and Up/Down pass it by;
+        drawn disabled (the theme's muted text), small and bold."""
+        item = QListWidgetItem(title)
+        item.setFlags(Qt.NoItemFlags)
+        font = QFont(self.chat_list.font())
+        font.setBold(True)
+        if font.pointSizeF() > 0:
+            font.setPointSizeF(font.pointSizeF() * 0.85)
+        item.setFont(font)
+        item.setData(Qt.AccessibleTextRole, tr("{group}, a group of chats").format(group=title))
+        return item
 
     def show_matches(self, query: str, ids: list[int]) -> None:
         """The engine's answer to a search (title or any message, via SQLite FTS): the matching chats' ids."""
@@ -75,20 +146,32 @@ class ChatSidebar(QWidget):
         self._filter()
 
     def _clicked(self, item, _previous) -> None:
-        if item is not None:
+        if item is not None and item.data(Qt.UserRole) is not None:
             self.selected.emit(item.data(Qt.UserRole))
 
     def _filter(self) -> None:
+        """Hide the chats the search did not find, and the headers left with no chat shown."""
+        header, shown = None, False
         for i in range(self.chat_list.count()):
             item = self.chat_list.item(i)
-            item.setHidden(self._matches is not None and item.data(Qt.UserRole) not in self._matches)
+            cid = item.data(Qt.UserRole)
+            if cid is None:
+                if header is not None:
+                    header.setHidden(not shown)
+                header, shown = item, False
+                continue
+            item.setHidden(self._matches is not None and cid not in self._matches)
+            shown = shown or not item.isHidden()
+        if header is not None:
+            header.setHidden(not shown)
 
     def _menu(self, pos) -> None:
         item = self.chat_list.itemAt(pos)
-        if item is None or self.busy():
+        if item is None or item.data(Qt.UserRole) is None or self.busy():
             return
-        cid = item.data(Qt.UserRole)
+        cid, pinned = item.data(Qt.UserRole), bool(item.data(PINNED_ROLE))
         menu = QMenu(self)
+        menu.addAction(tr("Unpin") if pinned else tr("Pin"), lambda: self.pin.emit(cid, not pinned))
         menu.addAction(tr("Rename…"), lambda: self.rename.emit(cid, item.text()))
         menu.addAction(tr("Export as Markdown…"), lambda: self.export.emit(cid, "md"))
         menu.addAction(tr("Export as JSON…"), lambda: self.export.emit(cid, "json"))

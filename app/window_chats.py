@@ -1,4 +1,4 @@
-"""The chat list's actions on one chat: rename, delete (after a confirmation) and export as
+"""The chat list's actions on one chat: rename, pin, delete (after a confirmation) and export as
 Markdown, JSON or HTML. A part of `MainWindow` (app/main_window.py), kept in its own file; GUI
 thread only."""
 
@@ -18,6 +18,9 @@ class WindowChats:
             if not ok:
                 return
         self.worker.call(lambda a: a.rename_conversation(cid, title), refresh=True)
+
+    def pin_chat(self, cid: int, pinned: bool) -> None:
+        self.worker.call(lambda a: a.pin_conversation(cid, pinned), refresh=True)
 
     def delete_chat(self, cid: int, title: str, confirmed: bool = False) -> None:
         if not confirmed and not self.confirm(tr("Delete chat"), tr("Delete “{title}” and everything remembered "

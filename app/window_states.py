@@ -64,7 +64,8 @@ class WindowStates:
         side = self.sidebar
         for widget, name, what in (
             (self.search, tr("Search chats"), tr("Type to find chats by their words (Ctrl+K)")),
-            (self.chat_list, tr("Chats"), tr("Your chats, newest first; right-click to rename, export or delete")),
+            (self.chat_list, tr("Chats"), tr("Your chats, pinned ones first, then by date; right-click to pin, "
+                                             "rename, export or delete")),
             (self.new_button, tr("New chat"), tr("Start a new chat (Ctrl+N)")),
             (side.documents_button, tr("Documents"), tr("Folders the assistant may search and cite")),
             (side.settings_button, tr("Settings"), tr("Models per tier, GPU, memory, language and more")),

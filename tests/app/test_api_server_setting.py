@@ -168,7 +168,7 @@ def test_an_openai_chat_answers_on_the_window_engine_while_the_window_stays_resp
     assert {ident for _, ident, _ in engine.sends} == {engine.thread_id}
     # Unstored (the default): the API conversation never shows in the window's chat list.
     qtbot.wait(100)
-    assert window.chat_list.count() == 0
+    assert window.sidebar.chat_items() == []
 
 
 def test_a_window_turn_and_an_api_turn_issued_together_take_turns_on_one_thread(qtbot, window, monkeypatch, fakes):

@@ -202,8 +202,7 @@ def test_use_my_documents_is_kept_per_chat(qtbot, window):
     send(qtbot, window, "Hi again!")
 
     def select(cid):
-        item = next(window.chat_list.item(i) for i in range(window.chat_list.count())
-                    if window.chat_list.item(i).data(Qt.UserRole) == cid)
+        item = next(item for item in window.sidebar.chat_items() if item.data(Qt.UserRole) == cid)
         window.chat_list.setCurrentItem(item)
 
     select(first)

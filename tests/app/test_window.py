@@ -72,8 +72,8 @@ def test_chat_streams_into_the_view_and_the_loop_keeps_ticking(qtbot, model_path
     assert last["role"] == "assistant" and last["content"] == done["text"] and not last["streaming"]
     html = window.view.toHtml()
     assert "evaluated" in html and "ms to first token" in html  # the line under the answer
-    qtbot.waitUntil(lambda: window.chat_list.count() == 1 and window.chat_list.item(0).text().startswith("Hello!"),
-                    timeout=60_000)
+    chats = window.sidebar.chat_items
+    qtbot.waitUntil(lambda: len(chats()) == 1 and chats()[0].text().startswith("Hello!"), timeout=60_000)
     assert window.gauges.water_bar.value() > 0
 
     def kv_drawn() -> bool:  # the engine publishes its status at 2 Hz; the gauge draws the latest
@@ -118,17 +118,18 @@ def test_stop_keeps_the_partial_answer_and_switching_reloads_history(qtbot, wind
     qtbot.mouseClick(window.new_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: window.conversation_id != first and not window.busy, timeout=30_000)
     send(qtbot, window, "Hi again!")
-    assert window.conversation_id != first and window.chat_list.count() == 2
-    item = next(window.chat_list.item(i) for i in range(2) if window.chat_list.item(i).data(Qt.UserRole) == first)
+    chats = window.sidebar.chat_items
+    assert window.conversation_id != first and len(chats()) == 2
+    item = next(item for item in chats() if item.data(Qt.UserRole) == first)
     window.chat_list.setCurrentItem(item)
     qtbot.waitUntil(lambda: [m["content"] for m in window.view.messages][1:] == [done["text"]], timeout=30_000)
     assert [m["role"] for m in window.view.messages] == ["user", "assistant"]
     window.search.setText(done["text"].strip()[:10])  # words of the first chat's answer, not of its title
-    qtbot.waitUntil(lambda: sorted(window.chat_list.item(i).isHidden() for i in range(2)) == [False, True])
-    shown = next(window.chat_list.item(i) for i in range(2) if not window.chat_list.item(i).isHidden())
+    qtbot.waitUntil(lambda: sorted(item.isHidden() for item in chats()) == [False, True])
+    shown = next(item for item in chats() if not item.isHidden())
     assert shown.data(Qt.UserRole) == first
     window.search.setText("")
-    qtbot.waitUntil(lambda: not any(window.chat_list.item(i).isHidden() for i in range(2)))
+    qtbot.waitUntil(lambda: not any(item.isHidden() for item in chats()))
 
 
 def test_a_model_that_cannot_load_shows_a_banner_and_the_window_stays(qtbot, tmp_path):
@@ -160,8 +161,8 @@ def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
     send(qtbot, window, "Hello! Name a colour.")
     cid = window.conversation_id
     window.rename_chat(cid, "", title="Colours 颜色")
-    qtbot.waitUntil(lambda: window.chat_list.count() == 1 and window.chat_list.item(0).text() == "Colours 颜色",
-                    timeout=60_000)
+    chats = window.sidebar.chat_items
+    qtbot.waitUntil(lambda: len(chats()) == 1 and chats()[0].text() == "Colours 颜色", timeout=60_000)
     md, js, page = tmp_path / "c.md", tmp_path / "c.json", tmp_path / "c.html"
     window.export_chat(cid, "md", str(md))
     window.export_chat(cid, "json", str(js))
@@ -174,7 +175,7 @@ def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
     data = json.loads(js.read_text(encoding="utf-8"))
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"] and data["title"] == "Colours 颜色"
     window.delete_chat(cid, "Colours 颜色", confirmed=True)
-    qtbot.waitUntil(lambda: window.chat_list.count() == 0, timeout=60_000)
+    qtbot.waitUntil(lambda: window.chat_list.count() == 0, timeout=60_000)  # no chat left, nor a header
     assert window.conversation_id is None and window.view.messages == []
     assert window.worker.assistant.db.conversation(cid) is None and window.worker.assistant.db.messages(cid) == []
 

@@ -93,8 +93,7 @@ class Driver:
         w = self.window
         if "open" in step:
             if w.conversation_id != step["open"]:
-                for i in range(w.chat_list.count()):  # the list fills once the engine is ready
-                    item = w.chat_list.item(i)
+                for item in w.sidebar.chat_items():  # the list fills once the engine is ready
                     if item.data(Qt.UserRole) == step["open"]:
                         w.chat_list.setCurrentItem(item)  # what a click does: `_select` loads it
                         break
