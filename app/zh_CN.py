@@ -425,8 +425,7 @@ TABLE = {
     "The messages of this chat; answers are announced when they end": "本对话的消息；回答结束时会朗读通知",
     "Type to find chats by their words (Ctrl+K)": "输入文字查找对话（Ctrl+K）",
     "Which tier answers this message: automatic, or L1, L2, L3": "由哪个层级回答这条消息：自动，或 L1、L2、L3",
-    "Your chats, pinned ones first, then by date; right-click to pin, rename, export or delete":
-        "你的对话，置顶的在前，其余按日期；右键可置顶、重命名、导出或删除",
+    "Your chats, pinned ones first, then by date; right-click to pin, rename, export or delete": "你的对话，置顶的在前，其余按日期；右键可置顶、重命名、导出或删除",
     "Add documents…": "添加文档…",
     "Ask anything": "随便问点什么",
     "No chats yet": "还没有对话",
@@ -490,13 +489,7 @@ TABLE = {
     "Show {n} earlier messages": "显示更早的 {n} 条消息",
     "Not attached: {name} is too large to go into the message, and documents are off (setting docs.enabled), so it cannot be indexed for this chat": "未附加：{name} 太大，无法放入消息；而文档功能已关闭（设置 docs.enabled），无法为本对话建立索引",
     "Follow the system": "跟随系统",
-    "Pinned": "置顶",
-    "Today": "今天",
-    "Yesterday": "昨天",
-    "Previous 7 days": "过去 7 天",
-    "Previous 30 days": "过去 30 天",
-    "Older": "更早",
-    "Pin": "置顶",
-    "Unpin": "取消置顶",
-    "{group}, a group of chats": "{group}，对话分组",
+    # The chat list's group headers and its Pin / Unpin entry (app/sidebar.py)
+    "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Older": "更早", "Pin": "置顶", "Unpin": "取消置顶",
+    "Previous 7 days": "过去 7 天", "Previous 30 days": "过去 30 天", "{group}, a group of chats": "{group}，对话分组",
 }
