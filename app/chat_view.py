@@ -6,12 +6,13 @@ from __future__ import annotations
 import html
 import time
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QPoint, QTimer, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
 from app.citations import SOURCES, open_source
 from app.i18n import tr
+from app.message_actions import MessageToolbar, actions_for
 from app.render import CODE_BLOCKS, markdown_html, message_html, steps_html, thinking_html
 
 RENDER_MS = 50
@@ -22,6 +23,8 @@ MORE = 200       # chat took ~0.5 s to draw whole: bench/window_long_chat.py); M
 class ChatView(QTextBrowser):
     sig_notice = Signal(str)  # a cited document could not be opened (a message for the user)
     sig_empty = Signal(bool)  # the view became empty (True) or got its first message (False)
+    sig_action = Signal(str, int)  # "regenerate" | "edit" | "branch" | "delete", the message's index
+    sig_branch = Signal(int)  # the id of the sibling message to show (‹ › under a message)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -39,6 +42,11 @@ class ChatView(QTextBrowser):
         self._prefix: str | None = None
         self._tail: int | None = None
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
+        self.idle = True  # the engine takes a new turn: actions that start one are offered
+        self._hidden: list[dict] | None = None  # the turns after a branch's answer, until its message is sent
+        self.toolbar = MessageToolbar(self.viewport())
+        self.toolbar.triggered.connect(self.act)
+        self.viewport().setMouseTracking(True)
         self._timer = QTimer(self)
         self._timer.setInterval(RENDER_MS)
         self._timer.timeout.connect(self._render_if_dirty)
@@ -47,6 +55,7 @@ class ChatView(QTextBrowser):
     # ---- content
     def set_messages(self, messages: list[dict]) -> None:
         self.messages = fold_tool_rounds([dict(m, streaming=False) for m in messages if not m.get("superseded")])
+        self._hidden = None
         self.first_shown = max(0, len(self.messages) - SHOWN)
         self._cache.clear()
         self._render()
@@ -113,6 +122,90 @@ class ChatView(QTextBrowser):
         last["rev"] = last.get("rev", 0) + 1
         self._dirty = True
 
+    # ---- one message's actions (app/message_actions.py)
+    def act(self, action: str, index: int) -> None:
+        """Copying is the view's own; the rest goes to the window (`sig_action`)."""
+        if index is None or not 0 <= index < len(self.messages):
+            return
+        if action in ("copy", "markdown"):
+            self.copy_message(index, markdown=action == "markdown")
+        elif any(a == action for a, _, _ in actions_for(self.messages[index], self.idle)):
+            self.toolbar.clear()
+            self.sig_action.emit(action, index)
+
+    def message_at(self, pos: QPoint) -> int | None:
+        """The index of the message drawn at `pos` (viewport coordinates), if any."""
+        frame = self._frame_at(self.cursorForPosition(pos).position())
+        return None if frame is None else frame[0]
+
+    def _frame_at(self, position: int):
+        """(message index, its table) holding the document `position`: each message is a table at
+        the document's top level (code blocks and Markdown tables are nested inside)."""
+        for k, frame in enumerate(self.document().rootFrame().childFrames()):
+            if frame.firstPosition() - 1 <= position <= frame.lastPosition() + 1:
+                index = self.first_shown + k
+                return (index, frame) if index < len(self.messages) else None
+        return None
+
+    def mouseMoveEvent(self, event):  # noqa: N802 - Qt's name
+        super().mouseMoveEvent(event)
+        pos = event.position().toPoint()
+        found = self._frame_at(self.cursorForPosition(pos).position())
+        if found is None or not actions_for(self.messages[found[0]], self.idle):
+            if not self.toolbar.geometry().contains(pos):
+                self.toolbar.clear()
+            return
+        index, frame = found
+        rect = self.document().documentLayout().frameBoundingRect(frame)
+        top = rect.top() - self.verticalScrollBar().value()
+        right = rect.right() - self.horizontalScrollBar().value()
+        self.toolbar.show_for(index, actions_for(self.messages[index], self.idle), QPoint(int(right) - 4, int(top) + 2))
+
+    def leaveEvent(self, event):  # noqa: N802 - Qt's name
+        super().leaveEvent(event)
+        if not self.toolbar.underMouse():
+            self.toolbar.clear()
+
+    def contextMenuEvent(self, event):  # noqa: N802 - Qt's name
+        """The standard menu (copy the selection, select all) with the message's own actions."""
+        menu = self.createStandardContextMenu(event.pos())
+        index = self.message_at(self.viewport().mapFromGlobal(event.globalPos()))
+        actions = actions_for(self.messages[index], self.idle) if index is not None else []
+        if actions:
+            menu.addSeparator()
+            for action, label, _ in actions:
+                menu.addAction(label, lambda a=action, i=index: self.act(a, i))
+        menu.exec(event.globalPos())
+
+    def set_idle(self, idle: bool) -> None:
+        self.idle = idle
+        self.toolbar.clear()
+
+    def adopt_ids(self, rows: list[dict]) -> bool:
+        """Give the messages shown their stored ids and branches (the chat's transcript, read
+        after a turn); False when what is shown is not that chat's path (the caller redraws)."""
+        path = fold_tool_rounds([dict(r) for r in rows if not r.get("superseded")])
+        if [m["role"] for m in path] != [m["role"] for m in self.messages]:
+            return False
+        changed = False
+        for shown, stored in zip(self.messages, path):
+            if shown.get("streaming"):
+                return True  # a turn started since: its ids come with the next read
+            if (shown.get("id"), shown.get("branches")) != (stored.get("id"), stored.get("branches")):
+                shown.update(id=stored.get("id"), branches=stored.get("branches"))
+                shown["rev"] = shown.get("rev", 0) + 1
+                changed = True
+        if changed:
+            self._render()
+        return True
+
+    def branch_step(self, index: int, step: int) -> None:
+        """‹ or › under message `index`: ask for its sibling `step` away."""
+        siblings = self.messages[index].get("branches") or []
+        at = siblings.index(self.messages[index]["id"]) if self.messages[index].get("id") in siblings else None
+        if at is not None and 0 <= at + step < len(siblings) and self.idle:
+            self.sig_branch.emit(siblings[at + step])
+
     def copy_message(self, index: int, markdown: bool = False) -> str:
         """Copy one message: an answer's Markdown as written, or any message as the plain text it
         reads as (Markdown rendered, then its text)."""
@@ -154,12 +247,36 @@ class ChatView(QTextBrowser):
         return next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), None)
 
     def drop_last_turn(self) -> None:
-        """The last user message and what followed it (an edit replaces them)."""
-        last = max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
+        """The last user message and what followed it (a message that was not sent)."""
+        last = self.last_user_index()
         if last is not None:
-            del self.messages[last:]
-            self._cache = {i: c for i, c in self._cache.items() if i < last}
+            self.cut(last)
+
+    def cut(self, index: int) -> None:
+        """Drop the messages from `index` on (an answer given again, a message edited)."""
+        del self.messages[index:]
+        self._cache = {i: c for i, c in self._cache.items() if i < index}
+        self._hidden = None
+        self._render()
+
+    def preview_cut(self, index: int) -> None:
+        """Show the chat up to `index` while a branch waits for its first message; `end_preview`
+        brings the rest back (or lets it go, once the message is sent)."""
+        hidden = self.messages[index:]
+        self.cut(index)
+        self._hidden = hidden
+
+    def end_preview(self, keep: bool = True) -> None:
+        hidden, self._hidden = self._hidden, None
+        if hidden and keep:
+            self.messages.extend(hidden)
             self._render()
+
+    def index_of(self, message_id: int) -> int | None:
+        return next((i for i, m in enumerate(self.messages) if m.get("id") == message_id), None)
+
+    def last_user_index(self) -> int | None:
+        return max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
 
     def last_answer(self) -> str:
         """The last answer's text (a reasoning model's thinking is not part of it)."""
@@ -172,10 +289,10 @@ class ChatView(QTextBrowser):
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
         if url.scheme() == "more":
             self.show_earlier()
-        elif url.scheme() == "msg":
-            action, _, i = url.path().partition(":")
-            if i.isdigit() and int(i) < len(self.messages):
-                self.copy_message(int(i), markdown=action == "markdown")
+        elif url.scheme() == "branch":
+            i, _, step = url.path().partition(":")
+            if i.isdigit() and int(i) < len(self.messages) and step in ("-1", "1"):
+                self.branch_step(int(i), int(step))
         elif url.scheme() == "tool":
             i, _, n = url.path().partition(".")
             if i.isdigit() and n.isdigit() and int(i) < len(self.messages):
@@ -211,6 +328,12 @@ class ChatView(QTextBrowser):
             self._render()
 
     @staticmethod
+    def _branch(m: dict) -> tuple[int, int] | None:
+        """(which, of how many) for a message with siblings: ‹ 2 / 3 ›."""
+        siblings = m.get("branches") or []
+        return (siblings.index(m["id"]) + 1, len(siblings)) if m.get("id") in siblings else None
+
+    @staticmethod
     def _thinking(i: int, m: dict) -> str:
         if m["role"] != "assistant" or not (m.get("reasoning") or (m.get("stats") or {}).get("reasoning_tokens")):
             return ""
@@ -243,12 +366,14 @@ class ChatView(QTextBrowser):
             if i < self.first_shown:
                 continue
             cached = self._cache.get(i)
-            key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"))
+            key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"),
+                   m.get("id"))
             if cached and not m.get("streaming") and cached[0] == key:
                 parts.append(cached[1])
                 continue
             piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"),
-                                 thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())), index=i)
+                                 thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())), index=i,
+                                 branch=self._branch(m))
             if not m.get("streaming"):
                 self._cache[i] = (key, piece)
             parts.append(piece)
@@ -292,7 +417,8 @@ def fold_tool_rounds(messages: list[dict]) -> list[dict]:
             continue
         if role == "assistant" and out and out[-1]["role"] == "assistant" and out[-1].get("calling"):
             host = out.pop()  # the answer after the results: same bubble, below the calls
-            m = dict(m, steps=host.get("steps", []))
+            # One turn: the bubble acts as its first round, the message its branches hang on.
+            m = dict(m, steps=host.get("steps", []), id=host.get("id"), branches=host.get("branches"))
         if role == "assistant" and m.get("tool_calls"):
             steps = list(m.get("steps", []))
             if (m.get("content") or "").strip():

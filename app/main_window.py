@@ -33,14 +33,15 @@ from app.window_chats import WindowChats
 from app.window_panels import WindowPanels
 from app.window_presets import WindowPresets
 from app.window_states import WindowStates
+from app.window_messages import WindowMessages
 from app.window_tools import WindowTools
 from engine.api import MessageTooLong, Presets, Settings
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowStates, WindowAttachments,
-                 QMainWindow):
+class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowPresets, WindowStates,
+                 WindowAttachments, QMainWindow):
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
@@ -51,8 +52,10 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.busy = False
         self.engine_ready = False
         self._pending: tuple[str, str, list] | None = None  # a first message waiting for its new chat
-        self.editing = False  # the composer holds an edit of the last user message
-        self._sent: tuple[str, str, bool] | None = None  # (text, route, edit) in flight: MessageTooLong gives it back
+        self.editing: int | bool = False  # the composer holds an edit of this user message (True: the last)
+        self.branch_after: int | None = None  # the answer the next message follows (Branch from here)
+        # (text, route, fork) in flight, fork being send's after= / replacing=: MessageTooLong gives it back
+        self._sent: tuple[str, str, dict] | None = None
         self.too_long_dialog: QMessageBox | None = None
         self.last_done: dict | None = None  # the latest finished turn (its text and stats)
         self.engine_error: str | None = None  # why the engine could not start
@@ -126,6 +129,8 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.progress.setTextVisible(False)
         self.view = ChatView()
         self.view.sig_notice.connect(self.status_label.setText)  # a cited file that could not be opened
+        self.view.sig_action.connect(self.on_message_action)
+        self.view.sig_branch.connect(self.switch_branch)
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
@@ -140,6 +145,8 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.confidence_warning.setStyleSheet("padding:4px;background:#fff1d6;color:#8a4b00;border-radius:4px")
         self.confidence_warning.hide()
         self.top_bar = TopBar(bool(Settings.shared().get("ui.resources_panel")))
+        self.top_bar.add_picker(self.composer.route)
+        self.composer.route.activated.connect(self.choose_route)
         center = QWidget()
         layout = QVBoxLayout(center)
         layout.addWidget(self.top_bar)
@@ -157,16 +164,9 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         return center
 
     def _build_actions(self) -> QHBoxLayout:
-        """Regenerate, Edit last message, Copy answer, and the chat's "Use my documents"."""
-        self.regen_button = QPushButton(tr("Regenerate"))
-        self.regen_button.clicked.connect(self.regenerate)
-        self.edit_button = QPushButton(tr("Edit last message"))
-        self.edit_button.clicked.connect(self.edit_last)
-        self.copy_button = QPushButton(tr("Copy answer"))
-        self.copy_button.clicked.connect(self.copy_answer)
+        """The chat's switches: "Use my documents", Think, Tools. A message's own actions (copy,
+        answer again, edit, branch, delete) are on the message (app/message_actions.py)."""
         actions = QHBoxLayout()
-        for b in (self.regen_button, self.edit_button, self.copy_button):
-            actions.addWidget(b)
         actions.addStretch(1)
         self.docs_toggle = DocumentsToggle()  # "Use my documents" for the chat shown
         self.docs_toggle.setEnabled(False)  # until the engine says documents are on
@@ -195,12 +195,11 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         for name, widget in (("conversationList", self.chat_list), ("newConversationButton", self.new_button),
                              ("searchBox", self.search), ("chatView", self.view), ("composer", self.composer),
                              ("sendButton", self.composer.send_button), ("stopButton", self.composer.stop_button),
-                             ("regenerateButton", self.regen_button), ("routeOverride", self.composer.route),
+                             ("routeOverride", self.composer.route),
                              ("vramGauge", self.gauges.vram), ("ramGauge", self.gauges.ram_app),
                              ("kvGauge", self.gauges.kv_box), ("contextLevel", self.gauges.water_bar),
                              ("confidenceWarning", self.confidence_warning), ("settingsButton", self.settings_button),
-                             ("modelManagerButton", self.models_button), ("editButton", self.edit_button),
-                             ("copyButton", self.copy_button), ("statusLine", self.status_label),
+                             ("modelManagerButton", self.models_button), ("statusLine", self.status_label),
                              ("errorBanner", self.banner), ("progressBar", self.progress)):
             widget.setObjectName(name)
         self._describe_widgets()
@@ -215,6 +214,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
         self.composer.set_busy(False)
+        self.composer.set_tiers(info["tiers"])
         self._update_empty()
         self.docs_toggle.setEnabled(bool(info.get("documents")))
         self.api_server.apply()  # off by default: nothing listens unless server.enabled is on
@@ -237,6 +237,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.top_bar.set_title(None)
         self.top_bar.set_model()
         self._preset_switches(self.chat_preset)
+        self.show_route(cid, self.chat_preset.tier)
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
         self.think_toggle.take(cid)
         self.view.set_messages([])
@@ -254,9 +255,8 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
 
     def _on_history(self, cid: int, messages: list[dict]) -> None:
         if cid == self.conversation_id:
-            self.view.set_messages([{"role": m["role"], "content": m["content"], "reasoning": m.get("reasoning") or "",
-                                     "stats": dict(m["stats"], model=(m["stats"] or {}).get("model")),
-                                     "superseded": m["superseded"]} for m in messages])
+            self.view.set_messages([dict(m, reasoning=m.get("reasoning") or "", stats=dict(m["stats"] or {}))
+                                    for m in messages])
             last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
             self.top_bar.set_model(last.get("level"), last.get("model"))
             self.gauges.set_water_level(last.get("context"))
@@ -299,6 +299,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
                 self.composer.set_context(context["used"], context["n_ctx"])
         self.status_label.setText(answered_by(done))
         self._update_actions()
+        self.adopt_ids(cid)
 
     def _on_turn_error(self, cid: int, exc: BaseException) -> None:
         if isinstance(exc, MessageTooLong):
@@ -309,31 +310,33 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.view.fail(message)
         self.show_banner(message)
         self._update_actions()
+        if self.conversation_id is not None:
+            self.adopt_ids(self.conversation_id)
 
     # ---- a message too long for the context: the user chooses how it is shortened, or keeps it
     def _on_too_long(self, cid: int, exc: MessageTooLong) -> None:
         self._set_busy(False)
         self.view.drop_last_turn()  # nothing was stored; the bubble comes back if the user sends it
-        text, route, edit = self._sent or ("", "auto", False)
+        text, route, fork = self._sent or ("", "auto", {})
         self.too_long_dialog = ask_overflow(self, exc, lambda overflow: self._overflow_chosen(
-            cid, text, route, edit, overflow))
+            cid, text, route, fork, overflow))
 
-    def _overflow_chosen(self, cid: int, text: str, route: str, edit: bool, overflow: str | None) -> None:
+    def _overflow_chosen(self, cid: int, text: str, route: str, fork: dict, overflow: str | None) -> None:
         self.too_long_dialog = None
         if overflow is None:  # Cancel: the text is the user's again, in the composer
             self.composer.edit.setPlainText(text)
-            self.editing = edit
-            if edit:
-                self._load(cid)  # the turn it was to replace is still there
+            if "replacing" in fork:
+                self.editing = fork["replacing"] or True
+            if fork:
+                self._load(cid)  # the turns it was to replace, or follow, are all still there
             self.status_label.setText(tr("Not sent: the message is too long for the context"))
             return
         self.hide_banner()
         self.view.add_user(text)
         self._set_busy(True)
         self.status_label.setText(tr("Summarising the message…") if overflow == "summarise" else tr("Thinking…"))
-        self._sent = (text, route, edit)
-        call = "resend_edited" if edit else "send"
-        self._turn(cid, lambda a, p, cancel: getattr(a, call)(cid, text, p, cancel=cancel, route=route, overflow=overflow))
+        self._sent = (text, route, fork)
+        self._turn(cid, self._start(cid, text, route, fork, overflow=overflow))
 
     def _show_confidence(self, stats: dict) -> None:
         """The flagged answer's warning with its weakest sentences (also inline in the bubble)."""
@@ -357,22 +360,12 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
             self._new_conversation()
             self._set_busy(True)
             return
-        if self.editing:
-            self.editing = False
-            self.view.drop_last_turn()
-            self.hide_banner()
-            self.view.add_user(text)
-            self._set_busy(True)
-            self._sent = (text, route, True)
-            self._turn(self.conversation_id,
-                       lambda a, p, cancel, cid=self.conversation_id: a.resend_edited(cid, text, p, cancel=cancel,
-                                                                                      route=route), files)
-            return
-        self._send_to(self.conversation_id, text, route, files)
+        self._send_to(self.conversation_id, text, route, files, self._fork())
 
     def regenerate(self) -> None:
         if not self.engine_ready or self.busy or self.conversation_id is None or not self.view.ends_with_answer():
             return
+        self.cancel_branch()
         self.view.restart_answer()
         self._set_busy(True)
         cid, route = self.conversation_id, self.composer.route.currentData()
@@ -380,13 +373,10 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
 
     def edit_last(self) -> None:
         """Put the last user message in the composer; sending it replaces that turn."""
-        text = self.view.last_user()
-        if self.busy or text is None:
+        at = self.view.last_user_index()
+        if self.busy or at is None:
             return
-        self.editing = True
-        self.composer.edit.setPlainText(text)
-        self.composer.edit.setFocus()
-        self.status_label.setText(tr("Editing your last message: send to replace it"))
+        self.edit_message(at)
 
     def copy_answer(self) -> None:
         from PySide6.QtGui import QGuiApplication
@@ -425,7 +415,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.worker.turn(cid, start, self.temperature if t is None else t, self.max_tokens, self._on_answer,
                          self._on_turn_error, think=self.think_toggle.isChecked())
 
-    def _send_to(self, cid: int, text: str, route: str, files: list[str] = ()) -> None:
+    def _send_to(self, cid: int, text: str, route: str, files: list[str] = (), fork: dict | None = None) -> None:
         self.conversation_id = cid
         self.hide_banner()
         self.confidence_warning.hide()
@@ -433,15 +423,12 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.view.add_user(text)
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))
-        self._sent = (text, route, False)
-        if self.tools_toggle.isChecked():
-            worker = self.worker  # its toolbox and approve are the engine thread's (the start runs there)
-            self._turn(cid, lambda a, p, cancel: a.send_with_tools(cid, text, worker.toolbox.runner(), worker.approve,
-                                                                   p, cancel=cancel, route=route), files)
-            return
-        self._turn(cid, lambda a, p, cancel: a.send(cid, text, p, cancel=cancel, route=route), files)
+        self._sent = (text, route, fork or {})
+        self._turn(cid, self._start(cid, text, route, fork or {}), files)
 
     def stop(self) -> None:
+        if not self.busy and self.cancel_branch():  # Esc before a branch's first message: back
+            return
         self.worker.stop()  # a threading.Event: safe from this thread
         self._end_approval()  # a call waiting for approval is denied
 
@@ -454,19 +441,18 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self._update_actions()
 
     def _update_actions(self) -> None:
-        """Regenerate, Edit and Copy only when there is something to act on, and not mid-turn."""
-        idle = self.engine_ready and not self.busy
-        self.regen_button.setEnabled(idle and self.conversation_id is not None and self.view.ends_with_answer())
-        self.edit_button.setEnabled(idle and self.view.last_user() is not None)
-        self.copy_button.setEnabled(bool(self.view.last_answer()))
+        """A message's actions that start a turn or change the chat: only while no turn runs."""
+        self.view.set_idle(self.engine_ready and not self.busy)
 
     def _select(self, cid: int) -> None:
         if self.busy or cid == self.conversation_id:
             return
         self.conversation_id = cid
+        self.editing, self.branch_after = False, None  # they were the other chat's
         self.top_bar.set_title(self._titles.get(cid))
         self.top_bar.set_model()
         self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self._show_chat_preset(cid, pid))
+        self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.show_route(cid, route))
         self.gauges.conversation_id = cid
         self.docs_toggle.set_conversation(cid)
         self._load(cid)

@@ -178,22 +178,24 @@ def steps_html(index: int, steps: list) -> str:
     return "".join(out)
 
 
-def actions_html(index: int, role: str) -> str:
-    """A finished message's own actions, as `msg:<action>:<index>` links: copy as plain text, and
-    an answer's Markdown as written."""
-    links = [f"<a href='msg:copy:{index}' style='color:{COLOURS['meta']}'>{html.escape(tr('Copy'))}</a>"]
-    if role == "assistant":
-        links.append(f"<a href='msg:markdown:{index}' style='color:{COLOURS['meta']}'>"
-                     f"{html.escape(tr('Copy Markdown'))}</a>")
-    return f"<div style='font-size:small;color:{COLOURS['meta']}'>{' · '.join(links)}</div>"
+def branch_html(index: int, branch: tuple[int, int]) -> str:
+    """‹ 2 / 3 › under a message with siblings: the other answers to it, or its other edits
+    (`branch:<index>:±1` links; an end's arrow is plain text)."""
+    which, count = branch
+    style = f"color:{COLOURS['meta']};text-decoration:none"
+    prev = f"<a href='branch:{index}:-1' style='{style}'>‹</a>" if which > 1 else "‹"
+    nxt = f"<a href='branch:{index}:1' style='{style}'>›</a>" if which < count else "›"
+    return (f"<div style='font-size:small;color:{COLOURS['meta']}'>{prev} {which} / {count} {nxt}"
+            f" <span style='font-size:small'>{html.escape(tr('branches'))}</span></div>")
 
 
 def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False, *,
-                 thinking: str = "", index: int | None = None) -> str:
+                 thinking: str = "", index: int | None = None, branch: tuple[int, int] | None = None) -> str:
     """One bubble; `thinking`: what goes above the answer's text (the thinking block, earlier
-    tool rounds); `index`: the message's place in the view, for its action links."""
+    tool rounds); `index`: the message's place in the view, for its links; `branch`: (which, of
+    how many) when the message has siblings."""
     stats = stats or {}
-    actions = actions_html(index, role) if index is not None and not streaming and text else ""
+    actions = branch_html(index, branch) if branch and index is not None and not streaming else ""
     if role == "user":
         body = html.escape(text).replace("\n", "<br>")
         return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"

@@ -70,21 +70,20 @@ class WindowStates:
             (side.documents_button, tr("Documents"), tr("Folders the assistant may search and cite")),
             (side.settings_button, tr("Settings"), tr("Models per tier, GPU, memory, language and more")),
             (self.models_button, tr("Models"), tr("Download, import and choose models")),
-            (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end")),
-            (self.regen_button, tr("Regenerate"), tr("Answer the last message again")),
-            (self.edit_button, tr("Edit last message"), tr("Put your last message back in the box to change it "
-                                                           "(Up in an empty box)")),
-            (self.copy_button, tr("Copy answer"), tr("Copy the last answer (Ctrl+Shift+C)")),
+            (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end. "
+                                               "A message's menu (Menu key) copies, edits, answers again, "
+                                               "branches or deletes it")),
             (self.composer.edit, tr("Message"), tr("Enter sends, Shift+Enter starts a new line (Ctrl+L)")),
-            (self.composer.route, tr("Route"), tr("Which tier answers this message: automatic, or L1, L2, L3")),
+            (self.composer.route, tr("Answering model"), tr("Which model answers this chat: Auto lets the router "
+                                                            "choose for each message, or pick a tier and its model")),
             (self.composer.stop_button, tr("Stop"), tr("Stop the answer being written (Esc)")),
             (self.composer.send_button, tr("Send"), tr("Send the message (Enter)")),
         ):
             describe(widget, name, what)
         chain(self.search, self.chat_list, self.new_button, side.documents_button, side.tools_button,
-              side.settings_button, self.models_button, self.view, self.regen_button, self.edit_button,
-              self.copy_button, self.docs_toggle.check, self.think_toggle, self.tools_toggle, self.composer.edit,
-              self.composer.route, self.composer.stop_button, self.composer.send_button)
+              side.settings_button, self.models_button, self.composer.route, self.view, self.docs_toggle.check,
+              self.think_toggle, self.tools_toggle, self.composer.edit, self.composer.stop_button,
+              self.composer.send_button)
 
     def focus_search(self) -> None:
         self.search.setFocus()

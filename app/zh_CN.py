@@ -1,4 +1,7 @@
-"""简体中文: every string the app passes to `tr` (a test checks none is missing)."""
+"""简体中文: every string the app passes to `tr` (a test checks none is missing); a message's actions
+and branches are in app/zh_CN_chat.py."""
+
+from app.zh_CN_chat import TABLE as CHAT
 
 TABLE = {
     " (demo models: they prove the mechanisms, not answer quality)": "（演示模型：用于验证机制，不代表回答质量）",
@@ -410,13 +413,11 @@ TABLE = {
     "Catalog models": "目录中的模型",
     "Chats": "对话",
     "Conversation": "对话内容",
-    "Copy the last answer (Ctrl+Shift+C)": "复制最后的回答（Ctrl+Shift+C）",
     "Download, import and choose models": "下载、导入和选择模型",
     "Enter sends, Shift+Enter starts a new line (Ctrl+L)": "Enter 发送，Shift+Enter 换行（Ctrl+L）",
     "Folders the assistant may search and cite": "助手可以搜索并引用的文件夹",
     "Message": "消息",
     "Models per tier, GPU, memory, language and more": "各层级的模型、GPU、记忆、语言等",
-    "Put your last message back in the box to change it (Up in an empty box)": "把你的上一条消息放回输入框修改（在空输入框中按上方向键）",
     "Search results": "搜索结果",
     "Search the hub": "搜索模型仓库",
     "Send the message (Enter)": "发送消息（Enter）",
@@ -493,3 +494,4 @@ TABLE = {
     "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Older": "更早", "Pin": "置顶", "Unpin": "取消置顶",
     "Previous 7 days": "过去 7 天", "Previous 30 days": "过去 30 天", "{group}, a group of chats": "{group}，对话分组",
 }
+TABLE.update(CHAT)

@@ -72,8 +72,7 @@ def test_no_unnamed_control_and_the_main_ones_say_what_they_do(qtbot, window):
 def test_tab_follows_reading_order(qtbot, window):
     w = window
     order = [w.search, w.chat_list, w.new_button, w.sidebar.documents_button, w.sidebar.tools_button,
-             w.sidebar.settings_button, w.models_button, w.view, w.regen_button, w.edit_button, w.copy_button,
-             w.docs_toggle.check, w.think_toggle, w.tools_toggle, w.composer.edit, w.composer.route,
+             w.sidebar.settings_button, w.models_button, w.composer.route, w.view, w.docs_toggle.check, w.think_toggle, w.tools_toggle, w.composer.edit,
              w.composer.stop_button, w.composer.send_button]
     seen, widget = [], w.search
     for _ in range(200):

@@ -16,7 +16,7 @@ from .helpers import send
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("conversationList newConversationButton searchBox chatView composer sendButton stopButton "
-         "regenerateButton routeOverride vramGauge ramGauge kvGauge contextLevel confidenceWarning "
+         "routeOverride vramGauge ramGauge kvGauge contextLevel confidenceWarning "
          "settingsButton modelManagerButton").split()
 
 

@@ -1,9 +1,12 @@
-"""Every finished message can be copied on its own (issue 27): plain text as it reads, or an
-answer's Markdown as written, through the links under it. Driven over the scripted fake backend."""
+"""Every message can be acted on (issue 27): the toolbar that shows when the pointer rests on a
+message, and the same actions in its right-click menu. Copy (plain or Markdown), answer again,
+edit and send again, branch from an answer, delete; ‹ › between the branches these leave. Driven
+over the scripted fake backend, with the real engine and SQLite behind the window."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QEvent, QPointF, Qt, QUrl
+from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QApplication
 
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
@@ -11,24 +14,132 @@ from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 from .helpers import fake_window
 
 
+def hover(view, index: int):
+    """Rest the pointer on message `index`: a mouse move over its bubble, as Qt delivers it."""
+    frame = view.document().rootFrame().childFrames()[index - view.first_shown]
+    rect = view.document().documentLayout().frameBoundingRect(frame)
+    pos = QPointF(rect.center().x(), rect.top() + 6 - view.verticalScrollBar().value())
+    event = QMouseEvent(QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton,
+                        Qt.NoModifier)
+    QApplication.sendEvent(view.viewport(), event)
+    return view.toolbar
 
-def test_copy_any_message_as_text_or_markdown(qtbot, fakes, make_assistant):
+
+def click(qtbot, view, index: int, action: str) -> None:
+    bar = hover(view, index)
+    assert bar.isVisible() and bar.index == index
+    button = bar.button(action)
+    assert button is not None, [b.objectName() for b in bar.buttons()]
+    qtbot.mouseClick(button, Qt.LeftButton)
+
+
+def chat(qtbot, fakes, make_assistant, answers, questions):
     model = str(fakes.model_file("m"))
     w = fake_window(qtbot, lambda: make_assistant(model), max_tokens=200)
-    fakes.script("m").enqueue(Answer("**Bold** and `code`.\n\n- one\n- two"), Answer("Second."))
-    for text in ("First question", "Second question"):
-        w.composer.edit.setPlainText(text)
-        w.composer.send_button.click()
-        qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
+    fakes.script("m").enqueue(*[Answer(a) for a in answers])
+    for text in questions:
+        ask(qtbot, w, text)
+    return w
+
+
+def ask(qtbot, w, text):
+    w.composer.edit.setPlainText(text)
+    w.composer.send_button.click()
+    settled(qtbot, w)
+
+
+def settled(qtbot, w):
+    """The turn is over and the messages shown carry their stored ids (read after each turn)."""
+    qtbot.waitUntil(lambda: not w.busy and all(m.get("id") for m in w.view.messages), timeout=30_000)
+
+
+def shown(w) -> list[str]:
+    return [m["content"] for m in w.view.messages]
+
+
+def test_copy_any_message_as_text_or_markdown(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["**Bold** and `code`.\n\n- one\n- two", "Second."],
+             ["First question", "Second question"])
     clipboard = QApplication.clipboard()
-    w.view._on_link(QUrl("msg:markdown:1"))  # the first answer, not the last
+    click(qtbot, w.view, 1, "markdown")  # the first answer, not the last
     assert clipboard.text() == "**Bold** and `code`.\n\n- one\n- two"
-    w.view._on_link(QUrl("msg:copy:1"))
+    click(qtbot, w.view, 1, "copy")
     assert "**" not in clipboard.text() and "Bold and code." in clipboard.text() and "two" in clipboard.text()
-    w.view._on_link(QUrl("msg:copy:0"))
+    click(qtbot, w.view, 0, "copy")
     assert clipboard.text() == "First question"
-    assert w.view.toPlainText().count("Copy Markdown") == 2
-    w.view._on_link(QUrl("msg:copy:99"))  # a stale link does nothing
+    assert [b.objectName() for b in hover(w.view, 0).buttons()] == ["msg_copy", "msg_edit", "msg_delete"]
+    assert [b.objectName() for b in hover(w.view, 3).buttons()] == ["msg_copy", "msg_markdown", "msg_regenerate",
+                                                                   "msg_branch", "msg_delete"]
+    assert all(b.accessibleName() and b.accessibleDescription() for b in hover(w.view, 3).buttons())
+    w.view.act("copy", 99)  # a stale index does nothing
+    w.close()
+
+
+def test_an_earlier_answer_given_again_and_the_branches_it_leaves(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "A2", "B1"], ["q1", "q2"])
+    click(qtbot, w.view, 1, "regenerate")
+    settled(qtbot, w)
+    assert shown(w) == ["q1", "B1"]
+    assert "‹ 2 / 2 ›" in w.view.toPlainText()  # the new answer is the second of two
+    w.view._on_link(QUrl("branch:1:-1"))  # ‹: the first answer and what followed it
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "A1", "q2", "A2"], timeout=30_000)
+    assert "1 / 2" in w.view.toPlainText()
+    qtbot.waitUntil(lambda: "reuses" in w.status_label.text(), timeout=30_000)
+    w.view._on_link(QUrl("branch:1:1"))
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "B1"], timeout=30_000)
+    w.close()
+
+
+def test_an_earlier_message_edited_and_sent_again(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "A2", "E1"], ["q1", "q2"])
+    click(qtbot, w.view, 0, "edit")
+    assert w.composer.edit.toPlainText() == "q1" and "earlier message" in w.status_label.text()
+    ask(qtbot, w, "q1, said better")
+    assert shown(w) == ["q1, said better", "E1"]
+    assert "‹ 2 / 2 ›" in w.view.toPlainText()
+    rows = w.worker.assistant.transcript(w.conversation_id)
+    assert [r["content"] for r in rows if r["superseded"]] == ["q1", "A1", "q2", "A2"]  # kept, as a branch
+    w.close()
+
+
+def test_a_branch_from_an_answer_and_esc_before_its_first_message(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "A2", "X"], ["q1", "q2"])
+    click(qtbot, w.view, 1, "branch")
+    assert shown(w) == ["q1", "A1"] and "New branch" in w.status_label.text()
+    w.stop()  # Esc: nothing was sent, the chat is as it was
+    assert shown(w) == ["q1", "A1", "q2", "A2"] and w.branch_after is None
+    click(qtbot, w.view, 1, "branch")
+    ask(qtbot, w, "something else")
+    assert shown(w) == ["q1", "A1", "something else", "X"]
+    assert "‹ 2 / 2 ›" in w.view.toPlainText()
+    w.view._on_link(QUrl("branch:2:-1"))
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "A1", "q2", "A2"], timeout=30_000)
+    w.close()
+
+
+def test_delete_a_turn_after_asking(qtbot, fakes, make_assistant, monkeypatch):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "A2", "A3"], ["q1", "q2", "q3"])
+    asked = []
+    monkeypatch.setattr(w, "confirm", lambda title, text: asked.append(text) or False)
+    click(qtbot, w.view, 3, "delete")
+    assert asked == ["Delete this answer and the message it answers?"] and len(shown(w)) == 6
+    monkeypatch.setattr(w, "confirm", lambda title, text: True)
+    click(qtbot, w.view, 3, "delete")
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "A1", "q3", "A3"], timeout=30_000)
+    assert [m["content"] for m in w.worker.assistant.transcript(w.conversation_id)] == ["q1", "A1", "q3", "A3"]
+    w.close()
+
+
+def test_mid_turn_only_copying_is_offered_and_the_menu_has_the_same_actions(qtbot, fakes, make_assistant):
+    from app.message_actions import actions_for
+
+    w = chat(qtbot, fakes, make_assistant, ["A1"], ["q1"])
+    w._set_busy(True)
+    assert [a for a, _, _ in actions_for(w.view.messages[1], w.view.idle)] == ["copy", "markdown"]
+    w.view.act("delete", 1)  # not offered: nothing happens
+    assert shown(w) == ["q1", "A1"]
+    w._set_busy(False)
+    assert [a for a, _, _ in actions_for(w.view.messages[1], w.view.idle)][-1] == "delete"
     w.close()
 
 
@@ -40,10 +151,12 @@ def test_a_long_chat_opens_on_its_last_messages_and_shows_earlier_ones_on_click(
     messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message number {k}", "stats": {},
                  "superseded": False} for k in range(1000)]
     view.set_messages(messages)
-    shown = view.toPlainText()
-    assert "message number 999" in shown and f"message number {1000 - SHOWN}" in shown
-    assert f"message number {999 - SHOWN}" not in shown and f"Show {1000 - SHOWN} earlier messages" in shown
+    shown_text = view.toPlainText()
+    assert "message number 999" in shown_text and f"message number {1000 - SHOWN}" in shown_text
+    assert f"message number {999 - SHOWN}" not in shown_text and f"Show {1000 - SHOWN} earlier messages" in shown_text
+    view.show()
+    assert hover(view, 1000 - SHOWN + 3).index == 1000 - SHOWN + 3  # the drawn messages keep their own index
     view._on_link(QUrl("more:"))
     assert f"message number {1000 - SHOWN - MORE}" in view.toPlainText()
-    view._on_link(QUrl("msg:copy:0"))  # links keep the message's own index, drawn or not
+    view.act("copy", 0)
     assert QApplication.clipboard().text() == "message number 0"

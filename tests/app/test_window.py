@@ -204,13 +204,19 @@ def test_regenerate_edit_and_copy(qtbot, window):
 
 
 def test_actions_wait_for_something_to_act_on_and_the_status_says_who_answered(qtbot, window):
-    buttons = (window.regen_button, window.edit_button, window.copy_button)
-    assert [b.isEnabled() for b in buttons] == [False, False, False]  # an empty chat
+    from app.message_actions import actions_for
+
+    def offered(i):
+        return [a for a, _, _ in actions_for(window.view.messages[i], window.view.idle)]
+
+    assert window.view.messages == []  # an empty chat: no message to act on
     done = send(qtbot, window, "Name a fruit.")
-    assert [b.isEnabled() for b in buttons] == [True, True, True]
+    qtbot.waitUntil(lambda: window.view.messages[-1].get("id") == done["message_id"], timeout=30_000)
+    assert offered(0) == ["copy", "edit", "delete"]
+    assert offered(1) == ["copy", "markdown", "regenerate", "branch", "delete"]
     assert window.status_label.text() == f"Answered by {done['model']} ({done['level']}): {done['route_reason']}"
     window.delete_chat(window.conversation_id, "", confirmed=True)
-    assert [b.isEnabled() for b in buttons] == [False, False, False]
+    assert window.view.messages == []
 
 
 def test_settings_changed_in_the_dialog_apply_live_or_say_they_wait(qtbot, window):

@@ -1,0 +1,82 @@
+"""What can be done to one message in the chat, and the small toolbar that offers it when the
+pointer rests on the message (the same list is the message's right-click menu, which the keyboard
+reaches too: Menu key or Shift+F10 over the message at the text cursor)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QWidget
+
+from app.a11y import describe
+from app.i18n import tr
+
+
+def actions_for(message: dict, idle: bool) -> list[tuple[str, str, str]]:
+    """(action, label, description) for a finished message. Copying is always offered; what
+    starts a turn or changes the chat needs the engine idle and the message stored (its id)."""
+    if message.get("streaming") or not (message.get("content") or message.get("steps")):
+        return []
+    answer = message["role"] == "assistant"
+    out = [("copy", tr("Copy"), tr("Copy this message as plain text"))]
+    if answer:
+        out.append(("markdown", tr("Copy Markdown"), tr("Copy this answer's Markdown as written")))
+    if not (idle and message.get("id")):
+        return out
+    if answer:
+        out += [("regenerate", tr("Regenerate"), tr("Answer this message again; this answer stays as a branch")),
+                ("branch", tr("Branch from here"),
+                 tr("Ask something else after this answer; what followed stays as a branch"))]
+    elif message["role"] == "user":
+        out.append(("edit", tr("Edit"), tr("Change this message and send it again; the old one stays as a branch")))
+    out.append(("delete", tr("Delete"), tr("Delete this answer and the message it answers") if answer
+                else tr("Delete this message and its answer")))
+    return out
+
+
+class MessageToolbar(QFrame):
+    """A row of small buttons at a message's top right corner, over the chat view's viewport."""
+
+    triggered = Signal(str, int)  # action, the message's index in the view
+
+    def __init__(self, parent: QWidget):
+        super().__init__(parent)
+        self.setObjectName("messageToolbar")
+        self.setFrameShape(QFrame.StyledPanel)
+        self.setAutoFillBackground(True)
+        self.index: int | None = None
+        self._row = QHBoxLayout(self)
+        self._row.setContentsMargins(2, 1, 2, 1)
+        self._row.setSpacing(2)
+        self.hide()
+
+    def show_for(self, index: int, actions: list[tuple[str, str, str]], corner: QPoint) -> None:
+        """Offer `actions` for message `index`, the toolbar's top right at `corner`."""
+        if index != self.index or [b.objectName() for b in self.buttons()] != [f"msg_{a}" for a, _, _ in actions]:
+            for b in self.buttons():
+                self._row.removeWidget(b)
+                b.setParent(None)
+                b.deleteLater()
+            for action, label, description in actions:
+                b = QToolButton(self)
+                b.setObjectName(f"msg_{action}")
+                b.setText(label)
+                b.setAutoRaise(True)
+                b.setFocusPolicy(Qt.NoFocus)  # the keyboard has the context menu; Tab stays in reading order
+                describe(b, label, description)
+                b.clicked.connect(lambda _=False, a=action: self.triggered.emit(a, self.index))
+                self._row.addWidget(b)
+            self.index = index
+            self.adjustSize()
+        self.move(max(0, corner.x() - self.width()), max(0, corner.y()))
+        self.show()
+        self.raise_()
+
+    def buttons(self) -> list[QToolButton]:
+        return [self._row.itemAt(i).widget() for i in range(self._row.count())]
+
+    def button(self, action: str) -> QToolButton | None:
+        return self.findChild(QToolButton, f"msg_{action}")
+
+    def clear(self) -> None:
+        self.index = None
+        self.hide()
