@@ -84,17 +84,13 @@ class Composer(QWidget):
         self.edit.setPlaceholderText(tr("Message (Enter sends, Shift+Enter new line)"))
         self.edit.setMaximumHeight(110)
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
-        self.route = QComboBox()
-        self.route.addItem(tr("Auto"), "auto")
-        for level in ("L1", "L2", "L3"):
-            self.route.addItem(level, level)
+        self.route = QComboBox()  # the window shows it in the top bar: which model answers the chat
+        self.set_tiers({})
         self.count = QLabel("")
         self.send_button = QPushButton(tr("Send"))
         self.stop_button = QPushButton(tr("Stop"))
         self.stop_button.setEnabled(False)
         row = QHBoxLayout()
-        row.addWidget(QLabel(tr("Route")))
-        row.addWidget(self.route)
         row.addWidget(self.count, 1)
         row.addWidget(self.stop_button)
         row.addWidget(self.send_button)
@@ -142,6 +138,19 @@ class Composer(QWidget):
                                                                               ctx=self.n_ctx))
         else:
             self.count.setText(tr("{n} tokens").format(n=n))
+
+    def set_tiers(self, tiers: dict[str, str]) -> None:
+        """The route's choices: Auto (the router picks per message), then each tier with the model
+        it runs ("L2 · qwen3-4b"); before the engine says which, the bare tiers."""
+        current = self.route.currentData() or "auto"
+        self.route.blockSignals(True)
+        self.route.clear()
+        self.route.addItem(tr("Auto"), "auto")
+        for level in ("L1", "L2", "L3"):
+            if not tiers or level in tiers:
+                self.route.addItem(f"{level} · {tiers[level]}" if tiers else level, level)
+        self.route.setCurrentIndex(max(0, self.route.findData(current)))
+        self.route.blockSignals(False)
 
     def _submit(self) -> None:
         if not self.send_button.isEnabled():

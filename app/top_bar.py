@@ -1,5 +1,5 @@
-"""The bar above the conversation: the chat's title, which model answered it (or will), its preset
-(and the door to the presets), and the
+"""The bar above the conversation: the chat's title, which model answered it and the picker of
+which will (Auto or a tier), its preset (and the door to the presets), and the
 resources: a compact strip ("RAM 301 MiB · context 71 %") while the gauge panel is folded away,
 the panel itself when the user opens it (setting ui.resources_panel, kept)."""
 
@@ -55,6 +55,11 @@ class TopBar(QWidget):
         layout.addWidget(self.strip)
         layout.addWidget(self.toggle)
         self.strip.setVisible(not resources_open)
+
+    def add_picker(self, picker: QComboBox) -> None:
+        """The model picker (the composer's route: Auto, or a tier and its model) after the model
+        that answered last, where the eye looks for which model will answer."""
+        self.layout().insertWidget(self.layout().indexOf(self.model) + 1, picker)
 
     def set_presets(self, presets: list[tuple[str, str]], current: str) -> None:
         """(id, name) of every preset, and the one this chat uses."""

@@ -24,7 +24,20 @@ class WindowPresets:
         if cid is not None:
             self.worker.call(lambda a: a.apply_preset(cid, preset),
                              lambda _r: self.docs_toggle.set_conversation(cid))  # its documents switch, as stored
+            self.show_route(cid, preset.tier)
         self.status_label.setText(tr("Preset: {name}").format(name=self.top_bar.preset.currentText()))
+
+    def choose_route(self, index: int) -> None:
+        """The top bar's model picker: which tier answers this chat from now on (Auto: the router
+        chooses per message). Kept with the chat, as a preset's tier is."""
+        route, cid = self.composer.route.itemData(index), self.conversation_id
+        if cid is not None:
+            self.worker.call(lambda a: a.set_conversation_route(cid, route), lambda _r: None)
+
+    def show_route(self, cid: int, route: str | None) -> None:
+        if cid == self.conversation_id:
+            picker = self.composer.route
+            picker.setCurrentIndex(max(0, picker.findData(route or "auto")))
 
     def _preset_switches(self, preset, documents: bool = True) -> None:
         """The switches under the chat as the preset has them (None: left as they stand)."""

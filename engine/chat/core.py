@@ -426,6 +426,10 @@ class AssistantCore:
             raise ConversationNotFound(f"no conversation with id {conversation_id}")
         return row
 
+    def conversation_route(self, conversation_id: int) -> str:
+        """The chat's route: "auto" (the router chooses per message) or the level that answers it."""
+        return self._row(conversation_id).get("route") or "auto"
+
     def conversation_docs(self, conversation_id: int) -> str | None:
         """None (off), "*" (every collection) or a collection name."""
         return self._row(conversation_id).get("docs")
