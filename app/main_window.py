@@ -9,7 +9,7 @@ import logging
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
-                               QPushButton, QSplitter, QVBoxLayout, QWidget)
+                               QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
 from app.a11y import announce, describe
 from app.api_server import ApiServerControl
@@ -123,6 +123,8 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.banner.setStyleSheet("padding:6px;background:#fff4ce;color:#5c4400")
         self.banner.hide()
         self.status_label = QLabel(tr("Loading the model…"))
+        # A long line (a model's path) is cut at the window's edge instead of widening the window.
+        self.status_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         self.progress = QProgressBar()  # indeterminate while the model loads or a prompt is read
         self.progress.setRange(0, 0)
         self.progress.setMaximumHeight(6)

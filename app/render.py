@@ -56,7 +56,10 @@ def markdown_html(text: str) -> str:
         # showed empty boxes without their text): show such text plain instead.
         if any(t.level >= _MD.options["maxNesting"] - 1 for t in tokens):
             return f"<pre>{html.escape(text)}</pre>"
-        return _MD.renderer.render(tokens, _MD.options, {})
+        # A Markdown table as a grid: Qt draws a bare <table> without lines.
+        return _MD.renderer.render(tokens, _MD.options, {}).replace(
+            "<table>", f"<table border='1' cellspacing='0' cellpadding='4' style='border-collapse:collapse;"
+                       f"border-color:{COLOURS['meta']}'>")
     except RecursionError:  # pathological nesting: plain text, never a crash
         return f"<pre>{html.escape(text)}</pre>"
 

@@ -90,8 +90,11 @@ def test_screenshots_of_presets(qtbot, fakes, make_assistant, tmp_path):
     out = screenshot_dir(tmp_path)
     Settings.shared().set("ui.welcome_done", True)
     model = str(fakes.model_file("m"))
-    for language in ("en", "zh_CN"):
+    from app.theme import apply_theme
+
+    for language, theme in (("en", "light"), ("en", "dark"), ("zh_CN", "light"), ("zh_CN", "dark")):
         with in_language(language):
+            apply_theme(theme)
             w = fake_window(qtbot, lambda: make_assistant(model), temperature=0.3)
             dialog = w.open_presets()
             name = "Translator" if language == "en" else "翻译"
@@ -106,6 +109,7 @@ def test_screenshots_of_presets(qtbot, fakes, make_assistant, tmp_path):
                 dialog.documents.setCurrentIndex(dialog.documents.findData(False))
                 dialog.buttons["save"].click()
             dialog.reload(next(p.id for p in w.presets.all() if p.name == name))
-            save_screenshot(qtbot, dialog, out / f"presets-{language}.png", 760, 460)
+            save_screenshot(qtbot, dialog, out / f"presets-{language}-{theme}.png", 760, 460)
             dialog.close()
             w.close()
+            apply_theme("light")
