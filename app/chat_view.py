@@ -184,18 +184,18 @@ class ChatView(QTextBrowser):
     def adopt_ids(self, rows: list[dict]) -> bool:
         """Give the messages shown their stored ids and branches (the chat's transcript, read
         after a turn); False when what is shown is not that chat's path (the caller redraws)."""
+        if self._hidden is not None:
+            return True  # a branch waits for its first message: the view shows part of the path
         path = fold_tool_rounds([dict(r) for r in rows if not r.get("superseded")])
         if [m["role"] for m in path] != [m["role"] for m in self.messages]:
             return False
-        changed = False
+        redraw = False
         for shown, stored in zip(self.messages, path):
             if shown.get("streaming"):
                 return True  # a turn started since: its ids come with the next read
-            if (shown.get("id"), shown.get("branches")) != (stored.get("id"), stored.get("branches")):
-                shown.update(id=stored.get("id"), branches=stored.get("branches"))
-                shown["rev"] = shown.get("rev", 0) + 1
-                changed = True
-        if changed:
+            redraw |= shown.get("branches") != stored.get("branches")  # only ‹ › is drawn of these
+            shown.update(id=stored.get("id"), branches=stored.get("branches"))
+        if redraw:  # a whole redraw is ~90 ms for a long chat: not after every answer
             self._render()
         return True
 
@@ -367,7 +367,7 @@ class ChatView(QTextBrowser):
                 continue
             cached = self._cache.get(i)
             key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"),
-                   m.get("id"))
+                   tuple(m.get("branches") or ()))
             if cached and not m.get("streaming") and cached[0] == key:
                 parts.append(cached[1])
                 continue

@@ -24,11 +24,13 @@ ROUTES = ("auto", "L1", "L2", "L3")
 class TurnRequest:
     """Args:
         kind: "send" (a new user message; an edit is a send that `replaces` the old turn),
-            "regenerate" (answer the last user message again) or "tool_results" (the results of
+            "regenerate" (answer a user message again) or "tool_results" (the results of
             the last answer's tool calls, `AssistantCore.send_tool_results`: the model goes on).
         route: "auto" or a level that answers this message.
         flush_s: how often the streaming answer is written to SQLite.
-        replaces: an edited message: the ids of the old turn it supersedes once stored.
+        replaces: the messages that leave the chat's path once the turn stores its first message
+            (an edit's old turn, the turns after an answer given again or a branch's answer); they
+            stay as a branch (engine/chat/branches.py).
         overflow: a message too long for the context: "refuse" (MessageTooLong), "head_tail" or
             "summarise" (see OVERFLOW; stats.context["overflow"] says what was done).
         docs: answer from the user's documents: True (every collection), a collection name, False
