@@ -58,8 +58,7 @@ def markdown_html(text: str) -> str:
             return f"<pre>{html.escape(text)}</pre>"
         # A Markdown table as a grid: Qt draws a bare <table> without lines.
         return _MD.renderer.render(tokens, _MD.options, {}).replace(
-            "<table>", f"<table border='1' cellspacing='0' cellpadding='4' style='border-collapse:collapse;"
-                       f"border-color:{COLOURS['meta']}'>")
+            "<table>", f"<table border='1' cellspacing='0' cellpadding='4' style='border-color:{COLOURS['meta']}'>")
     except RecursionError:  # pathological nesting: plain text, never a crash
         return f"<pre>{html.escape(text)}</pre>"
 
