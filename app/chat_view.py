@@ -378,14 +378,17 @@ class ChatView(QTextBrowser):
                 self._cache[i] = (key, piece)
             parts.append(piece)
         live = bool(self.messages) and bool(self.messages[-1].get("streaming"))
-        prefix = "".join(parts[:-1]) if live else None
-        if live and prefix == self._prefix and self._tail is not None:
-            # Only the answer being written changed: replace it in place. Setting the whole
-            # document every RENDER_MS cost a long chat ~180 ms per frame (bench/window_long_chat.py).
+        prefix = "".join(parts[:-1]) if live or self._tail is not None else None
+        if prefix == self._prefix and self._tail is not None:
+            # Only the answer being written changed (or it just ended): replace it in place.
+            # Setting the whole document every RENDER_MS cost a long chat ~180 ms per frame
+            # (bench/window_long_chat.py); once more as the answer ends, a gap of up to ~50 ms.
             cursor = QTextCursor(self.document())
             cursor.setPosition(self._tail)
             cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
             cursor.insertHtml(parts[-1])
+            if not live:
+                self._prefix = self._tail = None
         elif live:
             self.setHtml(prefix)
             cursor = QTextCursor(self.document())
