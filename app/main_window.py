@@ -236,6 +236,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
 
     def _on_created(self, cid: int) -> None:
         self.conversation_id = cid
+        self.editing, self.branch_after = False, None  # they were the other chat's
         self.top_bar.set_title(None)
         self.top_bar.set_model()
         self._preset_switches(self.chat_preset)

@@ -28,6 +28,7 @@ class WindowChats:
             return
         if cid == self.conversation_id:
             self.conversation_id = None
+            self.editing, self.branch_after = False, None
             self.docs_toggle.set_conversation(None)
             self.view.set_messages([])
             self.gauges.set_water_level(None)

@@ -160,3 +160,15 @@ def test_a_long_chat_opens_on_its_last_messages_and_shows_earlier_ones_on_click(
     assert f"message number {1000 - SHOWN - MORE}" in view.toPlainText()
     view.act("copy", 0)
     assert QApplication.clipboard().text() == "message number 0"
+
+
+def test_an_edit_or_a_branch_left_unsent_stays_with_its_chat(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "N1"], ["q1"])
+    first = w.conversation_id
+    click(qtbot, w.view, 0, "edit")
+    w.new_chat()  # the edit was the other chat's: the new chat's first message is a plain send
+    qtbot.waitUntil(lambda: w.conversation_id not in (None, first) and not w.busy, timeout=30_000)
+    assert not w.editing and w.branch_after is None
+    ask(qtbot, w, "hello")
+    assert shown(w) == ["hello", "N1"] and not w.banner.isVisible()
+    w.close()
