@@ -60,6 +60,11 @@ class ChatView(QTextBrowser):
         self._cache.clear()
         self._render()
 
+    def redraw(self) -> None:
+        """Draw every message again (the bubble colours changed with the look)."""
+        self._cache.clear()
+        self._render()
+
     def show_earlier(self) -> None:
         """MORE earlier messages above the ones shown (the "Show earlier messages" link)."""
         self.first_shown = max(0, self.first_shown - MORE)

@@ -140,7 +140,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.composer.edit_last.connect(self.edit_last)  # Up in an empty message box
         actions = self._build_actions()
         self.composer.set_busy(True)  # until the engine is ready
-        mode = Settings.shared().get("router.mode")  # the settings' routing mode is the composer's default
+        mode = Settings.shared().get("router.mode")  # the settings' routing mode: a new chat's default
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
         self.confidence_warning = QLabel("")
         self.confidence_warning.setWordWrap(True)
@@ -240,7 +240,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.top_bar.set_title(None)
         self.top_bar.set_model()
         self._preset_switches(self.chat_preset)
-        self.show_route(cid, self.chat_preset.tier)
+        self.show_route(cid, self.new_chat_route())
         self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
         self.think_toggle.take(cid)
         self.view.set_messages([])
@@ -397,12 +397,15 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self._new_conversation()
 
     def _new_conversation(self) -> None:
-        """A chat is made on the engine thread, with its preset; `_on_created` takes it from there."""
-        preset = self.chat_preset
+        """A chat is made on the engine thread, with its preset; `_on_created` takes it from there.
+        Its route is the preset's tier, or the settings' routing mode when the preset leaves it to Auto."""
+        preset, route = self.chat_preset, self.new_chat_route()
 
         def make(a) -> int:
             cid = a.new_conversation("")
             a.apply_preset(cid, preset)
+            if route != preset.tier:
+                a.set_conversation_route(cid, route)
             return cid
 
         self.worker.call(make, self._on_created, refresh=True)

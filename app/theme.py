@@ -138,9 +138,8 @@ def _redraw_chat_views(app: QApplication) -> None:
     # The chat's HTML carries the bubble colours, so a look change made outside the Settings dialog
     # (the OS switching) redraws it, as open_settings does after the dialog.
     for widget in app.allWidgets():
-        if widget.objectName() == "chatView" and hasattr(widget, "_render"):
-            widget._cache.clear()
-            widget._render()
+        if widget.objectName() == "chatView" and hasattr(widget, "redraw"):
+            widget.redraw()
 
 
 def _on_scheme_changed(scheme: Qt.ColorScheme) -> None:

@@ -84,9 +84,12 @@ class WindowPanels:
             accepted = dialog.exec()
         if accepted:
             apply_theme(settings.get("ui.theme"))
-            self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
-            self.view._cache.clear()
-            self.view._render()
+            cid = self.conversation_id  # the picker is the chat's; router.mode is where new chats start
+            if cid is not None:
+                self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.show_route(cid, route))
+            else:
+                self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
+            self.view.redraw()
             self._update_docs_note()
         engine = [k for k in changed if not k.startswith("server.")]
         if engine:

@@ -5,6 +5,7 @@ chat's), the switches under the chat as a preset has them, and the Presets dialo
 from __future__ import annotations
 
 from app.i18n import tr
+from engine.api import Settings
 
 
 class WindowPresets:
@@ -33,6 +34,12 @@ class WindowPresets:
         route, cid = self.composer.route.itemData(index), self.conversation_id
         if cid is not None:
             self.worker.call(lambda a: a.set_conversation_route(cid, route), lambda _r: None)
+
+    def new_chat_route(self) -> str:
+        """A new chat's route: its preset's tier, or the settings' routing mode (router.mode) when
+        the preset leaves it to Auto."""
+        tier = self.chat_preset.tier
+        return tier if tier != "auto" else Settings.shared().get("router.mode")
 
     def show_route(self, cid: int, route: str | None) -> None:
         if cid == self.conversation_id:

@@ -36,3 +36,17 @@ def test_the_picker_names_each_tiers_model_and_is_kept_per_chat(qtbot, fakes, ma
     w._select(first)
     qtbot.waitUntil(lambda: picker.currentData() == "L2", timeout=30_000)
     w.close()
+
+
+def test_the_settings_routing_mode_is_where_a_new_chat_starts(qtbot, fakes, make_assistant):
+    from engine.api import Settings
+
+    l1, l2 = str(fakes.model_file("small")), str(fakes.model_file("big"))
+    Settings.shared().set("router.mode", "L1")
+    w = fake_window(qtbot, lambda: make_assistant(tiers={"L1": l1, "L2": l2}))
+    w.new_chat()
+    qtbot.waitUntil(lambda: w.conversation_id is not None and not w.busy, timeout=30_000)
+    cid = w.conversation_id
+    assert w.composer.route.currentData() == "L1"
+    qtbot.waitUntil(lambda: w.worker.assistant.conversation_route(cid) == "L1", timeout=30_000)
+    w.close()
