@@ -314,7 +314,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.show_banner(message)
         self._update_actions()
         if self.conversation_id is not None:
-            self.adopt_ids(self.conversation_id)
+            self.adopt_ids(self.conversation_id, redraw=False)
 
     # ---- a message too long for the context: the user chooses how it is shortened, or keeps it
     def _on_too_long(self, cid: int, exc: MessageTooLong) -> None:

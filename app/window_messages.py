@@ -120,11 +120,12 @@ class WindowMessages:
 
         self.worker.call(lambda a: a.switch_branch(cid, message_id), shown)
 
-    def adopt_ids(self, cid: int) -> None:
+    def adopt_ids(self, cid: int, redraw: bool = True) -> None:
         """After a turn: the messages shown get their stored ids and branches (what their actions
-        and ‹ › act on); a path that differs from what is shown is drawn again."""
+        and ‹ › act on); a path that differs from what is shown is drawn again, unless `redraw` is
+        False (a refused message stays in view: the box was emptied, it is the only copy shown)."""
         def adopt(rows: list[dict]) -> None:
-            if cid == self.conversation_id and not self.busy and not self.view.adopt_ids(rows):
+            if cid == self.conversation_id and not self.busy and not self.view.adopt_ids(rows) and redraw:
                 self._on_history(cid, rows)
 
         self.worker.call(lambda a: a.transcript(cid), adopt)
