@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -19,7 +21,6 @@ from engine.inference.backend import Backend, LoadParams, ModelLoadError
 from engine.models.catalog import ResolvedModel
 from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
 from engine.config.ownership import hand_over
-from engine.config.priority import yield_cpu_to_the_ui
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ BackendFactory = Callable[..., Backend]
 PIECE_S = 0.15  # seconds of prompt evaluation per piece, at the model's measured speed
 MIN_PIECE = 32  # smaller pieces waste more than they save
 DEFAULT_PIECE = 128  # before the model's prompt speed is measured
+MODEL_NICE = 5  # how much lower than the app's other threads a model thread runs (Linux)
 
 
 def _smoothed(old: float | None, new: float) -> float:
@@ -42,13 +44,26 @@ class ModelUnloaded(RuntimeError):
     """The model was closed before this job could run."""
 
 
+def _yield_cpu_to_the_ui() -> None:
+    """Lower this thread's scheduling priority a little (Linux: per-thread nice, inherited by the
+    compute threads ggml starts from it). On a laptop's few cores the model's threads otherwise
+    take a whole time slice from the window now and then; idle cores make this cost nothing."""
+    if not hasattr(os, "setpriority") or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + MODEL_NICE))
+    except OSError as exc:
+        log.debug("model thread keeps its priority: %s", exc)
+
+
 def _on_a_yielding_thread(fn: Callable[[], Any], name: str) -> Any:
     """fn() on a thread of lower priority, waited for: loading a model (reading, repacking weights
     on every core) then yields the CPU to the window as the model's own thread does."""
     box: dict = {}
 
     def run() -> None:
-        yield_cpu_to_the_ui()
+        _yield_cpu_to_the_ui()
         try:
             box["value"] = fn()
         except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
@@ -276,7 +291,7 @@ class Worker:
         return dict(getattr(self.backend, "offload", None) or {}) | {"note": self.load_note}
 
     def _run(self) -> None:
-        yield_cpu_to_the_ui()
+        _yield_cpu_to_the_ui()
         while True:
             _, _, job = self._queue.get()
             if job is None:

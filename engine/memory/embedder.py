@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config.priority import yield_cpu_to_the_ui
 from engine.memory import onnx_encoder
 
 log = logging.getLogger(__name__)
@@ -143,7 +142,6 @@ class Embedder:
             self._thread.join(timeout)
 
     def _own(self) -> None:
-        yield_cpu_to_the_ui()  # before the load: ONNX Runtime's compute threads inherit it
         self._load()
         while True:
             _, _, request, future = self._requests.get()

@@ -12,8 +12,6 @@ import queue
 import threading
 from typing import Any, Callable
 
-from engine.config.priority import yield_cpu_to_the_ui
-
 log = logging.getLogger(__name__)
 
 _STOP = object()
@@ -76,7 +74,6 @@ class IndexWorker:
             return self.cond.wait_for(predicate, timeout)
 
     def _run(self) -> None:
-        yield_cpu_to_the_ui()  # chunking and storing what was written: behind the window
         if self._startup is not None:
             self._startup()
         while True:
