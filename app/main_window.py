@@ -313,8 +313,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.view.fail(message)
         self.show_banner(message)
         self._update_actions()
-        if self.conversation_id is not None:
-            self.adopt_ids(self.conversation_id, redraw=False)
+        self.after_failed_turn()
 
     # ---- a message too long for the context: the user chooses how it is shortened, or keeps it
     def _on_too_long(self, cid: int, exc: MessageTooLong) -> None:
@@ -369,6 +368,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         if not self.engine_ready or self.busy or self.conversation_id is None or not self.view.ends_with_answer():
             return
         self.cancel_branch()
+        self._sent = None  # no message of the user's in flight
         self.view.restart_answer()
         self._set_busy(True)
         cid, route = self.conversation_id, self.composer.route.currentData()

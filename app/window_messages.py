@@ -58,6 +58,7 @@ class WindowMessages:
     def _regenerate_at(self, index: int, message_id: int) -> None:
         """The answer at `index` again: the view drops it and what followed, and streams the new one."""
         self.cancel_branch()
+        self._sent = None  # no message of the user's in flight
         self.view.cut(index)
         self.view.messages.append({"role": "assistant", "content": "", "stats": {}, "streaming": True})
         self._set_busy(True)
@@ -120,10 +121,25 @@ class WindowMessages:
 
         self.worker.call(lambda a: a.switch_branch(cid, message_id), shown)
 
+    def after_failed_turn(self) -> None:
+        """A turn ended in an error: the view shows the chat as stored again (an answer given again
+        that failed leaves the old one standing). A refused new message stays in view, the only
+        copy of its text; an edit's or a branch's goes back into the message box instead, since
+        the turns it would have replaced come back into view."""
+        cid = self.conversation_id
+        if cid is None:
+            return
+        last = self.view.messages[-1] if self.view.messages else None
+        unsent = last is not None and last["role"] == "user" and not last.get("id")
+        text, _route, fork = self._sent or ("", "auto", {})
+        if unsent and fork and not self.composer.edit.toPlainText().strip():
+            self.composer.edit.setPlainText(text)
+        self.adopt_ids(cid, redraw=not unsent or bool(fork))
+
     def adopt_ids(self, cid: int, redraw: bool = True) -> None:
         """After a turn: the messages shown get their stored ids and branches (what their actions
         and ‹ › act on); a path that differs from what is shown is drawn again, unless `redraw` is
-        False (a refused message stays in view: the box was emptied, it is the only copy shown)."""
+        False."""
         def adopt(rows: list[dict]) -> None:
             if cid == self.conversation_id and not self.busy and not self.view.adopt_ids(rows) and redraw:
                 self._on_history(cid, rows)

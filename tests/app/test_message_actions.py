@@ -172,3 +172,18 @@ def test_an_edit_or_a_branch_left_unsent_stays_with_its_chat(qtbot, fakes, make_
     ask(qtbot, w, "hello")
     assert shown(w) == ["hello", "N1"] and not w.banner.isVisible()
     w.close()
+
+
+def test_a_failed_answer_again_or_edit_leaves_the_chat_as_it_was(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "A2"], ["q1", "q2"])
+    fakes.backend("m").fail_after(0)  # the next decode fails
+    click(qtbot, w.view, 1, "regenerate")
+    qtbot.waitUntil(lambda: not w.busy and w.banner.isVisible(), timeout=30_000)
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "A1", "q2", "A2"], timeout=30_000)  # the old answer stands
+    click(qtbot, w.view, 0, "edit")
+    w.composer.edit.setPlainText("\x00 \x00")  # empty once cleaned: refused before anything is stored
+    w.composer.send_button.click()
+    qtbot.waitUntil(lambda: not w.busy and "empty" in w.banner.text(), timeout=30_000)
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "A1", "q2", "A2"], timeout=30_000)
+    assert w.composer.edit.toPlainText() == "\x00 \x00"  # the edit's text is back in the box
+    w.close()
