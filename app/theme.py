@@ -126,11 +126,16 @@ def palette(look: str) -> QPalette:
 
 def _apply_look(app: QApplication, look: str) -> None:
     t = TOKENS[look]
-    app.setStyle("Fusion")
+    # Each of these re-polishes every widget: done only when something changes (the window and the
+    # tests apply the theme again and again with the same look).
+    if app.style().name().lower() != "fusion":
+        app.setStyle("Fusion")
     app.setPalette(palette(look))
     render.set_colours(user=_mix(t["accent"], t["surface"], 0.22), assistant=t["raised"], code=t["surface"],
                        meta=t["muted"])
-    app.setStyleSheet(stylesheet(look))
+    sheet = stylesheet(look)
+    if app.styleSheet() != sheet:
+        app.setStyleSheet(sheet)
     app.setProperty("assistantLook", look)
 
 
@@ -161,7 +166,9 @@ def apply_theme(name: str) -> None:
     _chosen = name if name in THEMES else "system"
     hints = app.styleHints()
     # Where the platform allows, the window frames (title bars) take the chosen scheme too.
-    hints.setColorScheme(SCHEMES.get(_chosen, Qt.ColorScheme.Unknown))
+    scheme = SCHEMES.get(_chosen, Qt.ColorScheme.Unknown)
+    if hints.colorScheme() != scheme or _chosen == "system":
+        hints.setColorScheme(scheme)
     if not getattr(app, "_assistant_scheme_hooked", False):
         hints.colorSchemeChanged.connect(_on_scheme_changed)
         app._assistant_scheme_hooked = True
