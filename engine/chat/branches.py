@@ -17,6 +17,7 @@ from engine.chat.memory_recall import MemoryRecall
 from engine.chat.summary_chain import SummaryChain
 from engine.chat.targets import InputError
 from engine.inference.backend import ModelLoadError
+from engine.inference.generate import common_prefix
 from engine.models.catalog import ModelNotFound
 from engine.storage import Database
 
@@ -43,13 +44,7 @@ def path_to(rows: list[dict], leaf: int) -> list[int]:
 def newest_leaf(rows: list[dict], top: int) -> int:
     """The last message written under `top` (itself when nothing follows it): switching to a
     branch shows it as it was left, down to its newest message."""
-    kids = children(rows)
-    newest, stack = top, [top]
-    while stack:
-        node = stack.pop()
-        newest = max(newest, node)
-        stack.extend(kids.get(node, ()))
-    return newest
+    return max(subtree(rows, top))  # ids grow as messages are written
 
 
 def subtree(rows: list[dict], top: int) -> list[int]:
@@ -137,8 +132,7 @@ class Branches:
         self.db.set_path(conversation_id, path)
         self._cache.pop(conversation_id, None)
         after = self._load(conversation_id)
-        shared = next((i for i, (a, b) in enumerate(zip(before.messages, after.messages)) if a.id != b.id),
-                      min(len(before.messages), len(after.messages)))
+        shared = common_prefix([m.id for m in before.messages], [m.id for m in after.messages])
         for m in before.messages[shared:]:  # the memory follows the path
             self.memory.forget_message(m.id)
         for m in after.messages[shared:]:
@@ -177,5 +171,5 @@ class Branches:
             old, new = self._render(before), self._render(after)
         except (ModelNotFound, ModelLoadError, AttributeError, KeyError):
             return None  # no local model loaded yet
-        reused = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        reused = common_prefix(old, new)
         return {"reused": reused, "read": len(new) - reused}
