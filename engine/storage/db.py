@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -367,9 +367,14 @@ class Database:
         with self.transaction():
             self._conn.execute(f"UPDATE messages SET {cols} WHERE id = ?", (*sets.values(), message_id))
 
-    def supersede(self, message_id: int, by_id: int) -> None:
+    def supersede(self, message_ids: int | Iterable[int], by_id: int) -> None:
+        """Mark one message, or many, as replaced by `by_id` (off the chat's path), in one commit:
+        a branch from early in a long chat leaves hundreds at once, before the answer starts."""
+        ids = [message_ids] if isinstance(message_ids, int) else list(message_ids)
+        if not ids:
+            return  # no commit for nothing: a plain send passes none
         with self.transaction():
-            self._conn.execute("UPDATE messages SET superseded_by = ? WHERE id = ?", (by_id, message_id))
+            self._conn.executemany("UPDATE messages SET superseded_by = ? WHERE id = ?", [(by_id, i) for i in ids])
 
     def set_path(self, conversation_id: int, path: list[int]) -> None:
         """Make `path` (message ids, first to last) the chat's current one: every other message of

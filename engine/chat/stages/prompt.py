@@ -23,8 +23,8 @@ class Prompt:
                                           model_text=user.model_text, tool_call_id=user.tool_call_id,
                                           parent_id=conv.messages[-1].id if conv.messages else None)
             conv.messages.append(user)
-            for old in turn.request.replaces:  # an edited message: the old turn leaves the context
-                self.db.supersede(old, user.id)
+            self.db.supersede(turn.request.replaces, user.id)  # an edit or a branch: the old turns leave
+            for old in turn.request.replaces:
                 self.memory.forget_message(old)
             if turn.fact:
                 turn.remembered = self.memory.remember(conv.id, user, turn.fact)

@@ -71,11 +71,9 @@ class Store:
         answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id, level=target.level,
                                         token_ids=[] if target.identity else None, token_model=target.identity,
                                         status="streaming", parent_id=conv.messages[-1].id if conv.messages else None)
-        if old is not None:
-            self.db.supersede(old.message_id, answer.id)
-            if not turn.commit_user:  # answered again: the turns after the old answer leave with it
-                for later in turn.request.replaces:
-                    self.db.supersede(later, answer.id)
+        if old is not None:  # answered again: the turns after the old answer leave with it
+            later = turn.request.replaces if not turn.commit_user else ()
+            self.db.supersede((old.message_id, *later), answer.id)
         conv.messages.append(answer)
 
     def _save(self, turn: Turn, answer: Message, parts: list[str], ids: list[int], thought: list[str],
