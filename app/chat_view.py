@@ -140,12 +140,13 @@ class ChatView(QTextBrowser):
 
     def message_at(self, pos: QPoint) -> int | None:
         """The index of the message drawn at `pos` (viewport coordinates), if any."""
-        frame = self._frame_at(self.cursorForPosition(pos).position())
+        frame = self._frame_at(pos)
         return None if frame is None else frame[0]
 
-    def _frame_at(self, position: int):
-        """(message index, its table) holding the document `position`: each message is a table at
-        the document's top level (code blocks and Markdown tables are nested inside)."""
+    def _frame_at(self, pos: QPoint):
+        """(message index, its table) drawn at `pos` (viewport coordinates): each message is a table
+        at the document's top level (code blocks and Markdown tables are nested inside)."""
+        position = self.cursorForPosition(pos).position()
         for k, frame in enumerate(self.document().rootFrame().childFrames()):
             if frame.firstPosition() - 1 <= position <= frame.lastPosition() + 1:
                 index = self.first_shown + k
@@ -155,7 +156,7 @@ class ChatView(QTextBrowser):
     def mouseMoveEvent(self, event):  # noqa: N802 - Qt's name
         super().mouseMoveEvent(event)
         pos = event.position().toPoint()
-        found = self._frame_at(self.cursorForPosition(pos).position())
+        found = self._frame_at(pos)
         if found is None or not actions_for(self.messages[found[0]], self.idle):
             if not self.toolbar.geometry().contains(pos):
                 self.toolbar.clear()
@@ -247,9 +248,6 @@ class ChatView(QTextBrowser):
     def ends_with_answer(self) -> bool:
         return len(self.messages) >= 2 and self.messages[-1]["role"] == "assistant" and \
             self.messages[-2]["role"] == "user"
-
-    def last_user(self) -> str | None:
-        return next((m["content"] for m in reversed(self.messages) if m["role"] == "user"), None)
 
     def drop_last_turn(self) -> None:
         """The last user message and what followed it (a message that was not sent)."""

@@ -73,7 +73,7 @@ class WindowMessages:
         self.editing = m.get("id") or True
         self.composer.edit.setPlainText(m["content"])
         self.composer.edit.setFocus()
-        last = index == max(i for i, x in enumerate(self.view.messages) if x["role"] == "user")
+        last = index == self.view.last_user_index()
         self.status_label.setText(tr("Editing your last message: send to replace it") if last else
                                   tr("Editing an earlier message: send it to start a new branch there"))
 
