@@ -7,7 +7,6 @@ import sqlite3
 import pytest
 
 from engine.api import InputError
-from engine.config.paths import db_path
 from engine.inference.generate import GenerateParams
 from engine.storage import Database
 from engine.storage import migrations
@@ -23,11 +22,15 @@ def shown(a, cid) -> list[str]:
     return [m["content"] for m in a.transcript(cid) if not m["superseded"]]
 
 
-def chat(fakes, make_assistant, answers: list[str]):
+def chat(fakes, make_assistant, answers: list[str], questions: tuple[str, ...], system: str = ""):
+    """An Assistant whose model answers `answers` in turn, and a chat that asked `questions`."""
     a = make_assistant(str(fakes.model_file("m")))
     for text in answers:
         fakes.script("m").enqueue(Answer(text))
-    return a, fakes.backend("m")
+    cid = a.new_conversation(system)
+    for q in questions:
+        dones(send(a, cid, q))
+    return a, fakes.backend("m"), cid
 
 
 def ids(a, cid) -> list[int]:
@@ -35,10 +38,7 @@ def ids(a, cid) -> list[int]:
 
 
 def test_an_earlier_answer_given_again_starts_a_branch_and_switching_goes_back(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "A2", "B1"])
-    cid = a.new_conversation("Be brief.")
-    dones(send(a, cid, "q1"))
-    dones(send(a, cid, "q2"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "A2", "B1"], ("q1", "q2"), system="Be brief.")
     u1, a1, u2, a2 = ids(a, cid)
     (again,) = dones(a.regenerate(cid, GenerateParams(max_tokens=16), message_id=a1))
     assert path(a, cid) == ["q1", "B1"] == shown(a, cid)
@@ -58,10 +58,8 @@ def test_an_earlier_answer_given_again_starts_a_branch_and_switching_goes_back(f
 
 
 def test_switching_says_what_the_next_turn_reuses_and_it_does(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "A2 is longer than the first", "B2", "C"])
-    cid = a.new_conversation("Be brief.")
-    dones(send(a, cid, "q1"))
-    dones(send(a, cid, "q2"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "A2 is longer than the first", "B2", "C"], ("q1", "q2"),
+                        system="Be brief.")
     a2 = ids(a, cid)[-1]
     dones(a.regenerate(cid, GenerateParams(max_tokens=16)))  # B2: the KV state holds this path
     report = a.switch_branch(cid, a2)
@@ -74,10 +72,7 @@ def test_switching_says_what_the_next_turn_reuses_and_it_does(fakes, make_assist
 
 
 def test_any_message_can_be_edited_and_sent_again(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "A2", "E1"])
-    cid = a.new_conversation()
-    dones(send(a, cid, "q1"))
-    dones(send(a, cid, "q2"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "A2", "E1"], ("q1", "q2"))
     u1 = ids(a, cid)[0]
     with pytest.raises(InputError, match="only a message you wrote"):
         list(a.resend_edited(cid, "x", GenerateParams(max_tokens=8), message_id=ids(a, cid)[1]))
@@ -92,10 +87,7 @@ def test_any_message_can_be_edited_and_sent_again(fakes, make_assistant):
 
 
 def test_a_branch_from_an_earlier_answer_keeps_the_turns_after_it(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "A2", "X"])
-    cid = a.new_conversation()
-    dones(send(a, cid, "q1"))
-    dones(send(a, cid, "q2"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "A2", "X"], ("q1", "q2"))
     u1, a1, u2, a2 = ids(a, cid)
     with pytest.raises(InputError, match="after an answer"):
         list(a.send(cid, "x", GenerateParams(max_tokens=8), after=u1))
@@ -109,9 +101,7 @@ def test_a_branch_from_an_earlier_answer_keeps_the_turns_after_it(fakes, make_as
 
 
 def test_a_message_not_on_the_path_is_refused(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "B1"])
-    cid = a.new_conversation()
-    dones(send(a, cid, "q1"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "B1"], ("q1",))
     a1 = ids(a, cid)[1]
     dones(a.regenerate(cid, GenerateParams(max_tokens=8)))
     with pytest.raises(InputError, match="not on the chat's current path"):
@@ -121,10 +111,7 @@ def test_a_message_not_on_the_path_is_refused(fakes, make_assistant):
 
 
 def test_deleting_a_turn_joins_the_turns_around_it(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "A2", "A3", "B2", "A4"])
-    cid = a.new_conversation()
-    for q in ("q1", "q2", "q3"):
-        dones(send(a, cid, q))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "A2", "A3", "B2", "A4"], ("q1", "q2", "q3"))
     u1, a1, u2, a2, u3, a3 = ids(a, cid)
     dones(a.regenerate(cid, GenerateParams(max_tokens=8), message_id=a2))  # a branch under q2
     a.switch_branch(cid, a2)
@@ -140,9 +127,7 @@ def test_deleting_a_turn_joins_the_turns_around_it(fakes, make_assistant):
 
 
 def test_deleting_the_only_turn_on_a_path_shows_the_other_branch(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "E1"])
-    cid = a.new_conversation()
-    dones(send(a, cid, "q1"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "E1"], ("q1",))
     dones(a.resend_edited(cid, "q1 edited", GenerateParams(max_tokens=8)))
     a.delete_turn(cid, ids(a, cid)[0])
     assert path(a, cid) == ["q1", "A1"]
@@ -151,10 +136,7 @@ def test_deleting_the_only_turn_on_a_path_shows_the_other_branch(fakes, make_ass
 
 
 def test_a_summary_made_on_another_branch_is_not_used(fakes, make_assistant):
-    a, fake = chat(fakes, make_assistant, ["A1", "A2", "B1"])
-    cid = a.new_conversation()
-    dones(send(a, cid, "q1"))
-    dones(send(a, cid, "q2"))
+    a, fake, cid = chat(fakes, make_assistant, ["A1", "A2", "B1"], ("q1", "q2"))
     u1, a1, u2, a2 = ids(a, cid)
     a.db.add_summary(cid, u1, a2, "they spoke of q1 and q2")
     assert [s["text"] for s in a.db.summaries(cid)] == ["they spoke of q1 and q2"]
