@@ -209,7 +209,7 @@ class ModelManager:
 
     def _make_room(self, need: int) -> None:
         used = sum(b for _, b in self._workers.values())
-        idle = sorted((w.last_used, key) for key, (w, _) in self._workers.items() if not w.busy)
+        idle = sorted((w.last_used, key) for key, (w, _) in self._workers.items() if not w.serving)
         while used + need > self.budget_bytes and idle:
             _, key = idle.pop(0)
             worker, size = self._workers.pop(key)
@@ -219,7 +219,7 @@ class ModelManager:
             self.evictions += 1
             log.info("evicted %s to make room (budget %d MB)", worker.model.id, self.budget_bytes >> 20)
         if used + need > self.budget_bytes:
-            log.warning("model needs ~%d MB, %d MB of %d MB budget in use by busy models; loading anyway",
+            log.warning("model needs ~%d MB, %d MB of %d MB budget in use by models answering now; loading anyway",
                         need >> 20, used >> 20, self.budget_bytes >> 20)
 
     def _publish(self) -> None:

@@ -183,6 +183,7 @@ class Worker:
         self._lock = threading.Lock()
         self.current: Job | None = None
         self.pending = 0
+        self.pending_foreground = 0  # of `pending`: chat jobs
         self.last_used = time.monotonic()
         self.prompt_tps: float | None = None  # measured, smoothed: prices a cache miss for the router
         self.call_s: float | None = None  # fixed cost of one decode call (a decode step), smoothed
@@ -232,8 +233,12 @@ class Worker:
         return cls(model, backend, template)
 
     @property
-    def busy(self) -> bool:
-        return self.current is not None or self.pending > 0
+    def serving(self) -> bool:
+        """A chat job runs or waits here. Background work alone (a KV checkpoint, a summary) does
+        not keep a model loaded when another must take its memory: unloading parks the chat's state
+        in the warm tier anyway, and a dropped summary is asked for again by a later turn."""
+        running = self.current
+        return (running is not None and running.priority <= FOREGROUND) or self.pending_foreground > 0
 
     def submit(self, fn: Callable[["Worker", Job], None], priority: int = FOREGROUND,
                cancel: threading.Event | None = None) -> Job:
@@ -245,6 +250,7 @@ class Worker:
             if priority == FOREGROUND and running is not None and running.priority > FOREGROUND:
                 running.preempt.set()
             self.pending += 1
+            self.pending_foreground += priority <= FOREGROUND
             self._queue.put((priority, next(self._seq), job))
         self.last_used = time.monotonic()
         return job
@@ -307,6 +313,7 @@ class Worker:
                 return
             with self._lock:
                 self.pending -= 1
+                self.pending_foreground -= job.priority <= FOREGROUND
                 self.current = job
             try:
                 job.fn(self, job)
@@ -342,7 +349,7 @@ class Worker:
                     drained.append(self._queue.get_nowait()[2])
                 except queue.Empty:
                     break
-            self.pending = 0
+            self.pending = self.pending_foreground = 0
             self._queue.put((-1, -1, None))
         for job in drained:
             if job is not None:
