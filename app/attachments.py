@@ -6,10 +6,11 @@ this widget only shows them."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
 from app.a11y import describe
 from app.i18n import tr
+from app.theme import set_tone
 
 
 class AttachmentBar(QWidget):
@@ -25,7 +26,7 @@ class AttachmentBar(QWidget):
         self.note = QLabel("")
         self.note.setObjectName("attachmentNote")
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("color:#a04000")
+        set_tone(self.note, "warn")
         self.note.hide()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -66,7 +67,7 @@ class AttachmentBar(QWidget):
             chip.deleteLater()
         self._chips = []
         for k, a in enumerate(self.items):
-            chip = QWidget()
+            chip = QFrame()  # a frame: it draws the border the stylesheet gives it
             chip.setObjectName("attachmentChip")
             box = QHBoxLayout(chip)
             box.setContentsMargins(6, 2, 2, 2)
@@ -80,7 +81,7 @@ class AttachmentBar(QWidget):
             close.clicked.connect(lambda _=False, i=k: self.remove(i))
             box.addWidget(label)
             box.addWidget(close)
-            chip.setStyleSheet("#attachmentChip{border:1px solid #bbb;border-radius:8px}")
+            set_tone(chip, "chip")
             self.row.insertWidget(self.row.count() - 1, chip)
             self._chips.append(chip)
         self.setVisible(bool(self.items) or not self.note.isHidden())

@@ -35,8 +35,9 @@ def _key(src: dict) -> str:
     return key
 
 
-def citations_html(stats: dict, colour: str = "#555") -> str:
-    """The sources line under an answer, or why the documents were not used; "" when off."""
+def citations_html(stats: dict, colour: str) -> str:
+    """The sources line under an answer, or why the documents were not used, in `colour` (the
+    look's muted text); "" when off."""
     sources = stats.get("sources") or []
     if sources:
         links = [f"<a href='cite:{_key(s)}'>[{s.get('n', i + 1)}]&nbsp;{html.escape(source_label(s))}</a>"

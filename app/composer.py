@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, Q
 
 from app.attachments import AttachmentBar
 from app.i18n import tr
+from app.render import model_label
 
 MAX_COUNT_CHARS = 20_000  # beyond this the count is "very long": counting a huge paste must not stall
 
@@ -148,7 +149,7 @@ class Composer(QWidget):
         self.route.addItem(tr("Auto"), "auto")
         for level in ("L1", "L2", "L3"):
             if not tiers or level in tiers:
-                self.route.addItem(f"{level} · {tiers[level]}" if tiers else level, level)
+                self.route.addItem(f"{level} · {model_label(tiers[level])}" if tiers else level, level)
         self.route.setCurrentIndex(max(0, self.route.findData(current)))
         self.route.blockSignals(False)
 

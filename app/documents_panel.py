@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QFileDialo
 
 from app.documents_worker import DocumentsWorker
 from app.i18n import tr
+from app.theme import colour, set_tone
 from engine.api import DEFAULT_COLLECTION
 
 PROGRESS_MS = 250            # the status is published at 2 Hz; this shows each snapshot soon after
@@ -89,7 +90,7 @@ class FileTable(QAbstractTableModel):
         if role == Qt.ToolTipRole:
             return row["path"] + (f"\n{row['detail']}" if row.get("detail") else "")
         if role == Qt.ForegroundRole and skipped and index.column() == 1:
-            return QColor("#b35c00")
+            return QColor(colour("warn"))
         return None
 
     def cell(self, row: dict, column: int) -> str:
@@ -132,7 +133,7 @@ class DocumentsPanel(QDialog):
                                     "and a chat with “Use my documents” on answers from them, citing file and page."))
         self.empty_note.setObjectName("documentsEmpty")
         self.empty_note.setWordWrap(True)
-        self.empty_note.setStyleSheet("padding:8px;background:#eef5ff;color:#1d3d66;border-radius:4px")
+        set_tone(self.empty_note, "info")
         layout.addWidget(self.empty_note)
         layout.addWidget(self._roots_table(), 1)
         layout.addLayout(self._root_buttons())

@@ -10,6 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
 
 from app.i18n import tr
+from app.theme import set_tone
 
 
 class DocumentsToggle(QWidget):
@@ -23,7 +24,7 @@ class DocumentsToggle(QWidget):
         self.check.setToolTip(tr("Answers in this chat use excerpts of your files (Documents) and cite them."))
         self.note = QLabel(tr("Documents stay on this computer: local models answer."))
         self.note.setObjectName("documentsLocalNote")
-        self.note.setStyleSheet("color:#666;font-size:small")
+        set_tone(self.note, "hint")
         self.note.hide()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -12,10 +12,10 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QProgressBar, QVBoxLayout, QWidget
 
 from app.i18n import tr
+from app.theme import set_tone
 
 log = logging.getLogger(__name__)
 GAUGE_MS = 500
-WARN_STYLE = "QProgressBar::chunk { background: #d9822b; }"
 
 
 def _bar(maximum: int = 100) -> QProgressBar:
@@ -70,7 +70,7 @@ class GaugePanel(QGroupBox):
         self.water_bar.setValue(min(pct, 100))
         est = "~" if c.get("estimated") else ""
         self.water_bar.setFormat(f"{est}{c['used']} / {c['n_ctx']} ({pct} %)")
-        self.water_bar.setStyleSheet(WARN_STYLE if c.get("warn") else "")
+        set_tone(self.water_bar, "warn" if c.get("warn") else "")
 
     def update_now(self) -> None:
         try:

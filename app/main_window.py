@@ -21,8 +21,9 @@ from app.empty_state import EmptyState
 from app.engine_worker import TURN_ERRORS, EngineWorker, said
 from app.gauges import GaugePanel
 from app.i18n import tr
+from app.theme import set_tone
 from app.overflow import ask_overflow
-from app.render import answered_by
+from app.render import answered_by, model_label
 from app.sidebar import ChatSidebar
 from app.shortcuts import install as install_shortcuts
 from app.think_toggle import ThinkToggle
@@ -120,7 +121,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         """The chat: banner, messages, the confidence warning, actions, composer, progress, status."""
         self.banner = QLabel("")
         self.banner.setWordWrap(True)
-        self.banner.setStyleSheet("padding:6px;background:#fff4ce;color:#5c4400")
+        set_tone(self.banner, "notice")
         self.banner.hide()
         self.status_label = QLabel(tr("Loading the model…"))
         # A long line (a model's path) is cut at the window's edge instead of widening the window.
@@ -144,7 +145,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
         self.confidence_warning = QLabel("")
         self.confidence_warning.setWordWrap(True)
-        self.confidence_warning.setStyleSheet("padding:4px;background:#fff1d6;color:#8a4b00;border-radius:4px")
+        set_tone(self.confidence_warning, "notice")
         self.confidence_warning.hide()
         self.top_bar = TopBar(bool(Settings.shared().get("ui.resources_panel")))
         self.top_bar.add_picker(self.composer.route)
@@ -212,7 +213,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.progress.hide()
         demo = tr(" (demo models: they prove the mechanisms, not answer quality)") if info.get("demo") else ""
         self.status_label.setText(tr("Ready: {tiers}").format(
-            tiers=", ".join(f"{k} {v}" for k, v in info["tiers"].items())) + demo)
+            tiers=", ".join(f"{k} {model_label(v)}" for k, v in info["tiers"].items())) + demo)
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
         self.composer.set_busy(False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+from pathlib import PureWindowsPath
 
 from markdown_it import MarkdownIt
 from pygments import highlight
@@ -15,13 +16,25 @@ from pygments.util import ClassNotFound
 from app.citations import citations_html
 from app.i18n import tr
 
-_FORMATTER = HtmlFormatter(noclasses=True, nowrap=True, style="friendly")
-COLOURS = {"user": "#dcecff", "assistant": "#f2f2f2", "code": "#f4f4f4", "meta": "#777"}
+# The light look's; app/theme.py sets each look's own (its tokens) before anything is drawn.
+COLOURS = {"user": "#dcecff", "assistant": "#f2f2f2", "code": "#f4f4f4", "meta": "#777", "border": "#888",
+           "warn": "#8a4b00", "danger": "#a00000", "mark": "#ffe2a8", "code_style": "friendly"}
+_FORMATTERS: dict[str, HtmlFormatter] = {}
 
 
-def set_colours(user="#dcecff", assistant="#f2f2f2", code="#f4f4f4", meta="#777") -> None:
-    """Bubble colours for the theme (app/theme.py)."""
-    COLOURS.update(user=user, assistant=assistant, code=code, meta=meta)
+def set_colours(**colours: str) -> None:
+    """The look's colours for the chat's HTML (keys as in COLOURS; app/theme.py)."""
+    unknown = set(colours) - set(COLOURS)
+    if unknown:
+        raise KeyError(f"no such chat colour: {sorted(unknown)}")
+    COLOURS.update(colours)
+
+
+def _formatter() -> HtmlFormatter:
+    style = COLOURS["code_style"]
+    if style not in _FORMATTERS:
+        _FORMATTERS[style] = HtmlFormatter(noclasses=True, nowrap=True, style=style)
+    return _FORMATTERS[style]
 
 
 CODE_BLOCKS: dict[str, str] = {}  # "copy:<key>" links in the view → the code they copy
@@ -34,9 +47,9 @@ def _code(code: str, lang: str, attrs) -> str:
         lexer = get_lexer_by_name(lang) if lang else TextLexer()
     except ClassNotFound:
         lexer = TextLexer()
-    body = highlight(code, lexer, _FORMATTER)
+    body = highlight(code, lexer, _formatter())
     label = html.escape(lang or "code")
-    return (f"<table width='100%' cellpadding='6' style='background:{COLOURS['code']};border:1px solid #888'>"
+    return (f"<table width='100%' cellpadding='6' style='background:{COLOURS['code']};border:1px solid {COLOURS['border']}'>"
             f"<tr><td style='color:{COLOURS['meta']};font-size:small'>{label} · <a href='copy:{key}'>"
             f"{tr('copy')}</a></td></tr><tr><td><pre style='font-family:monospace;margin:0'>{body}</pre>"
             "</td></tr></table>")
@@ -92,6 +105,12 @@ def meta_line(stats: dict, level: str = "", model: str = "") -> str:
     return " · ".join(p for p in parts if p)
 
 
+def model_label(spec: str) -> str:
+    """A tier's model as people read it: a catalog id as it is, a .gguf file by its name without
+    the folder (a path from the Models dialog or --model fills a status line otherwise)."""
+    return PureWindowsPath(spec).stem if spec.lower().endswith(".gguf") else spec  # either slash
+
+
 def answered_by(done: dict) -> str:
     """The status line after a turn: which model answered, on which tier, and why that tier."""
     why = done.get("fallback") or done.get("route_reason") or ""
@@ -104,18 +123,18 @@ def notices_html(stats: dict) -> str:
     out = []
     conf = stats.get("confidence") or {}
     if conf.get("low"):
-        spans = "".join(f"<li><span style='background:#ffe2a8'>{html.escape(s.get('text', ''))}</span></li>"
+        spans = "".join(f"<li><span style='background:{COLOURS['mark']}'>{html.escape(s.get('text', ''))}</span></li>"
                         for s in conf.get("weak_spans", [])[:3])
-        out.append("<div style='color:#9a4d00'><b>⚠ " + tr("可能不准确 / may be inaccurate") +
+        out.append(f"<div style='color:{COLOURS['warn']}'><b>⚠ " + tr("可能不准确 / may be inaccurate") +
                    f"</b> ({conf.get('geo_mean_prob', 0):.2f})" + (f"<ul>{spans}</ul>" if spans else "") + "</div>")
     caution = (stats.get("risk") or {}).get("caution")
     if caution:
-        out.append(f"<div style='color:#a00000'>⚕ {html.escape(caution)}</div>")
+        out.append(f"<div style='color:{COLOURS['danger']}'>⚕ {html.escape(caution)}</div>")
     for hit in stats.get("memories_used") or []:
         src = hit.get("source")
         where = (tr("conversation {cid}").format(cid=src.get("conversation_id")) if isinstance(src, dict)
                  else tr("saved memory"))
-        out.append(f"<div style='color:#555'>🔖 {html.escape(where)}: {html.escape(hit.get('text', '')[:120])}</div>")
+        out.append(f"<div style='color:{COLOURS['meta']}'>🔖 {html.escape(where)}: {html.escape(hit.get('text', '')[:120])}</div>")
     return "".join(out)
 
 

@@ -14,15 +14,21 @@ from app import render
 
 # One row per look. Colours: window (the app's background), surface (inputs, lists), raised (buttons,
 # tabs, the answer bubble), border, text, muted (secondary text, disabled), accent and the text on it,
-# danger (destructive actions). radius and spacing in device-independent pixels.
+# danger (destructive actions, a medical caution), warn and warn_bg (a notice: the banner, low
+# confidence, a skipped file), info and info_bg (a hint that guides), mark (highlighted text).
+# radius and spacing in device-independent pixels.
 TOKENS: dict[str, dict] = {
     "light": {"window": "#f5f6f8", "surface": "#ffffff", "raised": "#eceef1", "border": "#d0d4da",
               "text": "#1f2328", "muted": "#6b7079", "accent": "#3d6fb6", "accent_text": "#ffffff",
-              "danger": "#b3261e", "radius": 6, "spacing": 6},
+              "danger": "#b3261e", "warn": "#8a4b00", "warn_bg": "#fff1d6", "info": "#1d3d66",
+              "info_bg": "#eef5ff", "mark": "#ffe2a8", "radius": 6, "spacing": 6},
     "dark": {"window": "#202124", "surface": "#2a2b2e", "raised": "#35363a", "border": "#4a4b4e",
              "text": "#e8eaed", "muted": "#9aa0a6", "accent": "#3d6fb6", "accent_text": "#ffffff",
-             "danger": "#f28b82", "radius": 6, "spacing": 6},
+             "danger": "#f28b82", "warn": "#f6c27a", "warn_bg": "#3b2f1c", "info": "#a8c7fa",
+             "info_bg": "#1f2b3d", "mark": "#6b4f1d", "radius": 6, "spacing": 6},
 }
+# Pygments' styles for code in answers: each is made for its own kind of background.
+CODE_STYLES = {"light": "friendly", "dark": "github-dark"}
 THEMES = ("system", "light", "dark")  # the values of the ui.theme setting
 SCHEMES = {"light": Qt.ColorScheme.Light, "dark": Qt.ColorScheme.Dark}
 
@@ -76,6 +82,14 @@ QProgressBar { border: 1px solid $border; border-radius: ${radius}px; background
 QProgressBar::chunk { background: $accent; border-radius: ${half}px; }
 QCheckBox { spacing: ${space}px; }
 QCheckBox:disabled { color: $muted; }
+/* Tones, set as a widget's "tone" property, so that no widget writes a colour of its own: */
+QLabel[tone="muted"] { color: $muted; }
+QLabel[tone="hint"] { color: $muted; font-size: small; }
+QLabel[tone="warn"] { color: $warn; }
+QLabel[tone="notice"] { padding: ${half}px; background: $warn_bg; color: $warn; border-radius: ${radius}px; }
+QLabel[tone="info"] { padding: ${space}px; background: $info_bg; color: $info; border-radius: ${radius}px; }
+QFrame[tone="chip"] { border: 1px solid $border; border-radius: ${space}px; }
+QProgressBar[tone="warn"]::chunk { background: $warn; }
 """)
 
 _chosen = "system"  # the ui.theme value last applied
@@ -132,11 +146,30 @@ def _apply_look(app: QApplication, look: str) -> None:
         app.setStyle("Fusion")
     app.setPalette(palette(look))
     render.set_colours(user=_mix(t["accent"], t["surface"], 0.22), assistant=t["raised"], code=t["surface"],
-                       meta=t["muted"])
+                       meta=t["muted"], border=t["border"], warn=t["warn"], danger=t["danger"], mark=t["mark"],
+                       code_style=CODE_STYLES[look])
     sheet = stylesheet(look)
     if app.styleSheet() != sheet:
         app.setStyleSheet(sheet)
     app.setProperty("assistantLook", look)
+
+
+def colour(key: str) -> str:
+    """A token of the look applied now (for colours Qt takes outside the stylesheet: a model's
+    ForegroundRole, a painted icon)."""
+    app = QApplication.instance()
+    look = app.property("assistantLook") if app is not None else None
+    return TOKENS[look if look in TOKENS else "light"][key]
+
+
+def set_tone(widget, tone: str) -> None:
+    """Give `widget` one of the stylesheet's tones ("muted", "hint", "warn", "notice", "info",
+    "chip"; "" for none), re-polished when it changes after the widget was shown."""
+    if widget.property("tone") == tone:
+        return
+    widget.setProperty("tone", tone)
+    widget.style().unpolish(widget)
+    widget.style().polish(widget)
 
 
 def _redraw_chat_views(app: QApplication) -> None:

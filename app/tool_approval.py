@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout
 
 from app.i18n import tr
+from app.theme import set_tone
 
 ONCE, ALWAYS, DENY = "once", "always", "deny"  # engine/tools/runner.py's answers
 
@@ -32,7 +33,7 @@ class ApprovalDialog(QDialog):
         head.setWordWrap(True)
         about = QLabel(approval.description[:400])
         about.setWordWrap(True)
-        about.setStyleSheet("color:#666")
+        set_tone(about, "muted")
         self.arguments = QPlainTextEdit(json.dumps(approval.arguments, ensure_ascii=False, indent=2))
         self.arguments.setObjectName("toolArguments")
         self.arguments.setReadOnly(True)
@@ -40,7 +41,7 @@ class ApprovalDialog(QDialog):
         self.arguments.setMinimumHeight(110)
         note = QLabel(tr("What the tool returns is given to the model as data, never as your instructions."))
         note.setWordWrap(True)
-        note.setStyleSheet("color:#666;font-size:small")
+        set_tone(note, "hint")
         self.once_button = QPushButton(tr("Allow once"))
         self.always_button = QPushButton(tr("Always allow this tool"))
         self.deny_button = QPushButton(tr("Deny"))

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QMenu,
 
 from app.background import Runner
 from app.i18n import tr
+from app.theme import colour, set_tone
 from engine.api import McpConfigError, known_mcp_configs, mcp_config_path
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class ToolsPanel(QDialog):
                                "one to mcp.json (the same format) and press Reload."))
         self.empty.setObjectName("toolsEmpty")
         self.empty.setWordWrap(True)
-        self.empty.setStyleSheet("color:#666")
+        set_tone(self.empty, "muted")
         self.import_button = QPushButton(tr("Import…"))
         self.import_button.setObjectName("importMcpButton")
         self.import_button.clicked.connect(self._import_menu)
@@ -202,9 +203,10 @@ class ToolsPanel(QDialog):
             self.log_view.setPlainText("")
             return
         if tool is not None:
+            muted = colour("muted")
             cost = "" if tool["tokens"] is None else tr("{n} tokens in every prompt").format(n=tool["tokens"])
             self.details.setText(f"<b>{_esc(tool['name'])}</b> ({_esc(source['name'])})<br>{_esc(tool['description'])}"
-                                 f"<br><span style='color:#666'>{cost}</span>")
+                                 f"<br><span style='color:{muted}'>{cost}</span>")
         elif server:
             lines = [f"<b>{_esc(source['name'])}</b> — {_esc(tr(STATE_WORDS.get(source['state'], source['state'])))}",
                      f"{_esc(source['transport'])}: {_esc(source['target'])}",
@@ -213,7 +215,8 @@ class ToolsPanel(QDialog):
                 if source["config"].get(part):
                     lines.append(f"{part}: " + ", ".join(f"{_esc(k)}={v}" for k, v in source["config"][part].items()))
             if source["error"]:
-                lines.append(f"<span style='color:#a00000'>{_esc(source['error'])}</span>")
+                danger = colour("danger")
+                lines.append(f"<span style='color:{danger}'>{_esc(source['error'])}</span>")
             self.details.setText("<br>".join(lines))
         else:
             self.details.setText(tr("Built-in tools need no server: the date and time, a calculator, and searches of "

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QToolButton, QWidg
 
 from app.a11y import describe
 from app.i18n import tr
+from app.theme import set_tone
 
 
 class TopBar(QWidget):
@@ -26,7 +27,7 @@ class TopBar(QWidget):
         self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.model = QLabel("")
         self.model.setObjectName("answeringModel")
-        self.model.setStyleSheet("color:#666")
+        set_tone(self.model, "muted")
         self.preset = describe(QComboBox(), tr("Preset"), tr("The preset this chat uses: its system prompt, "
                                                               "temperature, tier, documents and tools"))
         self.preset.setObjectName("presetPicker")
@@ -37,7 +38,7 @@ class TopBar(QWidget):
         self.presets_button.clicked.connect(self.sig_edit_presets.emit)
         self.strip = QLabel("")
         self.strip.setObjectName("resourceStrip")
-        self.strip.setStyleSheet("color:#666")
+        set_tone(self.strip, "muted")
         self.toggle = QToolButton()
         self.toggle.setObjectName("resourcesToggle")
         self.toggle.setText(tr("Resources"))

@@ -34,3 +34,11 @@ def test_meta_line_says_what_happened():
                      "L1", "demo-small")
     assert line.startswith("L1 · demo-small") and "120 ms" in line and "17 evaluated / 2100 cached" in line
     assert "restored from cold" in line and "stopped" in line
+
+
+def test_a_model_file_is_named_without_its_folder():
+    from app.render import model_label
+
+    assert model_label("/home/me/models/Qwen3-4B-Q4_K_M.gguf") == "Qwen3-4B-Q4_K_M"
+    assert model_label(r"C:\Users\me\models\m.GGUF") == "m"
+    assert model_label("qwen3-4b") == "qwen3-4b"

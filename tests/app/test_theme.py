@@ -97,3 +97,28 @@ def test_the_chat_bubbles_follow_an_os_switch(app, qtbot, monkeypatch):
     html = w.view.toHtml()
     assert theme.TOKENS["dark"]["raised"] in html and theme.TOKENS["light"]["raised"] not in html
     w.close()
+
+
+@pytest.mark.parametrize("look", ["light", "dark"])
+def test_tones_and_the_chats_notices_take_the_looks_colours(app, qtbot, look):
+    from PySide6.QtWidgets import QLabel
+
+    theme.apply_theme(look)
+    t = theme.TOKENS[look]
+    for tone, key in (("muted", "muted"), ("hint", "muted"), ("warn", "warn"), ("notice", "warn"), ("info", "info")):
+        label = QLabel("x")
+        qtbot.addWidget(label)
+        theme.set_tone(label, tone)
+        label.ensurePolished()
+        assert label.palette().color(QPalette.WindowText).name() == t[key], tone
+    assert theme.colour("danger") == t["danger"]
+    notices = render.notices_html({"confidence": {"low": True, "geo_mean_prob": 0.3,
+                                                  "weak_spans": [{"text": "perhaps"}]},
+                                   "risk": {"caution": "See a doctor."}})
+    assert all(t[k] in notices for k in ("warn", "mark", "danger"))
+    assert render.COLOURS["code_style"] == theme.CODE_STYLES[look]
+    code = render.markdown_html("```python\ndef f(x):\n    return 'x'\n```")
+    other = theme.CODE_STYLES["dark" if look == "light" else "light"]
+    assert t["border"] in code and t["surface"] in code  # the code block's frame and background
+    render.set_colours(code_style=other)  # the other style colours the same code otherwise
+    assert render.markdown_html("```python\ndef f(x):\n    return 'x'\n```") != code
