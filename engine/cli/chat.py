@@ -120,7 +120,8 @@ def _tty_lines() -> Iterator[str]:
 
 
 class ChatLoop:
-    """Runs `assistant chat`: messages and in-session commands (/new, /switch ID, /list, /help)."""
+    """Runs `assistant chat`: messages and in-session commands (/new, /switch ID, /list, /pin [ID],
+    /unpin [ID], /route, /help)."""
 
     def __init__(self, assistant: Assistant, args: argparse.Namespace, out: Output, conversation_id: int):
         self.assistant, self.args, self.out = assistant, args, out
@@ -182,11 +183,27 @@ class ChatLoop:
             rows = self.assistant.conversations()
             if self.out.json:
                 self.out.event(event="conversations", conversations=[
-                    {k: r[k] for k in ("id", "title", "updated", "model")} for r in rows])
-            else:
+                    {k: r[k] for k in ("id", "title", "updated", "model", "pinned")} for r in rows])
+            else:  # pinned ones first (the window's order), each marked
                 for r in rows:
                     mark = "*" if r["id"] == self.conversation_id else " "
-                    self.out.info(f"{mark}{r['id']:>5}  {r['updated'][:19]}  {r['title']}")
+                    pin = "pinned  " if r["pinned"] else ""
+                    self.out.info(f"{mark}{r['id']:>5}  {r['updated'][:19]}  {pin}{r['title']}")
+        elif cmd in ("/pin", "/unpin"):
+            try:
+                target = int(arg) if arg.strip() else self.conversation_id
+                self.assistant.pin_conversation(target, cmd == "/pin")
+            except ValueError:
+                self.out.error(f"usage: {cmd} [ID]")
+                self.failures += 1
+                return None
+            except ConversationNotFound as exc:
+                self.out.error(str(exc))
+                self.failures += 1
+                return None
+            pinned = cmd == "/pin"
+            self.out.notice("pinned", f"[conversation {target} {'pinned' if pinned else 'unpinned'}]",
+                            conversation_id=target, pinned=pinned)
         elif cmd == "/route":
             try:
                 self.assistant.set_conversation_route(self.conversation_id, arg.strip() or "auto")
@@ -197,8 +214,8 @@ class ChatLoop:
             self.out.notice("route", f"[conversation {self.conversation_id}: route {arg.strip() or 'auto'}]",
                             conversation_id=self.conversation_id, route=arg.strip() or "auto")
         elif cmd == "/help":
-            self.out.info("/new  start a conversation · /switch ID · /list · /route auto|L1|L2|L3 · /quit"
-                          " · //text sends '/text'")
+            self.out.info("/new  start a conversation · /switch ID · /list · /pin [ID] · /unpin [ID]"
+                          " · /route auto|L1|L2|L3 · /quit · //text sends '/text'")
         else:
             self.out.error(f"unknown command {cmd} (try /help; start a message with // to send a slash)")
             self.failures += 1
