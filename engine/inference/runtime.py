@@ -233,6 +233,11 @@ class Worker:
         return cls(model, backend, template)
 
     @property
+    def busy(self) -> bool:
+        """Any job runs or waits here, background work included."""
+        return self.current is not None or self.pending > 0
+
+    @property
     def serving(self) -> bool:
         """A chat job runs or waits here. Background work alone (a KV checkpoint, a summary) does
         not keep a model loaded when another must take its memory: unloading parks the chat's state
