@@ -49,7 +49,8 @@ def _code(code: str, lang: str, attrs) -> str:
         lexer = TextLexer()
     body = highlight(code, lexer, _formatter())
     label = html.escape(lang or "code")
-    return (f"<table width='100%' cellpadding='6' style='background:{COLOURS['code']};border:1px solid {COLOURS['border']}'>"
+    frame = f"background:{COLOURS['code']};border:1px solid {COLOURS['border']}"
+    return (f"<table width='100%' cellpadding='6' style='{frame}'>"
             f"<tr><td style='color:{COLOURS['meta']};font-size:small'>{label} · <a href='copy:{key}'>"
             f"{tr('copy')}</a></td></tr><tr><td><pre style='font-family:monospace;margin:0'>{body}</pre>"
             "</td></tr></table>")
@@ -123,7 +124,8 @@ def notices_html(stats: dict) -> str:
     out = []
     conf = stats.get("confidence") or {}
     if conf.get("low"):
-        spans = "".join(f"<li><span style='background:{COLOURS['mark']}'>{html.escape(s.get('text', ''))}</span></li>"
+        mark = COLOURS["mark"]
+        spans = "".join(f"<li><span style='background:{mark}'>{html.escape(s.get('text', ''))}</span></li>"
                         for s in conf.get("weak_spans", [])[:3])
         out.append(f"<div style='color:{COLOURS['warn']}'><b>⚠ " + tr("可能不准确 / may be inaccurate") +
                    f"</b> ({conf.get('geo_mean_prob', 0):.2f})" + (f"<ul>{spans}</ul>" if spans else "") + "</div>")
@@ -134,7 +136,8 @@ def notices_html(stats: dict) -> str:
         src = hit.get("source")
         where = (tr("conversation {cid}").format(cid=src.get("conversation_id")) if isinstance(src, dict)
                  else tr("saved memory"))
-        out.append(f"<div style='color:{COLOURS['meta']}'>🔖 {html.escape(where)}: {html.escape(hit.get('text', '')[:120])}</div>")
+        text = html.escape(hit.get("text", "")[:120])
+        out.append(f"<div style='color:{COLOURS['meta']}'>🔖 {html.escape(where)}: {text}</div>")
     return "".join(out)
 
 
