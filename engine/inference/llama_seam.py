@@ -22,6 +22,7 @@ import sys
 import threading
 from pathlib import Path
 
+from engine.config.buffers import unfilled
 from engine.inference.abort_flag import AbortFlag
 from engine.inference.ggml_softmax import find_softmax_sum
 from engine.models.ggml_registry import registry
@@ -300,7 +301,7 @@ class Context:
     def save_state(self) -> bytearray:
         """Sequence 0's state (the cache cells only, no logits), one copy into the returned buffer."""
         size = _C.llama_state_seq_get_size(self.ptr, 0)
-        data = bytearray(size)
+        data = unfilled(size)  # not zeroed under the GIL: llama.cpp writes it, then the tail goes
         view = (ctypes.c_uint8 * size).from_buffer(data)
         n = _C.llama_state_seq_get_data(self.ptr, view, size, 0)
         del view  # release the export before resizing

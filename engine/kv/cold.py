@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from engine.config.buffers import unfilled
 from engine.config.paths import private_dir, private_file
 from engine.kv import state_format
 from engine.kv.snapshot import Snapshot, common_prefix
@@ -236,7 +237,7 @@ class ColdTier:
             if magic != SEGMENT or first != len(tokens) or size < 4 * n:
                 break
             if payloads:
-                payload = bytearray(size)
+                payload = unfilled(size)  # a short read is dropped below
                 if f.readinto(payload) != size or zlib.crc32(payload) != crc:
                     break
                 ids = list(struct.unpack(f"<{n}i", memoryview(payload)[:4 * n]))

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.config.buffers import unfilled
+
 _U32, _I32, _U64 = struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<Q")
 _CELL = np.dtype([("pos", "<i4"), ("n_seq", "<u4"), ("seq", "<i4")])
 
@@ -139,7 +141,7 @@ def joined_bytes(parts: list[KVState]) -> bytearray:
     _check_joinable(parts)
     first = parts[0]
     n = sum(p.n_cells for p in parts)
-    out = bytearray(_size(first, n, parts))
+    out = unfilled(_size(first, n, parts))  # every byte is written below (the assert at the end)
     view, at = memoryview(out), 0
 
     def put(b) -> None:
