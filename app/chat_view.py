@@ -37,9 +37,9 @@ class ChatView(QTextBrowser):
         self._dirty = False
         self._was_empty = True
         self.first_shown = 0  # messages before this index are not drawn until asked for
-        # While an answer streams: the HTML of the messages before it as last set, and where the
-        # answer starts in the document (only it is redrawn while nothing before it changes).
-        self._prefix: str | None = None
+        # The finished messages' HTML pieces as the document holds them, and where the answer being
+        # written starts in it: a render draws only what follows the pieces that did not change.
+        self._drawn: list[str] | None = None
         self._tail: int | None = None
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
         self.idle = True  # the engine takes a new turn: actions that start one are offered
@@ -58,11 +58,13 @@ class ChatView(QTextBrowser):
         self._hidden = None
         self.first_shown = max(0, len(self.messages) - SHOWN)
         self._cache.clear()
+        self._drawn = None
         self._render()
 
     def redraw(self) -> None:
         """Draw every message again (the bubble colours changed with the look)."""
         self._cache.clear()
+        self._drawn = None
         self._render()
 
     def show_earlier(self) -> None:
@@ -381,26 +383,33 @@ class ChatView(QTextBrowser):
                 self._cache[i] = (key, piece)
             parts.append(piece)
         live = bool(self.messages) and bool(self.messages[-1].get("streaming"))
-        prefix = "".join(parts[:-1]) if live or self._tail is not None else None
-        if prefix == self._prefix and self._tail is not None:
-            # Only the answer being written changed (or it just ended): replace it in place.
-            # Setting the whole document every RENDER_MS cost a long chat ~180 ms per frame
-            # (bench/window_long_chat.py); once more as the answer ends, a gap of up to ~50 ms.
-            cursor = QTextCursor(self.document())
-            cursor.setPosition(self._tail)
-            cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
-            cursor.insertHtml(parts[-1])
-            if not live:
-                self._prefix = self._tail = None
-        elif live:
-            self.setHtml(prefix)
-            cursor = QTextCursor(self.document())
-            cursor.movePosition(QTextCursor.End)
-            self._prefix, self._tail = prefix, cursor.position()
-            cursor.insertHtml(parts[-1])
+        done = parts[:-1] if live else parts
+        drawn = self._drawn
+        cursor = QTextCursor(self.document())
+        if drawn is not None and done[:len(drawn)] == drawn:
+            # The document still starts with what is drawn: only what follows is drawn (the answer
+            # being written, or the finished answer and a new message). Setting the whole document
+            # every RENDER_MS cost a long chat ~180 ms per frame (bench/window_long_chat.py), and
+            # once more on each send (16 ms in a four-message chat, more the longer it is).
+            # Appending pieces gives the same document as setting them at once.
+            if self._tail is None:
+                cursor.movePosition(QTextCursor.End)
+            else:
+                cursor.setPosition(self._tail)
+                cursor.movePosition(QTextCursor.End, QTextCursor.KeepAnchor)
+            added = "".join(done[len(drawn):])
+            if added:
+                cursor.insertHtml(added)
+            else:
+                cursor.removeSelectedText()
         else:
-            self._prefix = self._tail = None
-            self.setHtml("".join(parts))
+            self.setHtml("".join(done))
+            cursor = QTextCursor(self.document())
+        self._drawn, self._tail = done, None
+        if live:
+            cursor.movePosition(QTextCursor.End)
+            self._tail = cursor.position()
+            cursor.insertHtml(parts[-1])
         if at_bottom:
             self.moveCursor(QTextCursor.End)
             bar.setValue(bar.maximum())

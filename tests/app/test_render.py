@@ -2,6 +2,7 @@
 
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QTextBrowser
 
 from app.chat_view import ChatView
 from app.render import CODE_BLOCKS, markdown_html, message_html, meta_line
@@ -42,3 +43,43 @@ def test_a_model_file_is_named_without_its_folder():
     assert model_label("/home/me/models/Qwen3-4B-Q4_K_M.gguf") == "Qwen3-4B-Q4_K_M"
     assert model_label(r"C:\Users\me\models\m.GGUF") == "m"
     assert model_label("qwen3-4b") == "qwen3-4b"
+
+
+def test_the_view_draws_only_what_follows_and_the_document_is_as_if_drawn_at_once(qtbot, monkeypatch):
+    """A send, the streamed answer and its end append to the document; it then equals the chat
+    drawn whole. A change above the end (a message changed, or gone) draws it all."""
+    view = ChatView()
+    qtbot.addWidget(view)
+    whole = []
+    monkeypatch.setattr(view, "setHtml", lambda html: (whole.append(len(html)), QTextBrowser.setHtml(view, html)))
+
+    def as_if_drawn_at_once():
+        fresh = ChatView()
+        qtbot.addWidget(fresh)
+        fresh.messages = [dict(m) for m in view.messages]
+        fresh._render()
+        return fresh.document().toHtml()
+
+    view.add_user("first question")
+    for n in range(3):
+        view.append_tokens(f" **word {n}**\n\n| a | b |\n|---|---|\n| {n} | x |\n")
+        view._render()
+    view.finish({"text": "the answer\n\n```python\nprint(1)\n```", "stats": {"level": "L1"}})
+    view.add_user("second question\nwith two lines")
+    view.append_tokens("partly")
+    view._render()
+    assert len(whole) == 1  # only the first render, of the empty view, set the document
+    assert view.document().toHtml() == as_if_drawn_at_once()
+    assert len(view.document().rootFrame().childFrames()) == 4
+
+    view.finish({"text": "second answer", "stats": {}})
+    view.messages[1]["content"] = "the first answer, edited"  # a change above the end
+    view._render()
+    assert len(whole) == 2
+    assert view.document().toHtml() == as_if_drawn_at_once()
+
+    del view.messages[2:]
+    view._render()
+    assert len(whole) == 3
+    assert view.document().toHtml() == as_if_drawn_at_once()
+    assert len(view.document().rootFrame().childFrames()) == 2
