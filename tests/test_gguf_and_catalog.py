@@ -46,6 +46,51 @@ def test_truncated_header_is_detected(tmp_path):
         read_gguf(p)
 
 
+def _with_vocab(tokens: list[str], after: str = "after the vocabulary") -> bytes:
+    """A header whose token list (a string array too long to keep) is followed by one more key."""
+    def s(x: str) -> bytes:
+        b = x.encode()
+        return struct.pack("<Q", len(b)) + b
+    out = b"GGUF" + struct.pack("<IQQ", 3, 0, 3) + s("general.architecture") + struct.pack("<I", 8) + s("llama")
+    out += s("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, 8, len(tokens)) + b"".join(s(t) for t in tokens)
+    return out + s("general.name") + struct.pack("<I", 8) + s(after)
+
+
+@pytest.mark.parametrize("chunk", [16, 1000, 1 << 20])
+def test_a_long_string_array_is_walked_across_chunks(tmp_path, monkeypatch, chunk):
+    """Strings shorter and longer than a chunk, and lengths split across two: what follows the
+    array is read exactly."""
+    monkeypatch.setattr("engine.models.gguf_info._CHUNK", chunk)
+    tokens = [("ab" * (k % 37)) + "日本" * (k % 5) + "x" * (3000 if k % 501 == 0 else 0) for k in range(5000)]
+    p = tmp_path / "vocab.gguf"
+    p.write_bytes(_with_vocab(tokens) + b"\0" * 64)
+    info = read_gguf(p)
+    assert info.metadata["tokenizer.ggml.tokens"].length == 5000
+    assert info.metadata["general.name"] == "after the vocabulary"
+
+
+def test_a_string_array_cut_short_or_with_an_absurd_length_is_refused(tmp_path):
+    whole = _with_vocab([f"token{k}" for k in range(3000)])
+    p = tmp_path / "cut.gguf"
+    p.write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(GGUFError, match="ends inside"):
+        read_gguf(p)
+    at = whole.index(b"token1000") - 8  # one string's length says a petabyte
+    p.write_bytes(whole[:at] + struct.pack("<Q", 1 << 50) + whole[at + 8:])
+    with pytest.raises(GGUFError, match="corrupt metadata string length"):
+        read_gguf(p)
+
+
+def test_a_file_read_again_unchanged_is_not_parsed_again_and_a_changed_one_is(tmp_path):
+    p = tmp_path / "m.gguf"
+    p.write_bytes(_with_vocab(["a"] * 2000, "first") + b"\0" * 64)
+    first = read_gguf(p)
+    assert read_gguf(str(p)) is first
+    p.write_bytes(_with_vocab(["a"] * 2000, "second, longer") + b"\0" * 64)
+    again = read_gguf(p)
+    assert again is not first and again.metadata["general.name"] == "second, longer"
+
+
 def test_catalog_has_demo_and_production_models():
     cat = load_catalog()
     ids = {e.id for e in cat.entries}
