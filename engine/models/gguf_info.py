@@ -7,11 +7,11 @@ and byte sizes come from the tensor table, never from the weights themselves.
 Why not the `gguf` package's `GGUFReader` (it is a dependency, and this module takes its type table
 from it): it returns the same metadata and tensor table (types, shapes, sizes), but it maps the whole
 file and builds a numpy view per element of every array, so the vocabulary (150k-260k strings, read
-on every plan and load) dominates. Measured with bench/gguf_read.py on 2 busy cores, best of 3,
-(this module | GGUFReader): SmolLM2-135M 39 ms | 4.96 s and +0 | +125 MB; Gemma-3-270M 61 ms |
-14.2 s and +0 | +652 MB; a Qwen2.5-7B-shaped file (151 936 tokens, 339 tensors) 108 ms | 15.3 s and
-+0 | +459 MB. Here long arrays are skipped (their length kept), and a truncated file gets a
-sentence ("is truncated: its tensors need at least N bytes") instead of a numpy reshape error.
+on every plan and load) dominates. Measured with bench/gguf_read.py, best of 3 (this module |
+GGUFReader), 2026-12-03: SmolLM2-135M 12 ms | 2.0 s and +0 | +125 MB; Gemma-3-270M 29 ms | 10.2 s
+and +0 | +652 MB; a Qwen2.5-7B-shaped file (151 936 tokens, 339 tensors) 36 ms | 7.1 s and +0 |
++459 MB. Here long arrays are skipped (their length kept), and a truncated file gets a sentence
+("is truncated: its tensors need at least N bytes") instead of a numpy reshape error.
 """
 
 from __future__ import annotations
