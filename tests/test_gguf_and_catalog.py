@@ -1,4 +1,6 @@
+import os
 import struct
+import time
 
 import pytest
 
@@ -84,11 +86,24 @@ def test_a_string_array_cut_short_or_with_an_absurd_length_is_refused(tmp_path):
 def test_a_file_read_again_unchanged_is_not_parsed_again_and_a_changed_one_is(tmp_path):
     p = tmp_path / "m.gguf"
     p.write_bytes(_with_vocab(["a"] * 2000, "first") + b"\0" * 64)
+    os.utime(p, ns=(time.time_ns() - 10**10,) * 2)  # written ten seconds ago
     first = read_gguf(p)
     assert read_gguf(str(p)) is first
     p.write_bytes(_with_vocab(["a"] * 2000, "second, longer") + b"\0" * 64)
     again = read_gguf(p)
     assert again is not first and again.metadata["general.name"] == "second, longer"
+
+
+def test_a_file_just_written_is_read_each_time(tmp_path):
+    """File times tick coarsely: a rewrite in place at the same size within a tick keeps the mtime,
+    so what was modified in the last two seconds is parsed again."""
+    p = tmp_path / "m.gguf"
+    p.write_bytes(_with_vocab(["a"] * 2000, "first") + b"\0" * 64)
+    stamp = p.stat().st_mtime_ns
+    assert read_gguf(p).metadata["general.name"] == "first"
+    p.write_bytes(_with_vocab(["a"] * 2000, "other") + b"\0" * 64)  # the same size
+    os.utime(p, ns=(stamp, stamp))  # and, as within one tick, the same time
+    assert read_gguf(p).metadata["general.name"] == "other"
 
 
 def test_catalog_has_demo_and_production_models():

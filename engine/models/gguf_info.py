@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,8 +181,8 @@ class _SkippedArray:
 def read_gguf(path: str | Path) -> GGUFInfo:
     """Parse header, metadata and tensor table; raise GGUFError with a reason if unusable.
 
-    A file read before and unchanged since (same inode, size and modification time) is not parsed
-    again: a model load asks for its header three times (the plan, its longer-context try, the
+    A file read before and unchanged since (same inode, size and modification time, set over two
+    seconds before it was read) is not parsed again: a model load asks for its header three times (the plan, its longer-context try, the
     backend), each a Python loop over the whole vocabulary that the window's thread takes turns with.
     The result is shared: treat it as read-only.
     """
@@ -197,6 +198,8 @@ def read_gguf(path: str | Path) -> GGUFInfo:
             _READ.move_to_end(key)
             return info
     info = _read(path, st.st_size)
+    if time.time_ns() - st.st_mtime_ns < _SETTLED_NS:
+        return info  # written just now: a rewrite within the clock's tick would keep this mtime
     with _READ_LOCK:
         _READ[key] = info
         while len(_READ) > _READ_KEPT:
@@ -207,6 +210,9 @@ def read_gguf(path: str | Path) -> GGUFInfo:
 _READ: OrderedDict[tuple, GGUFInfo] = OrderedDict()  # the last files read, by (path, inode, size, mtime)
 _READ_KEPT = 8
 _READ_LOCK = threading.Lock()
+# A file modified this recently is not kept: file times tick coarsely (a few ms), so a file rewritten
+# in place at the same size within a tick looks unchanged (git's "racily clean" entries, the same way).
+_SETTLED_NS = 2_000_000_000
 
 
 def _read(path: Path, size: int) -> GGUFInfo:
