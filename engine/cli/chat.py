@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
                         ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone,
@@ -166,16 +166,8 @@ class ChatLoop:
             self.out.notice("conversation", f"[new conversation {self.conversation_id}]",
                             conversation_id=self.conversation_id)
         elif cmd == "/switch":
-            try:
-                target = int(arg)
-                self.assistant.conversation(target)
-            except ValueError:
-                self.out.error("usage: /switch ID")
-                self.failures += 1
-                return None
-            except ConversationNotFound as exc:
-                self.out.error(str(exc))
-                self.failures += 1
+            target = self._on_conversation(arg, "/switch ID", self.assistant.conversation)
+            if target is None:
                 return None
             self.conversation_id = target
             self.out.notice("conversation", f"[conversation {target}]", conversation_id=target)
@@ -190,18 +182,12 @@ class ChatLoop:
                     pin = "pinned  " if r["pinned"] else ""
                     self.out.info(f"{mark}{r['id']:>5}  {r['updated'][:19]}  {pin}{r['title']}")
         elif cmd in ("/pin", "/unpin"):
-            try:
-                target = int(arg) if arg.strip() else self.conversation_id
-                self.assistant.pin_conversation(target, cmd == "/pin")
-            except ValueError:
-                self.out.error(f"usage: {cmd} [ID]")
-                self.failures += 1
-                return None
-            except ConversationNotFound as exc:
-                self.out.error(str(exc))
-                self.failures += 1
-                return None
             pinned = cmd == "/pin"
+            target = self._on_conversation(arg, f"{cmd} [ID]",
+                                           lambda cid: self.assistant.pin_conversation(cid, pinned),
+                                           default=self.conversation_id)
+            if target is None:
+                return None
             self.out.notice("pinned", f"[conversation {target} {'pinned' if pinned else 'unpinned'}]",
                             conversation_id=target, pinned=pinned)
         elif cmd == "/route":
@@ -219,6 +205,22 @@ class ChatLoop:
         else:
             self.out.error(f"unknown command {cmd} (try /help; start a message with // to send a slash)")
             self.failures += 1
+        return None
+
+    def _on_conversation(self, arg: str, usage: str, act: Callable[[int], object],
+                         default: int | None = None) -> int | None:
+        """The conversation ID `arg` names (`default` when it is empty), once `act(id)` took it; None
+        when it is not a number or no such conversation, said and counted as a failure."""
+        try:
+            target = int(arg) if arg.strip() or default is None else default
+            act(target)
+        except ValueError:
+            self.out.error(f"usage: {usage}")
+        except ConversationNotFound as exc:
+            self.out.error(str(exc))
+        else:
+            return target
+        self.failures += 1
         return None
 
     def _turn(self, text: str) -> None:

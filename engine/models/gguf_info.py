@@ -182,9 +182,9 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     """Parse header, metadata and tensor table; raise GGUFError with a reason if unusable.
 
     A file read before and unchanged since (same inode, size and modification time, set over two
-    seconds before it was read) is not parsed again: a model load asks for its header three times (the plan, its longer-context try, the
-    backend), each a Python loop over the whole vocabulary that the window's thread takes turns with.
-    The result is shared: treat it as read-only.
+    seconds before it was read) is not parsed again: a model load asks for its header three times
+    (the plan, its longer-context try, the backend), each a Python loop over the whole vocabulary
+    that the window's thread takes GIL turns with. The result is shared: treat it as read-only.
     """
     path = Path(path)
     try:
