@@ -21,11 +21,11 @@ from app.empty_state import EmptyState
 from app.engine_worker import TURN_ERRORS, EngineWorker, said
 from app.gauges import GaugePanel
 from app.i18n import tr
-from app.theme import set_tone
 from app.overflow import ask_overflow
 from app.render import answered_by, model_label
 from app.sidebar import ChatSidebar
 from app.shortcuts import install as install_shortcuts
+from app.theme import set_tone
 from app.think_toggle import ThinkToggle
 from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
