@@ -106,7 +106,8 @@ def measure(app, w, cid: int, n: int) -> dict:
     ticker.stop()
     w.view.finish({"text": w.view.messages[-1]["content"], "stats": {}})
     frames.sort()
-    return {"open": open_ms, "send": send_ms, "frame_p99": frames[int(len(frames) * 0.99)] if frames else 0.0,
+    return {"open": open_ms, "send": send_ms,
+            "frame_p99": frames[int(len(frames) * 0.99)] if frames else 0.0,
             "frames": len(frames), "rss": rss / 2**20, "gap_max": max(gaps) if gaps else 0.0,
             "gaps_over_16": sum(g > 16 for g in gaps), "gap_median": statistics.median(gaps) if gaps else 0.0}
 
@@ -135,8 +136,8 @@ def main() -> int:
           "streaming 150 tok/s: loop gap median / max | gaps > 16 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in rows:
-        print(f"| {name} | {r['open']:.0f} ms | {r['frame_p99']:.1f} ms ({r['frames']}) | {r['rss']:.1f} MB | {r['send']:.1f} ms | "
-              f"{r['gap_median']:.1f} / {r['gap_max']:.1f} ms | {r['gaps_over_16']} |")
+        print(f"| {name} | {r['open']:.0f} ms | {r['frame_p99']:.1f} ms ({r['frames']}) | {r['rss']:.1f} MB | "
+              f"{r['send']:.1f} ms | {r['gap_median']:.1f} / {r['gap_max']:.1f} ms | {r['gaps_over_16']} |")
     base, big = rows[0][1], rows[1][1]
     print(f"\nratio, long / short: open {big['open'] / max(base['open'], 1e-9):.1f}×, "
           f"scroll p99 {big['frame_p99'] / max(base['frame_p99'], 1e-9):.1f}×, "

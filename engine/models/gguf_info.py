@@ -147,7 +147,6 @@ class _Reader:
             for _ in range(count):
                 self.value(itype)
 
-
     def _skip_strings(self, count: int) -> None:
         """Walk `count` length-prefixed strings a chunk at a time: one unpack_from per string, where
         reading each took three calls (bench/gguf_read.py)."""
@@ -155,22 +154,24 @@ class _Reader:
         buf, off, end = b"", 0, 0
         for _ in range(count):
             if off + 8 > end:
-                if off > end:  # the last string ran past the chunk
-                    if off - end > self.size:
-                        raise GGUFError("corrupt metadata string length")
-                    self.read(off - end)
-                    buf, off = b"", 0
-                buf = buf[off:] + fh.read(_CHUNK)
+                buf = self._past(buf, off) + fh.read(_CHUNK)
                 off, end = 0, len(buf)
                 if end < 8:
                     raise GGUFError("file ends inside its header (truncated download?)")
             off += 8 + unpack_from(buf, off)[0]
-        if off > end:
-            if off - end > self.size:
-                raise GGUFError("corrupt metadata string length")
-            self.read(off - end)
-        elif off < end:
-            fh.seek(off - end, 1)  # give back what was read past the array
+        rest = self._past(buf, off)
+        if rest:
+            fh.seek(-len(rest), 1)  # give back what was read past the array
+
+    def _past(self, buf: bytes, off: int) -> bytes:
+        """What of the chunk `buf` lies after `off`; when `off` is beyond it (a string ran past the
+        chunk), the file is read on to there and nothing is left."""
+        if off <= len(buf):
+            return buf[off:]
+        if off - len(buf) > self.size:
+            raise GGUFError("corrupt metadata string length")
+        self.read(off - len(buf))
+        return b""
 
 
 @dataclass(frozen=True)
