@@ -1,7 +1,7 @@
 """Settings → "Local API server": on/off, port, the URL, the API key (read-only, Copy, New key),
-whether API conversations are kept in the chat list and API programs may use the memory, CORS
-origins, and access from other computers (asked for twice). The window runs the server
-(app/api_server.py)."""
+whether API conversations are kept in the chat list and API programs may use the memory and read
+the documents, CORS origins, and access from other computers (asked for twice). The window runs
+the server (app/api_server.py)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ class ApiServerSection(QGroupBox):
         self.memory.setChecked(settings.get("server.allow_memory"))
         form.addRow(self.memory)
 
+        # Off by default, for the same reason: x_docs hands a client the documents' text and names.
+        self.docs = QCheckBox(tr("Let API programs read my documents"))
+        self.docs.setObjectName("apiServerDocs")
+        self.docs.setChecked(settings.get("server.allow_docs"))
+        form.addRow(self.docs)
+
         self.cors = QLineEdit(settings.get("server.cors_origins"))
         self.cors.setObjectName("apiServerCors")
         self.cors.setPlaceholderText(tr("e.g. http://localhost:3000 (empty: no web page may call it)"))
@@ -158,6 +164,7 @@ class ApiServerSection(QGroupBox):
         s.set("server.port", int(self.port.value()))
         s.set("server.store_conversations", self.store.isChecked())
         s.set("server.allow_memory", self.memory.isChecked())
+        s.set("server.allow_docs", self.docs.isChecked())
         s.set("server.cors_origins", " ".join(self.cors.text().replace(",", " ").split()))
         s.set("server.allow_network", self.network.isChecked())
         s.set("server.host", self.host())

@@ -321,6 +321,7 @@ TABLE = {
         "使用当前密钥的程序将被拒绝，直到它们换上新密钥。确定生成新密钥吗？",
     "Store API conversations in my chat list": "将 API 对话保存到我的对话列表",
     "Let API programs use my memory (recall, and “remember that …”)": "允许 API 程序使用我的记忆（回忆，以及“记住……”）",
+    "Let API programs read my documents": "允许 API 程序读取我的文档",
     "Web pages allowed (CORS)": "允许的网页（CORS）",
     "e.g. http://localhost:3000 (empty: no web page may call it)": "例如 http://localhost:3000（留空：不允许任何网页调用）",
     "Each web page origin looks like http://host:port (not: {origins}).":

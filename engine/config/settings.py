@@ -88,6 +88,7 @@ DEFAULTS: dict[str, Any] = {
     "server.cors_origins": "",       # browser origins allowed (space or comma separated); empty = CORS off
     "server.store_conversations": False,  # keep API conversations in the chat list (off: deleted when done)
     "server.allow_memory": False,    # API clients may use the memory (x_memory: recall, "remember that")
+    "server.allow_docs": False,      # API clients may read the documents (x_docs: excerpts, file names)
     "server.max_body_mb": 8.0,       # larger request bodies get 413
     "server.max_messages": 1000,     # messages in one chat request
     "server.queue_depth": 16,        # requests waiting for the engine; more get 429

@@ -132,7 +132,7 @@ class Endpoints:
             turn = parse_turn(body, tiers=dict(server.assistant.published_tiers), installed=server.installed,
                               max_messages=self.config.max_messages, repetition_guard=server.repetition_guard,
                               client=await self.peers.client(request.scope), completion=not chat, key=server.key_tag,
-                              allow_memory=self.config.allow_memory)
+                              allow_memory=self.config.allow_memory, allow_docs=self.config.allow_docs)
             job = Job(turn.client, turn_work(turn, server.conversations), asyncio.get_running_loop())
             server.queue.put(job.client, job)
         except Exception as exc:  # noqa: BLE001 - every refusal is an HTTP answer

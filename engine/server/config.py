@@ -106,6 +106,7 @@ class ServerConfig:
             server no longer reuses them (and at exit).
         allow_memory: clients may use the user's memory (x_memory); off: x_memory gets 403. The
             user grants it (Settings), never a client.
+        allow_docs: clients may read the user's documents (x_docs); off: x_docs gets 403.
         max_body_bytes, max_messages: a larger request gets 413 / 400.
         queue_depth: requests waiting for the engine; one more gets 429, and so does a client's
             request past half of them (engine/server/fair_queue.py).
@@ -125,6 +126,7 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     store_conversations: bool = False
     allow_memory: bool = False
+    allow_docs: bool = False
     max_body_bytes: int = 8 * 1024 * 1024
     max_messages: int = 1000
     queue_depth: int = 16
@@ -142,7 +144,7 @@ class ServerConfig:
             allow_network=settings.get("server.allow_network"),
             cors_origins=parse_origins(settings.get("server.cors_origins")),
             store_conversations=settings.get("server.store_conversations"),
-            allow_memory=settings.get("server.allow_memory"),
+            allow_memory=settings.get("server.allow_memory"), allow_docs=settings.get("server.allow_docs"),
             max_body_bytes=int(settings.get("server.max_body_mb") * 1024 * 1024),
             max_messages=settings.get("server.max_messages"), queue_depth=settings.get("server.queue_depth"),
             request_timeout_s=float(settings.get("server.request_timeout_s")))

@@ -265,10 +265,11 @@ def _route(model: str, tiers: dict[str, str]) -> str:
 
 def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_messages: int,
                repetition_guard: bool, client: str, completion: bool = False, key: str = "",
-               allow_memory: bool = False) -> Turn:
+               allow_memory: bool = False, allow_docs: bool = False) -> Turn:
     """A chat request (`completion`: a legacy completions request, its prompt as one user message).
     `key`: the key's `key_tag` (the client's trust domain); `allow_memory`: the user lets API
-    clients use the memory (setting server.allow_memory), else x_memory is refused.
+    clients use the memory (setting server.allow_memory), else x_memory is refused; `allow_docs`
+    likewise for the user's documents (server.allow_docs) and x_docs.
 
     Raises:
         RequestError: anything the client must change.
@@ -309,6 +310,11 @@ def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_me
     docs = body.get("x_docs")
     if docs is not None and not isinstance(docs, bool) and not (isinstance(docs, str) and docs.strip()):
         raise RequestError("x_docs must be true, false or a collection name", "x_docs")
+    if docs not in (None, False) and not allow_docs:
+        # The documents' text and names are the user's: a client asking is not the user agreeing.
+        raise RequestError("this server does not let API clients read the user's documents; the user can allow "
+                           "it in Settings → Local API server (setting server.allow_docs)", "x_docs",
+                           status=403, code="docs_not_allowed", kind="permission_error")
     memory = _get(body, "x_memory", (bool,), False)
     if memory and not allow_memory:
         # The user's memory is theirs to share: a client asking is not the user agreeing.

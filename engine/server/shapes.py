@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import PurePath
 
 from engine.api import Chunk, ReasoningChunk, TurnDone
 
@@ -36,9 +37,15 @@ def extensions(done: TurnDone | None, docs: bool) -> dict:
            # The geometric mean of the answer's token probabilities (the app's low-confidence warning).
            "x_confidence": done.confidence}
     if docs:
-        out["x_sources"] = done.sources
+        out["x_sources"] = [api_source(s) for s in done.sources]
         out["x_documents"] = done.stats.documents  # "ok", "off" or why no excerpt was used
     return out
+
+
+def api_source(source: dict) -> dict:
+    """A document source as an API client gets it: the file's name, never its path (where the
+    user keeps files, their account name in it, is not the client's to know)."""
+    return source | {"path": PurePath(source.get("path") or "").name}
 
 
 class Shape:
