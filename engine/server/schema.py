@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +22,7 @@ LEVELS = ("auto", "L1", "L2", "L3")
 MAX_TOKENS = 131_072  # asked beyond this is a mistake; the engine also caps it at what the context leaves
 MAX_STOPS = 4
 MAX_EMBED_INPUTS = 2048
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a JSON escape of half a surrogate pair
 # `reasoning_effort` as a thinking budget in tokens (None: no budget beyond max_tokens' share);
 # "none" and "minimal" turn thinking off (Qwen3 by its template's switch, other models by closing
 # the block at once).
@@ -37,8 +39,13 @@ class RequestError(Exception):
 
 
 def parse_json(body: bytes) -> dict:
+    """The body's JSON object, every lone surrogate in it (a `\\ud800` escape without its pair)
+    replaced by "?", as the engine cleans a message's text: an embeddings input or a tool call's
+    id holding one reached the tokenizer or SQLite, which cannot encode it (500)."""
     try:
         data = json.loads(body.decode("utf-8"))
+        if SURROGATE_ESCAPE.search(body):  # else the JSON holds none (raw surrogate bytes are not UTF-8)
+            data = _without_lone_surrogates(data)
     except UnicodeDecodeError:
         raise RequestError("the body is not valid UTF-8") from None
     except ValueError as exc:
@@ -48,6 +55,16 @@ def parse_json(body: bytes) -> dict:
     if not isinstance(data, dict):
         raise RequestError("the body must be a JSON object")
     return data
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [_without_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)
