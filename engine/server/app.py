@@ -35,6 +35,7 @@ from starlette.routing import Route
 from engine.api import Chunk, ReasoningChunk, TurnDone
 from engine.server import errors
 from engine.server.engine_thread import END, Job, embed_work, turn_work
+from engine.server.fair_queue import Client
 from engine.server.guard import BodyLimit, HostGuard, KeyGuard, OriginGuard
 from engine.server.peers import Peers
 from engine.server.schema import RequestError, parse_embedding_input, parse_json, parse_turn
@@ -59,9 +60,9 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(errors.body(exc), status_code=status, headers=headers)
 
 
-def _user(body: dict) -> str | None:
+def _user(body: dict) -> str:
     user = body.get("user") if isinstance(body, dict) else None
-    return f"user:{user}" if isinstance(user, str) and user else None
+    return user if isinstance(user, str) else ""
 
 
 async def _watch_disconnect(request: Request, job: Job, server: "ApiServer") -> None:
@@ -88,7 +89,7 @@ class Endpoints:
     def __init__(self, server: "ApiServer"):
         self.server = server
         self.created = int(time.time())
-        self.peers = Peers()  # the fairness key without a `user` field (engine/server/peers.py)
+        self.peers = Peers()  # the fairness key's peer; `user` is only a sub-key (engine/server/fair_queue.py)
 
     @property
     def config(self):
@@ -237,7 +238,7 @@ class Endpoints:
             if model is None:
                 raise RequestError("there is no embedding model: the memory is off (setting memory.enabled)",
                                    "model", 400, "no_embedding_model")
-            client = _user(body) or await self.peers.client(request.scope)
+            client = Client(await self.peers.client(request.scope), _user(body))
             job = Job(client, embed_work(texts, self.config.max_embedding_tokens), asyncio.get_running_loop())
             server.queue.put(job.client, job)
         except Exception as exc:  # noqa: BLE001 - every refusal is an HTTP answer

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams, SchemaUnsupported, response_grammar
+from engine.server.fair_queue import Client
 from engine.server.history import History, calls_key
 from engine.server.tools import message_calls, tool_use
 
@@ -80,7 +81,7 @@ class Turn:
     logprobs: bool = False
     docs: bool | str | None = None  # x_docs
     memory: bool = False  # x_memory: recall the user's memories into the turn and keep it in them
-    client: str = ""  # fairness key: the `user` field, else the peer address
+    client: Client = Client("")  # fairness key: the peer (engine/server/peers.py), then the `user` field
     keep: bool = True  # index the answered history (chat); False: a one-off (/v1/completions)
     domain: str = "api"  # trust domain (`api_domain`): whose cached KV prefixes may serve the turn
 
@@ -341,7 +342,7 @@ def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_me
     user = _get(body, "user", (str,), "")
     return Turn(model, route, history, generate_params(body, repetition_guard), stream, include_usage,
                 bool(logprobs), docs.strip() if isinstance(docs, str) else docs, memory,
-                client=f"user:{user}" if user else client, keep=not completion, domain=api_domain(key, user))
+                client=Client(client, user), keep=not completion, domain=api_domain(key, user))
 
 
 def parse_embedding_input(body: dict) -> list[str]:
