@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.inference import llama_seam
+from engine.inference import gbnf, llama_seam
 from engine.inference.load_log import parse_memory_report
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,6 +177,18 @@ def test_the_json_schema_converter_the_seam_extends(C):
     for member in ("visit", "_add_rule", "resolve_refs", "format_grammar"):
         assert callable(getattr(converter, member, None)), f"SchemaConverter.{member} is gone"
     assert "root ::=" in llama_seam.json_schema_grammar({"type": "integer"}, lambda schema: None)
+    # The seam replaces the module function the port writes repetition with (engine/inference/gbnf.py):
+    # a string's bounds must come out in llama.cpp's {m,n}, not as a group nested per character.
+    assert llama_grammar._build_repetition is gbnf.repetition
+    grammar = llama_seam.json_schema_grammar({"type": "string", "maxLength": 5000}, lambda schema: None)
+    assert gbnf.shape(grammar).nesting <= 4 and gbnf.shape(grammar).largest_count <= gbnf.LLAMA_MAX_REPEAT
+
+
+def test_a_grammar_is_checked_by_llama_cpps_parser_without_a_model(C):
+    llama_seam.check_grammar('root ::= "a"{0,2000} [0-9]')
+    for broken in ('root ::= "a"{2001}', 'root ::= "\\1"', "root ::= x"):
+        with pytest.raises(llama_seam.GrammarError):
+            llama_seam.check_grammar(broken)
 
 
 @pytest.mark.model

@@ -22,7 +22,9 @@ import sys
 import threading
 from pathlib import Path
 
+from engine.config import threads
 from engine.config.buffers import unfilled
+from engine.inference import gbnf
 from engine.inference.abort_flag import AbortFlag
 from engine.inference.ggml_softmax import find_softmax_sum
 from engine.models.ggml_registry import registry
@@ -452,13 +454,48 @@ class Grammar:
 JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
 
 
+def check_grammar(gbnf: str, root: str = "root") -> None:
+    """Parse `gbnf` with llama.cpp's own parser, as a model's sampler will, without a model (a
+    grammar names no tokens), on a thread whose stack has a known size (engine/config/threads.py).
+
+    Raises:
+        GrammarError: llama.cpp refuses it (a syntax it lacks, a repetition past its threshold).
+    """
+    init()
+    parsed: list[bool] = []
+
+    def parse() -> None:
+        ptr = _C.llama_sampler_init_grammar(None, gbnf.encode("utf-8"), root.encode("utf-8"))
+        parsed.append(bool(ptr))
+        if ptr:
+            _C.llama_sampler_free(ptr)
+
+    threads.start(threading.Thread(target=parse, name="grammar-check", daemon=True)).join()
+    if not parsed or not parsed[0]:
+        raise GrammarError("llama.cpp could not parse the grammar")
+
+
+def _converter():
+    """llama-cpp-python's port of llama.cpp's JSON-schema converter, writing repetition as
+    engine/inference/gbnf.py does: the port nests a group per allowed item, which llama.cpp's
+    parser recursed through until the stack ran out. The port calls the module's function by name,
+    so it is replaced there, once."""
+    from llama_cpp import llama_grammar
+
+    if llama_grammar._build_repetition is not gbnf.repetition:
+        llama_grammar._build_repetition = gbnf.repetition
+    return llama_grammar
+
+
 def json_schema_grammar(schema: dict, own_rule) -> str:
     """GBNF for a JSON schema: llama-cpp-python's port of llama.cpp's converter, with `own_rule(schema)`
     giving the GBNF of the (sub)schemas it writes itself (None: the converter's)."""
     import json
 
     init()
-    from llama_cpp.llama_grammar import RESERVED_NAMES, BuiltinRule, SchemaConverter
+    converter_module = _converter()
+    RESERVED_NAMES, BuiltinRule = converter_module.RESERVED_NAMES, converter_module.BuiltinRule
+    SchemaConverter = converter_module.SchemaConverter
 
     class Converter(SchemaConverter):
         def _add_primitive(self, name, rule):

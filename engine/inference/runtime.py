@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 from engine.inference.backend import Backend, LoadParams, ModelLoadError
 from engine.models.catalog import ResolvedModel
 from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
+from engine.config import threads
 from engine.config.ownership import hand_over
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class Worker:
         self.vocab = self.backend.vocab  # any thread: a tokenizer of its own, not the context's
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         hand_over(self.backend, self._thread)  # from here on only jobs touch it
-        self._thread.start()
+        threads.start(self._thread)  # it parses grammars: a stack of known size (engine/config/threads.py)
 
     @classmethod
     def load(cls, model: ResolvedModel, params: LoadParams, debug: bool = False,

@@ -5,15 +5,22 @@ against the schema for every feature accepted here.
 The schema is converted by llama-cpp-python's port of llama.cpp's converter. It does not enforce
 integer bounds, so those rules are written here (`integer_rule`); a keyword that neither enforces
 is refused by name (`SchemaUnsupported`) rather than silently ignored.
+
+A schema is a client's input, and its grammar runs in llama.cpp's parser and in every sampled
+token: each is bounded before llama.cpp sees it (issue 37: one 250-byte schema crashed the server).
+Length and item counts are at most MAX_BOUND and written as compact repetition
+(engine/inference/gbnf.py); the finished grammar is measured (`checked`: bytes, nesting, counts),
+then parsed once by llama.cpp itself, so whatever it would refuse is a 400 naming the schema, never
+a failure mid-turn. Grammars are kept by size, within GRAMMAR_CACHE_BYTES.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 import json
+import re
 from typing import Any
 
-from engine.inference import llama_seam
+from engine.inference import gbnf, llama_seam
 
 # Keywords the grammar enforces (with the converter's or our own rules) or that only annotate.
 ENFORCED = {"type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
@@ -24,6 +31,25 @@ ANNOTATIONS = {"title", "description", "default", "examples", "$schema", "$id", 
 FORMATS = {"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"}
 TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 MAX_SCHEMA_CHARS = 100_000
+COUNTS = (("minLength", "maxLength"), ("minItems", "maxItems"))
+# A string's length, an array's items, a pattern's {m,n}: past any answer a model writes (131 072
+# tokens), and each written in a few dozen bytes of grammar however large.
+MAX_BOUND = 1_000_000
+# A 100 000-character schema (1 500 properties of every kind) wrote 555 kB, which llama.cpp parsed
+# in 0.4 s here.
+MAX_GRAMMAR_BYTES = 1 << 20
+# Groups nested in a grammar (a pattern's, a number range's): llama.cpp's parser recurses through
+# each, ~0.5 KiB of stack a level (600 levels overflowed a 256 KiB stack, 3 000 a 1 MiB one), so 128
+# levels (64 KiB) fit any platform's default thread stack, macOS's 512 KiB included.
+MAX_NESTING = 128
+# The converter writes an object's optional properties as one alternative per suffix of them:
+# its time grows with their square (800 took 1.4 s, 256 take 0.15 s).
+MAX_OPTIONAL = 256
+GRAMMAR_CACHE_BYTES = 8 << 20
+# A back-reference in a pattern (\1, \k<name>): no grammar can say "the same text again".
+BACK_REFERENCE = re.compile(r"\\(?:[1-9]|k<)")
+# A pattern's counted repetition, {m}, {m,} or {m,n}, not escaped.
+PATTERN_COUNT = re.compile(r"(?<!\\)\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 class SchemaUnsupported(ValueError):
@@ -62,6 +88,10 @@ def check_schema(schema: Any, where: str = "schema") -> None:
         elif key in ("properties", "$defs", "definitions"):
             if not isinstance(value, dict):
                 raise SchemaUnsupported(f"'{key}' that is not an object", at)
+            required = schema.get("required") if isinstance(schema.get("required"), list) else []
+            if key == "properties" and sum(name not in required for name in value) > MAX_OPTIONAL:
+                raise SchemaUnsupported(f"more than {MAX_OPTIONAL} optional properties (list more in 'required', "
+                                        "or split the object)", at)
             for name, sub in value.items():
                 check_schema(sub, f"{at}.{name}")
         elif key in ("items",) and not isinstance(value, bool):
@@ -73,6 +103,85 @@ def check_schema(schema: Any, where: str = "schema") -> None:
                 check_schema(sub, f"{at}[{i}]")
         elif key == "$ref" and not (isinstance(value, str) and value.startswith("#")):
             raise SchemaUnsupported(f"a non-local $ref {value!r}", at)
+        elif key in ("minLength", "maxLength", "minItems", "maxItems"):
+            _check_count(key, value, at)
+        elif key == "pattern":
+            _check_pattern(value, at)
+    for low, high in COUNTS:
+        if isinstance(schema.get(low), int) and isinstance(schema.get(high), int) and schema[low] > schema[high]:
+            raise SchemaUnsupported(f"'{low}' above '{high}' (nothing could match)", f"{where}.{low}")
+
+
+def _check_count(key: str, value: Any, at: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SchemaUnsupported(f"'{key}' that is not a whole number of 0 or more", at)
+    if value > MAX_BOUND:
+        raise SchemaUnsupported(f"'{key}' {value} (at most {MAX_BOUND})", at)
+
+
+def _check_pattern(pattern: Any, at: str) -> None:
+    if not isinstance(pattern, str):
+        raise SchemaUnsupported("a 'pattern' that is not a string", at)
+    if BACK_REFERENCE.search(pattern):
+        raise SchemaUnsupported("a back-reference in 'pattern'", at)
+    stray = _unmatched(pattern)
+    if stray:
+        raise SchemaUnsupported(f"an unmatched '{stray}' in 'pattern'", at)
+    for match in PATTERN_COUNT.finditer(pattern):
+        for number in match.groups():
+            if number and (len(number) > 9 or int(number) > MAX_BOUND):
+                raise SchemaUnsupported(f"the count {match.group(0)} in 'pattern' (at most {MAX_BOUND})", at)
+
+
+def _unmatched(pattern: str) -> str | None:
+    """A ']' or '}' that closes nothing, or a '[' or '{' never closed, read as the converter reads
+    the pattern. It loops forever on a stray ']' or '}' ("^a}$" held a thread at full CPU for good)."""
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+        elif c == "[":
+            i += 1
+            while i < n and pattern[i] != "]":
+                i += 2 if pattern[i] == "\\" else 1
+            if i >= n:
+                return "["
+            i += 1
+        elif c == "{":
+            end = pattern.find("}", i)
+            if end < 0:
+                return "{"
+            i = end + 1
+        elif c in "]}":
+            return c
+        else:
+            i += 1
+    return None
+
+
+def checked(grammar: str, where: str) -> str:
+    """`grammar` once it is known to be safe for llama.cpp: within MAX_GRAMMAR_BYTES and
+    MAX_NESTING, every count within llama.cpp's threshold, and parsed by llama.cpp itself.
+
+    Raises:
+        SchemaUnsupported: it is not, said of the schema at `where`.
+    """
+    shape = gbnf.shape(grammar)
+    if shape.size > MAX_GRAMMAR_BYTES:
+        raise SchemaUnsupported(f"a schema whose grammar takes {shape.size} bytes (at most {MAX_GRAMMAR_BYTES})",
+                                where)
+    if shape.nesting > MAX_NESTING:
+        raise SchemaUnsupported(f"a schema whose grammar nests {shape.nesting} groups deep (at most {MAX_NESTING})",
+                                where)
+    if shape.largest_count > gbnf.LLAMA_MAX_REPEAT:
+        raise SchemaUnsupported(f"a repetition of {shape.largest_count} (at most {gbnf.LLAMA_MAX_REPEAT} written "
+                                "at once)", where)
+    try:
+        llama_seam.check_grammar(grammar)
+    except llama_seam.GrammarError:
+        raise SchemaUnsupported("this schema (llama.cpp could not parse the grammar written for it)", where) from None
+    return grammar
 
 
 # ---- integers within bounds
@@ -134,12 +243,20 @@ def integer_rule(schema: dict) -> str | None:
 
 # ---- response_format
 
-@lru_cache(maxsize=64)
+GRAMMARS = gbnf.GrammarCache(GRAMMAR_CACHE_BYTES)
+
+
 def _grammar(fmt: str) -> str:
-    spec = json.loads(fmt)
-    if spec["type"] == "json_object":
-        return llama_seam.json_object_grammar()
-    return llama_seam.json_schema_grammar(spec["json_schema"]["schema"], integer_rule)
+    grammar = GRAMMARS.get(fmt)
+    if grammar is None:
+        spec = json.loads(fmt)
+        if spec["type"] == "json_object":
+            grammar = llama_seam.json_object_grammar()
+        else:
+            grammar = llama_seam.json_schema_grammar(spec["json_schema"]["schema"], integer_rule)
+            grammar = checked(grammar, "response_format.json_schema.schema")
+        GRAMMARS.put(fmt, grammar)
+    return grammar
 
 
 def response_grammar(response_format: dict | None) -> str | None:
@@ -165,6 +282,8 @@ def response_grammar(response_format: dict | None) -> str | None:
     check_schema(schema, "response_format.json_schema.schema")
     try:
         return _grammar(json.dumps({"type": kind, "json_schema": {"schema": schema}}))
-    except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as exc:
+    except SchemaUnsupported as exc:  # a rule of ours refused (integer_rule, which has no path), or a limit
+        raise SchemaUnsupported(exc.what, "response_format.json_schema.schema") if exc.where == "schema" else exc
+    except (AssertionError, ValueError, LookupError, TypeError, RecursionError) as exc:
         # the converter's own refusals (a regex feature, an unresolvable $ref)
         raise SchemaUnsupported(f"this schema ({exc})", "response_format.json_schema.schema") from exc

@@ -20,10 +20,9 @@ import json
 import re
 import secrets
 from dataclasses import dataclass
-from functools import lru_cache
-
 from engine.inference import llama_seam
-from engine.inference.structured import SchemaUnsupported, check_schema, integer_rule
+from engine.inference.gbnf import GrammarCache
+from engine.inference.structured import GRAMMAR_CACHE_BYTES, SchemaUnsupported, check_schema, checked, integer_rule
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -197,15 +196,26 @@ def _arguments_schema(tool: Tool) -> dict:
         return {"type": "object"}
 
 
-@lru_cache(maxsize=32)
+CALL_GRAMMARS = GrammarCache(GRAMMAR_CACHE_BYTES)
+
+
 def _call_grammar(tools: tuple[Tool, ...], with_open: bool) -> str:
-    try:
-        gbnf = _calls_gbnf(tools, strict=True)
-    except (AssertionError, ValueError, KeyError, TypeError, RecursionError):
-        # the converter's own refusals (a regex feature, a $ref that points outside the tool's
-        # schema once it sits inside a call): the arguments are then any JSON object
-        gbnf = _calls_gbnf(tools, strict=False)
-    # The converter's root is the call's object: wrap it in the markers.
+    key = json.dumps([with_open, [[t.name, t.parameters] for t in tools]])
+    grammar = CALL_GRAMMARS.get(key)
+    if grammar is None:
+        try:
+            grammar = checked(_wrapped(_calls_gbnf(tools, strict=True), with_open), "tools")
+        except (AssertionError, ValueError, LookupError, TypeError, RecursionError):
+            # the converter's own refusals (a regex feature, a $ref that points outside the tool's
+            # schema once it sits inside a call) and a grammar past the limits: the arguments are
+            # then any JSON object
+            grammar = checked(_wrapped(_calls_gbnf(tools, strict=False), with_open), "tools")
+        CALL_GRAMMARS.put(key, grammar)
+    return grammar
+
+
+def _wrapped(gbnf: str, with_open: bool) -> str:
+    """The converter's root is the call's object: wrap it in the markers."""
     gbnf = re.sub(r"^root ::=", "call ::=", gbnf, count=1, flags=re.M)
     head = f'"{OPEN}" ' if with_open else ""
     return f'root ::= {head}[ \\n]* call [ \\n]* "{CLOSE}"\n{gbnf}'
