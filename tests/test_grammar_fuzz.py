@@ -93,6 +93,34 @@ def test_a_random_schema_converts_within_the_limits_or_is_refused_by_name(schema
     _check(grammar)
 
 
+# Schemas within every documented limit: these must convert, never be refused (a bound llama.cpp's
+# threshold refused, a list of 3 000 items once, would otherwise pass as "refused by name").
+LEGAL_COUNT = st.one_of(st.integers(0, 5), st.integers(0, 1_000_000), st.sampled_from([1999, 2000, 2001, 3000]))
+
+
+def _legal_bounds(low: str, high: str):
+    return st.tuples(LEGAL_COUNT, LEGAL_COUNT, st.booleans()).map(
+        lambda t: {low: min(t[0], t[1]), high: max(t[0], t[1])} if t[2] else {high: t[1]})
+
+
+LEGAL = st.recursive(
+    st.one_of(st.builds(lambda b: {"type": "string", **b}, _legal_bounds("minLength", "maxLength")),
+              st.sampled_from([{"type": "integer", "minimum": -5, "maximum": 10**12}, {"type": "number"},
+                               {"type": "string", "pattern": "^[a-z]{2,2000}-[0-9]{0,4000}$"}])),
+    lambda children: st.one_of(
+        st.builds(lambda items, b: {"type": "array", "items": items, **b}, children,
+                  _legal_bounds("minItems", "maxItems")),
+        st.dictionaries(st.sampled_from("abcdef"), children, min_size=1, max_size=4).map(
+            lambda props: {"type": "object", "properties": props, "required": sorted(props)[:1]})),
+    max_leaves=8)
+
+
+@FUZZ
+@given(LEGAL)
+def test_a_schema_within_every_limit_always_converts(schema):
+    _check(response_grammar({"type": "json_schema", "json_schema": {"name": "legal", "schema": schema}}))
+
+
 @FUZZ
 @given(st.lists(SCHEMA, min_size=1, max_size=4), st.booleans())
 def test_random_tool_parameters_give_a_call_grammar_within_the_limits(schemas, forced):

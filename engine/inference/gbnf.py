@@ -32,7 +32,9 @@ def repetition(item: str, min_items: int, max_items: int | None, separator_rule:
         more = repetition(f"({separator_rule} {item})", max(min_items - 1, 0),
                           None if max_items is None else max_items - 1)
         items = _join(item, more)
-        return items if min_items > 0 else f"({items})?"
+        # None at all: an empty alternative, not `( … )?`, whose `?` llama.cpp counts as repeating
+        # every rule the group made (its threshold again: a list of 3 000 failed to parse).
+        return items if min_items > 0 else f"({items} | )"
     if max_items is None:
         return _join(exact(item, min_items), f"{item}*")
     return _join(exact(item, min_items), upto(item, max_items - min_items))
