@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "ToolError": "engine.inference.tool_calls",
     "parse_tools": "engine.inference.tool_calls",
     "parse_tool_choice": "engine.inference.tool_calls",
+    "call_grammar": "engine.inference.tool_calls",
     "ToolRunner": "engine.tools.runner",  # the window's tools: sources, approval, timeouts (issue 26)
     "Approval": "engine.tools.runner",
     "ToolCallEvent": "engine.tools.runner",

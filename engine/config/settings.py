@@ -93,6 +93,7 @@ DEFAULTS: dict[str, Any] = {
     "server.max_messages": 1000,     # messages in one chat request
     "server.queue_depth": 16,        # requests waiting for the engine; more get 429
     "server.request_timeout_s": 600,  # a request's whole time (queue + answer); then it is cancelled
+    "server.max_tool_tokens": 4096,  # tokens a request's tools may add to its prompt; more get 400
 }
 
 # Environment overrides for headless use and tests, e.g. ASSISTANT_L3_BASE_URL.
@@ -277,6 +278,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "runtime.ram_budget_mb": (0, 100_000_000), "runtime.vram_budget_mb": (-1, 100_000_000),
     "server.port": (0, 65535), "server.max_body_mb": (0.001, 1024), "server.max_messages": (1, 100_000),
     "server.queue_depth": (1, 10_000), "server.request_timeout_s": (1, 86_400),
+    "server.max_tool_tokens": (256, 1_000_000),
     "reasoning.budget_tokens": (0, 1_000_000),
 }
 _INVALID = object()

@@ -130,10 +130,15 @@ class Endpoints:
         server = self.server
         try:
             body = parse_json(await request.body())
-            turn = parse_turn(body, tiers=dict(server.assistant.published_tiers), installed=server.installed,
-                              max_messages=self.config.max_messages, repetition_guard=server.repetition_guard,
-                              client=await self.peers.client(request.scope), completion=not chat, key=server.key_tag,
-                              allow_memory=self.config.allow_memory, allow_docs=self.config.allow_docs)
+            client = await self.peers.client(request.scope)
+            # Off the event loop: a schema's or tools' grammar is written and parsed by llama.cpp
+            # here (tens of milliseconds for a large one), and the loop serves every connection.
+            turn = await run_in_threadpool(
+                parse_turn, body, tiers=dict(server.assistant.published_tiers), installed=server.installed,
+                max_messages=self.config.max_messages, repetition_guard=server.repetition_guard, client=client,
+                completion=not chat, key=server.key_tag, allow_memory=self.config.allow_memory,
+                allow_docs=self.config.allow_docs, count_tokens=server.assistant.count_tokens,
+                max_tool_tokens=self.config.max_tool_tokens)
             job = Job(turn.client, turn_work(turn, server.conversations), asyncio.get_running_loop())
             server.queue.put(job.client, job)
         except Exception as exc:  # noqa: BLE001 - every refusal is an HTTP answer

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from engine.api import Settings, locked, user_dir, write_atomic
+from engine.server.tools import MAX_TOOL_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class ServerConfig:
             request past half of them (engine/server/fair_queue.py).
         max_embedding_tokens: tokens one embeddings request may cost, each input counted up to the
             model's limit (256); more get 400 (~1-2 min of one core at this limit).
+        max_tool_tokens: tokens a request's tools may add to its prompt; more get 400.
         request_timeout_s: a request's whole time, queue included; then its turn is cancelled.
         header_timeout_s, body_timeout_s: time to send the request headers / the body (slowloris).
         max_connections: open connections at once; at the limit a new one closes the oldest that
@@ -135,6 +137,7 @@ class ServerConfig:
     body_timeout_s: float = 30.0
     max_connections: int = 256
     max_embedding_tokens: int = 131_072  # 512 inputs of 256 tokens, or 2 048 of 64
+    max_tool_tokens: int = MAX_TOOL_TOKENS
     extra_hosts: tuple[str, ...] = field(default=())  # more Host names to accept (a network bind's own)
 
     @classmethod
@@ -147,7 +150,8 @@ class ServerConfig:
             allow_memory=settings.get("server.allow_memory"), allow_docs=settings.get("server.allow_docs"),
             max_body_bytes=int(settings.get("server.max_body_mb") * 1024 * 1024),
             max_messages=settings.get("server.max_messages"), queue_depth=settings.get("server.queue_depth"),
-            request_timeout_s=float(settings.get("server.request_timeout_s")))
+            request_timeout_s=float(settings.get("server.request_timeout_s")),
+            max_tool_tokens=settings.get("server.max_tool_tokens"))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

@@ -12,12 +12,12 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams, SchemaUnsupported, response_grammar
 from engine.server.fair_queue import Client
 from engine.server.history import History, calls_key
-from engine.server.tools import message_calls, tool_use
+from engine.server.tools import MAX_TOOL_TOKENS, message_calls, tool_use
 
 LEVELS = ("auto", "L1", "L2", "L3")
 MAX_TOKENS = 131_072  # asked beyond this is a mistake; the engine also caps it at what the context leaves
@@ -119,7 +119,8 @@ def _number(body: dict, name: str, low: float, high: float) -> float | None:
     return value
 
 
-def generate_params(body: dict, repetition_guard: bool) -> GenerateParams:
+def generate_params(body: dict, repetition_guard: bool, count_tokens: Callable[[str], int | None] | None = None,
+                    max_tool_tokens: int | None = MAX_TOOL_TOKENS) -> GenerateParams:
     sampling = SamplingParams()
     temperature = _number(body, "temperature", 0, 2)
     top_p = _number(body, "top_p", 0, 1)
@@ -148,7 +149,7 @@ def generate_params(body: dict, repetition_guard: bool) -> GenerateParams:
         raise RequestError("n must be 1: one answer per request", "n")
     think, budget = thinking(body)
     fmt = response_format(body)
-    tools = tool_use(body)
+    tools = tool_use(body, count_tokens, max_tool_tokens)
     if tools is not None and fmt is not None:
         raise RequestError("response_format and tools cannot be combined: a tool call is JSON of its own",
                            "response_format")
@@ -283,11 +284,14 @@ def _route(model: str, tiers: dict[str, str]) -> str:
 
 def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_messages: int,
                repetition_guard: bool, client: str, completion: bool = False, key: str = "",
-               allow_memory: bool = False, allow_docs: bool = False) -> Turn:
+               allow_memory: bool = False, allow_docs: bool = False,
+               count_tokens: Callable[[str], int | None] | None = None,
+               max_tool_tokens: int | None = MAX_TOOL_TOKENS) -> Turn:
     """A chat request (`completion`: a legacy completions request, its prompt as one user message).
     `key`: the key's `key_tag` (the client's trust domain); `allow_memory`: the user lets API
     clients use the memory (setting server.allow_memory), else x_memory is refused; `allow_docs`
-    likewise for the user's documents (server.allow_docs) and x_docs.
+    likewise for the user's documents (server.allow_docs) and x_docs; `count_tokens` and
+    `max_tool_tokens`: the tools' prompt is counted and bounded (setting server.max_tool_tokens).
 
     Raises:
         RequestError: anything the client must change.
@@ -340,7 +344,7 @@ def parse_turn(body: dict, *, tiers: dict[str, str], installed: set[str], max_me
                            "it in Settings → Local API server (setting server.allow_memory)", "x_memory",
                            status=403, code="memory_not_allowed", kind="permission_error")
     user = _get(body, "user", (str,), "")
-    return Turn(model, route, history, generate_params(body, repetition_guard), stream, include_usage,
+    return Turn(model, route, history, generate_params(body, repetition_guard, count_tokens, max_tool_tokens), stream, include_usage,
                 bool(logprobs), docs.strip() if isinstance(docs, str) else docs, memory,
                 client=Client(client, user), keep=not completion, domain=api_domain(key, user))
 
