@@ -23,7 +23,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Hashable
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class Job:
         loop: the event loop of the request waiting for the events.
     """
 
-    def __init__(self, client: str, work: Callable[["Assistant", "Job"], bool | None], loop: asyncio.AbstractEventLoop):
+    def __init__(self, client: Hashable, work: Callable[["Assistant", "Job"], bool | None], loop: asyncio.AbstractEventLoop):
         self.client, self.work, self._loop = client, work, loop
         self.cancel = threading.Event()
         self.why: str | None = None  # why it was cancelled: "disconnected" | "timeout" | "shutdown"
