@@ -30,6 +30,8 @@ def axis(*weights):
 class FakeModel:
     """Stand-in for a SentenceTransformer: vectors from `table`, else hashed character trigrams."""
 
+    max_seq_length = 256  # as all-MiniLM-L6-v2's: the embedder cuts texts by it
+
     def __init__(self):
         self.table: dict[str, np.ndarray] = {}
         self.gate = threading.Event()
