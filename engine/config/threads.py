@@ -25,3 +25,20 @@ def start(thread: threading.Thread) -> threading.Thread:
         finally:
             threading.stack_size(previous)
     return thread
+
+
+def run(fn):
+    """fn() on a thread of its own started with STACK_BYTES, waited for: its value, or its exception
+    raised here."""
+    box: dict = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            box["error"] = exc
+
+    start(threading.Thread(target=call, name="big-stack", daemon=True)).join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

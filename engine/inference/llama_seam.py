@@ -22,7 +22,6 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.config import threads
 from engine.config.buffers import unfilled
 from engine.inference import gbnf
 from engine.inference.abort_flag import AbortFlag
@@ -423,9 +422,12 @@ class GrammarError(ValueError):
 class Grammar:
     """A GBNF grammar over a model's vocabulary: the tokens it allows next, given those accepted."""
 
-    def __init__(self, model: Model, gbnf: str, root: str = "root"):
+    def __init__(self, model: Model | None, gbnf: str, root: str = "root"):
+        # model None: parsed alone, to check it (it names no tokens); the parser recurses per nested
+        # group, so a caller with a grammar it did not write uses a known stack (engine/config/threads.py)
         init()
-        self.ptr = _C.llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
+        vocab = model.vocab if model is not None else None
+        self.ptr = _C.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), root.encode("utf-8"))
         if not self.ptr:
             raise GrammarError("llama.cpp could not parse the grammar")
 
@@ -454,36 +456,12 @@ class Grammar:
 JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])'
 
 
-def check_grammar(gbnf: str, root: str = "root") -> None:
-    """Parse `gbnf` with llama.cpp's own parser, as a model's sampler will, without a model (a
-    grammar names no tokens), on a thread whose stack has a known size (engine/config/threads.py).
-
-    Raises:
-        GrammarError: llama.cpp refuses it (a syntax it lacks, a repetition past its threshold).
-    """
-    init()
-    parsed: list[bool] = []
-
-    def parse() -> None:
-        ptr = _C.llama_sampler_init_grammar(None, gbnf.encode("utf-8"), root.encode("utf-8"))
-        parsed.append(bool(ptr))
-        if ptr:
-            _C.llama_sampler_free(ptr)
-
-    threads.start(threading.Thread(target=parse, name="grammar-check", daemon=True)).join()
-    if not parsed or not parsed[0]:
-        raise GrammarError("llama.cpp could not parse the grammar")
-
-
 def _converter():
-    """llama-cpp-python's port of llama.cpp's JSON-schema converter, writing repetition as
-    engine/inference/gbnf.py does: the port nests a group per allowed item, which llama.cpp's
-    parser recursed through until the stack ran out. The port calls the module's function by name,
-    so it is replaced there, once."""
+    """The port's converter, writing repetition as engine/inference/gbnf.py does (it nested a group
+    per item, and llama.cpp's parser recursed through them to the end of the stack)."""
     from llama_cpp import llama_grammar
 
-    if llama_grammar._build_repetition is not gbnf.repetition:
-        llama_grammar._build_repetition = gbnf.repetition
+    llama_grammar._build_repetition = gbnf.repetition  # the port calls it by its module's name
     return llama_grammar
 
 
@@ -493,21 +471,19 @@ def json_schema_grammar(schema: dict, own_rule) -> str:
     import json
 
     init()
-    converter_module = _converter()
-    RESERVED_NAMES, BuiltinRule = converter_module.RESERVED_NAMES, converter_module.BuiltinRule
-    SchemaConverter = converter_module.SchemaConverter
+    port = _converter()
 
-    class Converter(SchemaConverter):
+    class Converter(port.SchemaConverter):
         def _add_primitive(self, name, rule):
             if name == "char":  # the port lets raw control characters into strings; JSON does not
-                rule = BuiltinRule(JSON_CHAR, rule.deps)
+                rule = port.BuiltinRule(JSON_CHAR, rule.deps)
             return super()._add_primitive(name, rule)
 
         def visit(self, schema, name):
             body = own_rule(schema) if isinstance(schema, dict) else None
             if body is None:
                 return super().visit(schema, name)
-            return self._add_rule(name + "-" if name in RESERVED_NAMES else name or "root", body)
+            return self._add_rule(name + "-" if name in port.RESERVED_NAMES else name or "root", body)
 
     converter = Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "request"), "")

@@ -10,7 +10,7 @@ A schema is a client's input, and its grammar runs in llama.cpp's parser and in 
 token: each is bounded before llama.cpp sees it (issue 37: one 250-byte schema crashed the server).
 Length and item counts are at most MAX_BOUND and written as compact repetition
 (engine/inference/gbnf.py); the finished grammar is measured (`checked`: bytes, nesting, counts),
-then parsed once by llama.cpp itself, so whatever it would refuse is a 400 naming the schema, never
+then parsed once by llama.cpp itself (`Grammar(None, …)`), so whatever it would refuse is a 400 naming the schema, never
 a failure mid-turn. Grammars are kept by size, within GRAMMAR_CACHE_BYTES.
 """
 
@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any
 
+from engine.config import threads
 from engine.inference import gbnf, llama_seam
 
 # Keywords the grammar enforces (with the converter's or our own rules) or that only annotate.
@@ -178,7 +179,7 @@ def checked(grammar: str, where: str) -> str:
         raise SchemaUnsupported(f"a repetition of {shape.largest_count} (at most {gbnf.LLAMA_MAX_REPEAT} written "
                                 "at once)", where)
     try:
-        llama_seam.check_grammar(grammar)
+        threads.run(lambda: llama_seam.Grammar(None, grammar).close())  # the parser recurses: a known stack
     except llama_seam.GrammarError:
         raise SchemaUnsupported("this schema (llama.cpp could not parse the grammar written for it)", where) from None
     return grammar
