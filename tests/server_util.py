@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
+import httpx
 import pytest
 
 from engine.server import ApiServer, ServerConfig
+from tests.util import cli, cli_env
 
 KEY = "test-key-0123456789abcdef"
 
@@ -73,3 +80,58 @@ def request(port: int, path: str, body: bytes | dict | None = None, *, method: s
 
 def body_of(response: bytes) -> dict:
     return json.loads(response.split(b"\r\n\r\n", 1)[1])
+
+
+# ---- a real `assistant serve` in a process of its own --------------------------------------------
+
+@contextmanager
+def assistant_serve(home: Path, model: Path, key: str, log: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`assistant serve` on `model` and a free port, its data dir `home`: (the process, its /v1
+    URL) once it listens; stopped at the end."""
+    args = cli("serve", "--port", "0", "--api-key", key, "--model", str(model))
+    with open(log, "w") as err:  # a file, not a pipe nobody reads while it serves
+        proc = subprocess.Popen(args, env=cli_env(home), stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "Serving" in line, line + log.read_text()[-2000:]
+        yield proc, line.split(" at ", 1)[1].split()[0]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def memory(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process, in bytes."""
+    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
+    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+
+
+def post_watched(proc: subprocess.Popen, url: str, kill_at: int, **request) -> tuple[httpx.Response, int]:
+    """POST (httpx's keyword arguments) while sampling the server's RSS every 20 ms: past `kill_at`
+    bytes the server is killed, not the machine (it once went to 24 GB). (response, highest RSS seen)."""
+    result: dict = {}
+
+    def go():
+        try:
+            result["r"] = httpx.post(url, timeout=300, **request)
+        except httpx.HTTPError as exc:
+            result["r"] = exc
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    peak = 0
+    for _ in range(15000):  # 300 s
+        peak = max(peak, memory(proc.pid)[0])
+        if peak > kill_at:
+            proc.kill()
+            thread.join(30)
+            pytest.fail(f"the server passed {kill_at >> 20} MiB ({peak >> 20} MiB): killed")
+        thread.join(0.02)
+        if not thread.is_alive():
+            break
+    assert not thread.is_alive(), "no answer in 300 s"
+    assert isinstance(result["r"], httpx.Response), result["r"]
+    return result["r"], peak

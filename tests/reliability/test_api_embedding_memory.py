@@ -7,15 +7,13 @@ the system. Before: 40 inputs of 199 990 one-token characters peaked 1.4 GB abov
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import time
 
 import httpx
 import pytest
 
 from engine.memory.onnx_encoder import CHARS_PER_TOKEN
-from tests.util import cli, cli_env
+from tests.server_util import assistant_serve, memory, post_watched
 
 KEY = "sk-test-embedding-memory-0123456789"
 HEADERS = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
@@ -29,16 +27,11 @@ CJK = "我的猫叫米索，今年三岁。保修期为三年，包括加热元�
 PUNCTUATED = "a.b,c;"  # every character its own token, in one byte: the most tokens a body can carry
 
 
-def _rss(pid: int) -> int:
-    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return int(fields["VmRSS"].split()[0]) * 1024
-
-
 def _settled(pid: int, idle: int) -> int:
     """RSS once the answered request's buffers are freed: the reply is sent a moment before the
     server drops them. Sampled for up to 10 s, or until back within KEPT_LIMIT of idle."""
     for _ in range(100):
-        rss = _rss(pid)
+        rss = memory(pid)[0]
         if rss - idle < KEPT_LIMIT:
             break
         time.sleep(0.1)
@@ -47,33 +40,6 @@ def _settled(pid: int, idle: int) -> int:
 
 def _texts(unit: str, n: int, chars: int) -> list[str]:
     return [(f"{i} " + unit * (chars // len(unit) + 1))[:chars] for i in range(n)]  # each its own string
-
-
-def _post_watched(proc, url: str, body: bytes, idle: int) -> tuple[httpx.Response, int]:
-    """POST while sampling the server's RSS every 20 ms; (response, highest RSS seen)."""
-    result: dict = {}
-
-    def go():
-        try:
-            result["r"] = httpx.post(url, content=body, headers=HEADERS, timeout=300)
-        except httpx.HTTPError as exc:
-            result["r"] = exc
-
-    thread = threading.Thread(target=go)
-    thread.start()
-    peak = 0
-    for _ in range(15000):  # 300 s
-        peak = max(peak, _rss(proc.pid))
-        if peak - idle > KILL_AT:
-            proc.kill()
-            thread.join(30)
-            pytest.fail(f"the server passed idle + {KILL_AT // MiB} MiB ({peak // MiB} MiB): killed")
-        thread.join(0.02)
-        if not thread.is_alive():
-            break
-    assert not thread.is_alive(), "no answer in 300 s"
-    assert isinstance(result["r"], httpx.Response), result["r"]
-    return result["r"], peak
 
 
 # (name, (unit, inputs, characters each), the answer): each body under the 8 MB limit, every input
@@ -91,23 +57,17 @@ CASES = [
 @pytest.mark.model
 def test_the_largest_legal_embeddings_requests_stay_under_1_gb_above_idle_and_give_it_back(assistant_home,
                                                                                           model_paths, tmp_path):
-    args = cli("serve", "--port", "0", "--api-key", KEY, "--model", str(model_paths["demo-small"]))
-    log = tmp_path / "serve.log"  # a file, not a pipe nobody reads while it serves
-    with open(log, "w") as err:
-        proc = subprocess.Popen(args, env=cli_env(assistant_home), stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "Serving" in line, line + log.read_text()[-2000:]
-        url = line.split(" at ", 1)[1].split()[0] + "/embeddings"
+    with assistant_serve(assistant_home, model_paths["demo-small"], KEY, tmp_path / "serve.log") as (proc, url):
+        url += "/embeddings"
         for text in (EN * 60, CJK * 200):  # the model loaded, and a full run of each script's tokens
             assert httpx.post(url, json={"input": [text] * 16}, headers=HEADERS, timeout=120).status_code == 200
-        idle = _rss(proc.pid)
+        idle = memory(proc.pid)[0]
         lines = []
         for name, shape, status in CASES:
             texts = _texts(*shape)
             body = json.dumps({"input": texts}, ensure_ascii=False).encode()
             assert len(body) < BODY_LIMIT
-            r, peak = _post_watched(proc, url, body, idle)
+            r, peak = post_watched(proc, url, idle + KILL_AT, content=body, headers=HEADERS)
             assert r.status_code == status, r.text[:500]
             if status == 200:
                 assert len(r.json()["data"]) == len(texts)
@@ -119,9 +79,3 @@ def test_the_largest_legal_embeddings_requests_stay_under_1_gb_above_idle_and_gi
             assert peak - idle < PEAK_LIMIT, lines
             assert after - idle < KEPT_LIMIT, lines
         print(f"idle {idle // MiB} MiB ({CHARS_PER_TOKEN} characters a token read)\n" + "\n".join(lines))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()

@@ -18,8 +18,7 @@ from engine.memory.embedder import Embedder
 from engine.memory.service import MemoryService
 from engine.server.engine_thread import EMBED_SLICE
 from tests.fake_backend import Gate, fakes, make_assistant, wait_until  # noqa: F401
-from tests.server_util import KEY, raw, request, serve  # noqa: F401
-from tests.util import cli, cli_env
+from tests.server_util import KEY, assistant_serve, memory, post_watched, raw, request, serve  # noqa: F401
 
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 
@@ -188,73 +187,27 @@ SERVE_HEADERS = {"Authorization": f"Bearer {SERVE_KEY}"}
 LONG = ("The kettle's warranty lasts three years and covers the heating element and the lid. " * 50)[:3900]
 
 
-def _memory(pid: int) -> tuple[int, int]:
-    """(VmRSS, VmHWM) of a process, in bytes."""
-    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
-
-
-def _post_watched(proc, url: str, body: dict) -> tuple[httpx.Response, int]:
-    """POST while watching the server's RSS: past RSS_LIMIT the server is killed (it once went to
-    24 GB and took the machine with it). Returns (response, the highest RSS seen)."""
-    result: dict = {}
-
-    def go():
-        try:
-            result["r"] = httpx.post(url, json=body, headers=SERVE_HEADERS, timeout=300)
-        except httpx.HTTPError as exc:
-            result["r"] = exc
-
-    thread = threading.Thread(target=go)
-    thread.start()
-    peak = 0
-    for _ in range(6000):  # 300 s
-        peak = max(peak, _memory(proc.pid)[0])
-        if peak > RSS_LIMIT:
-            proc.kill()
-            thread.join(30)
-            pytest.fail(f"the server passed {RSS_LIMIT >> 20} MiB ({peak >> 20} MiB): killed")
-        thread.join(0.05)
-        if not thread.is_alive():
-            break
-    assert not thread.is_alive(), "no answer in 300 s"
-    assert isinstance(result["r"], httpx.Response), result["r"]
-    return result["r"], peak
-
-
 @pytest.mark.model
 def test_a_7_9_mb_embeddings_request_is_refused_and_long_inputs_stay_under_1_5_gb(assistant_home, model_paths,
                                                                                  tmp_path):
-    args = cli("serve", "--port", "0", "--api-key", SERVE_KEY, "--model", str(model_paths["demo-small"]))
-    log = tmp_path / "serve.log"  # a file, not a pipe nobody reads while it serves
-    with open(log, "w") as err:
-        proc = subprocess.Popen(args, env=cli_env(assistant_home), stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "Serving" in line, line + log.read_text()[-2000:]
-        url = line.split(" at ", 1)[1].split()[0] + "/embeddings"
+    with assistant_serve(assistant_home, model_paths["demo-small"], SERVE_KEY, tmp_path / "serve.log") as (proc, url):
+        url += "/embeddings"
         warm = httpx.post(url, json={"input": "warm up"}, headers=SERVE_HEADERS, timeout=120)  # the model loaded
         assert warm.status_code == 200, warm.text
-        baseline, _ = _memory(proc.pid)
+        baseline, _ = memory(proc.pid)
 
         # 2 048 inputs × 3 900 characters: 7.9 MB, under the 8 MB body limit; 524 288 tokens to the model.
         huge = {"input": [LONG] * 2048}
         assert len(json.dumps(huge)) > 7_900_000
-        r, peak_huge = _post_watched(proc, url, huge)
+        r, peak_huge = post_watched(proc, url, RSS_LIMIT, json=huge, headers=SERVE_HEADERS)
         assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_tokens", r.text[:500]
         assert "131072" in r.json()["error"]["message"]
 
         # Within the budget: 96 long inputs (24 576 tokens), which in one run of the graph took ~1.9 GB.
-        r, peak_long = _post_watched(proc, url, {"input": [LONG] * 96})
+        r, peak_long = post_watched(proc, url, RSS_LIMIT, json={"input": [LONG] * 96}, headers=SERVE_HEADERS)
         assert r.status_code == 200 and len(r.json()["data"]) == 96
-        after, hwm = _memory(proc.pid)
+        after, hwm = memory(proc.pid)
         print(f"RSS baseline {baseline >> 20} MiB, peak while refusing {peak_huge >> 20} MiB, peak while embedding "
               f"{peak_long >> 20} MiB, VmHWM {hwm >> 20} MiB, after {after >> 20} MiB")
         assert hwm < RSS_LIMIT
         assert after - baseline < 200 * 1024 * 1024  # the runtime hands its arena back after each run
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()

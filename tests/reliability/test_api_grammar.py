@@ -9,44 +9,24 @@ schemas kept ~540 MB, and 90 tools with `tool_choice: "required"` held the model
 
 from __future__ import annotations
 
-import subprocess
-
 import httpx
 import pytest
 
-from tests.util import cli, cli_env
+from tests.server_util import assistant_serve, memory
 
 KEY = "sk-test-grammar-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
 ASK = [{"role": "user", "content": "Fill it in."}]
 
 
-def _memory_mib(pid: int) -> int:
-    fields = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status"))
-    return int(fields["VmRSS"].split()[0]) // 1024
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, model_paths):
     home = tmp_path_factory.mktemp("grammar-home")
-    log = home / "serve.log"
-    args = cli("serve", "--port", "0", "--api-key", KEY, "--model", str(model_paths["demo-small"]))
-    with open(log, "w") as err:
-        proc = subprocess.Popen(args, env=cli_env(home), stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert "Serving" in line, line + log.read_text()[-2000:]
-        url = line.split(" at ", 1)[1].split()[0]
+    with assistant_serve(home, model_paths["demo-small"], KEY, home / "serve.log") as (proc, url):
         warm = httpx.post(url + "/chat/completions", json={"messages": ASK, "max_tokens": 2}, headers=HEADERS,
                           timeout=120)
         assert warm.status_code == 200, warm.text
         yield proc, url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _post(server, body: dict) -> httpx.Response:
@@ -104,7 +84,7 @@ def test_a_small_hostile_schema_gets_200_or_400_and_the_server_lives(server, nam
 @pytest.mark.model
 def test_seven_huge_bound_schemas_keep_under_100_mb(server):
     proc, _ = server
-    before = _memory_mib(proc.pid)
+    before = memory(proc.pid)[0] >> 20
     for i in range(7):  # distinct: each one its own grammar, written, parsed and cached
         refused = _post(server, _schema({"type": "string", "minLength": 10_000_000 + i}))
         assert refused.status_code == 400, refused.text[:300]
@@ -112,7 +92,7 @@ def test_seven_huge_bound_schemas_keep_under_100_mb(server):
             f"p{i}": {"type": "string", "minLength": 999_000 + i, "maxLength": 1_000_000},
             "list": {"type": "array", "items": {"type": "string", "maxLength": 999_999 - i}, "maxItems": 999_999}}}))
         assert kept.status_code == 200, kept.text[:300]
-    grown = _memory_mib(proc.pid) - before
+    grown = (memory(proc.pid)[0] >> 20) - before
     print(f"RSS {before} MiB before, +{grown} MiB after fourteen huge-bound schemas")
     assert grown < 100, grown  # was ~540 MB for seven of them (a 50 MB grammar each, kept)
 
