@@ -27,9 +27,9 @@ def start(thread: threading.Thread) -> threading.Thread:
     return thread
 
 
-def run(fn):
-    """fn() on a thread of its own started with STACK_BYTES, waited for: its value, or its exception
-    raised here."""
+def run(fn, name: str = "big-stack"):
+    """fn() on a thread `name` of its own started with STACK_BYTES, waited for: its value, or its
+    exception raised here."""
     box: dict = {}
 
     def call() -> None:
@@ -38,7 +38,7 @@ def run(fn):
         except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
             box["error"] = exc
 
-    start(threading.Thread(target=call, name="big-stack", daemon=True)).join()
+    start(threading.Thread(target=call, name=name, daemon=True)).join()
     if "error" in box:
         raise box["error"]
     return box.get("value")

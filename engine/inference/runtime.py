@@ -61,21 +61,12 @@ def _yield_cpu_to_the_ui() -> None:
 def _on_a_yielding_thread(fn: Callable[[], Any], name: str) -> Any:
     """fn() on a thread of lower priority, waited for: loading a model (reading, repacking weights
     on every core) then yields the CPU to the window as the model's own thread does."""
-    box: dict = {}
 
-    def run() -> None:
+    def run() -> Any:
         _yield_cpu_to_the_ui()
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
-            box["error"] = exc
+        return fn()
 
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return threads.run(run, name)
 
 
 class CancelFlag:
