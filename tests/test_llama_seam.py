@@ -55,6 +55,7 @@ FUNCTIONS = {
     "llama_batch_free": (["llama_batch"], None),
     "llama_decode": ([ptr, "llama_batch"], i32),
     "llama_synchronize": ([ptr], None),
+    "llama_set_n_threads": ([ptr, i32, i32], None),
     "llama_set_abort_callback": ([ptr, "CFunctionType", ptr], None),
     "llama_get_logits_ith": ([ptr, i32], ctypes.POINTER(f32)),
     "llama_get_memory": ([ptr], ptr),

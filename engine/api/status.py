@@ -59,6 +59,8 @@ class StatusPublisher:
                            "kv_tokens": len(v.kv_tokens), "conversation_id": v.conversation_id,
                            "offload": w.plan.offload if w.plan else None,
                            "device": w.offload,
+                           # engine/inference/thread_policy.py ThreadState: threads now and why
+                           "threads": asdict(t) if (t := getattr(w.backend, "threads", None)) else None,
                            "demo": bool(w.model.entry and w.model.entry.demo)})
         kv = a.kv_pages()
         devices = snapshot()

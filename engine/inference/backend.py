@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,10 +20,14 @@ from typing import Callable
 import numpy as np
 
 from engine.config.ownership import adopt, owned
+from engine.config.paths import user_dir
 from engine.inference import llama_seam as llama
 from engine.inference.errors import ContextFull, DecodeError, DeviceMemoryError, ModelLoadError
 from engine.inference.load_log import device_out_of_memory, parse_memory_report
+from engine.inference.cpu_facts import LoadMeter, cpu_facts
 from engine.inference.placement import NoSuchDevice, device_list, offload_facts
+from engine.inference.thread_calibration import FILE as CALIBRATION_FILE, STORE, measure
+from engine.inference.thread_policy import ThreadPolicy, ThreadState
 from engine.inference.vocab import VocabTokenizer, model_identity
 from engine.models.gguf_info import GGUFError, read_gguf
 
@@ -41,7 +46,7 @@ def llama_version() -> str:
 @dataclass(frozen=True)
 class LoadParams:
     n_ctx: int = 4096
-    n_threads: int | None = None  # None = all cores
+    n_threads: int | None = None  # None = calibrated per model, fewer while other programs are busy
     n_batch: int = 512
     n_gpu_layers: int = 0
     # ggml device for the offloaded layers ("Vulkan0", "CUDA0"); None = the best real GPU (as the
@@ -73,7 +78,7 @@ def _check(params: LoadParams) -> None:
 
 def _load(path: Path, params: LoadParams, devices: list[int] | None, arch: str, debug: bool):
     """(model, context, llama.cpp's load log) for `params`; ModelLoadError, worded for the user."""
-    n_threads = params.n_threads or os.cpu_count() or 1
+    n_threads = params.n_threads or cpu_facts().top  # Backend sets the calibrated counts after the load
     llama.init()  # here, not in the try below: a broken llama.cpp install says so, not "damaged file"
     llama.set_verbose(debug)
     with llama.LoadLog() as captured:
@@ -189,7 +194,33 @@ class Backend:
         self._lse_buf = np.empty(self.n_vocab, dtype=np.float32)
         self._softmax_sum = llama.softmax_sum()
         self.identity = model_identity(self.path)
-        log.info("loaded %s (n_ctx=%d, swa=%d)", self.path.name, self.n_ctx, self.n_swa)
+        self._policy: ThreadPolicy | None = None
+        self._policy = self._thread_policy()
+        self.threads: ThreadState = self._policy.state  # replaced whole on a change: any thread reads it
+        log.info("loaded %s (n_ctx=%d, swa=%d, %s)", self.path.name, self.n_ctx, self.n_swa, self.threads.describe())
+
+    CALIBRATION_MIN_CTX = 32  # a context too small to calibrate in runs one thread per core
+
+    def _thread_policy(self) -> ThreadPolicy:
+        """A manual count as it is; else the quiet machine's best counts for this model (measured now,
+        once per model and machine: engine/inference/thread_calibration.py) and the policy that
+        lowers them while other programs compete (engine/inference/thread_policy.py)."""
+        cpu, meter, name = cpu_facts(), LoadMeter(), self.path.name
+        if self.params.n_threads:
+            n = self.params.n_threads
+            return ThreadPolicy(n, n, cpu.usable, meter, time.monotonic, manual=True, name=name)
+        if self.n_ctx < self.CALIBRATION_MIN_CTX:
+            return ThreadPolicy(cpu.top, cpu.top, cpu.usable, meter, time.monotonic, reason="default", name=name)
+        key = "|".join((self.identity, cpu.name, str(cpu.usable), str(self.offload["n_gpu_layers"]), llama.version()))
+        path = user_dir() / CALIBRATION_FILE
+        cal = STORE.get(path, key)
+        if cal is None:
+            cal = measure(self._ctx.set_threads, self.eval, self.reset, cpu, meter, token=max(self.bos_id, 0))
+            STORE.put(path, key, cal)
+            log.info("calibrated %s in %.2f s: decode %s tok/s, prompt %s tok/s by threads", name, cal.seconds,
+                     {n: round(r) for n, r in cal.decode.items()}, {n: round(r) for n, r in cal.batch.items()})
+        self._ctx.set_threads(cal.best_decode, cal.best_batch)
+        return ThreadPolicy(cal.best_decode, cal.best_batch, cpu.usable, meter, time.monotonic, name=name)
 
     # ---- facts
     @property
@@ -332,6 +363,7 @@ class Backend:
             while done < len(tokens):
                 if stop is not None and stop():
                     break
+                self._steer()
                 part = tokens[done:done + step]
                 try:
                     self._ctx.decode(part, len(self._kv))
@@ -354,7 +386,16 @@ class Backend:
         finally:
             if watch is not None:
                 watch.close()
+            if self._policy is not None:
+                self._policy.end()
         return done
+
+    def _steer(self) -> None:
+        # Between pieces, never inside one: the thread counts apply from the next llama_decode.
+        change = self._policy.begin() if self._policy is not None else None
+        if change is not None:
+            self._ctx.set_threads(change.decode, change.batch)
+            self.threads = change
 
     def _resync(self) -> None:
         # A decode failed part-way: drop whatever llama.cpp kept past the ids we know are there.

@@ -8,11 +8,10 @@ the token count is the engine's alone (`Backend.kv_tokens`). tests/test_llama_se
 binding and struct field used here to its signature, so a wheel upgrade that changes one fails
 there by name; an upgrade is this file and that test run.
 
-Importing this module does nothing. `init()` (idempotent, thread-safe; every entry point below
-calls it) loads ggml's backend modules through engine/models/ggml_registry.py (the CPU variant
-ASSISTANT_CPU_VARIANT names, the GPU backends whose driver loads), then imports llama_cpp, whose
-patched loader would otherwise load them quietly itself, and routes llama.cpp's log through
-`LoadLog` (engine/inference/load_log.py reads it).
+Importing this module does nothing. `init()` (idempotent, thread-safe; every entry point calls it)
+loads ggml's backends through engine/models/ggml_registry.py (ASSISTANT_CPU_VARIANT's CPU variant,
+the GPU backends whose driver loads), then imports llama_cpp, whose patched loader would otherwise
+load them quietly, and routes llama.cpp's log through `LoadLog` (engine/inference/load_log.py).
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ class DecodeFailed(RuntimeError):
     """llama_decode returned an error code (out of device memory, a backend error)."""
 
 
-class DecodeAborted(DecodeFailed):
-    """`Context.abort()` stopped a llama_decode midway: the piece's positions were dropped."""
+class DecodeAborted(DecodeFailed):  # Context.abort() stopped a llama_decode midway: the piece was dropped
+    pass
 
 
 def init() -> None:
@@ -265,6 +264,10 @@ class Context:
         if code != 0:
             raise DecodeFailed(f"llama_decode returned {code}")
 
+    def set_threads(self, n_threads: int, n_batch: int) -> None:
+        """Threads for one-token decodes and for batches, from the next decode on."""
+        _C.llama_set_n_threads(self.ptr, n_threads, n_batch)
+
     def abort(self) -> None:
         """Stop the running decode from any thread (CPU backend only); until `clear_abort()`."""
         self._abort.set()
@@ -338,13 +341,10 @@ def _ggml_type(name: str) -> int:
 
 # ---- sampling -----------------------------------------------------------------------------------
 class Sampler:
-    """A llama.cpp sampler chain for one answer, sampling from a Context's last logits.
-
-    The chain is the one llama-cpp-python's Llama built (penalties over the last 64 tokens, then
-    greedy at temperature 0, else top-k, typical 1.0, top-p, min-p, temperature, a seeded draw),
-    so a seeded answer is the token sequence it was. llama_sampler_sample accepts the token it
-    returns (the penalties see it).
-    """
+    """A llama.cpp sampler chain for one answer, sampling from a Context's last logits: the one
+    llama-cpp-python's Llama built (penalties over the last 64 tokens, then greedy at temperature 0,
+    else top-k, typical 1.0, top-p, min-p, temperature, a seeded draw), so a seeded answer is the
+    token sequence it was. llama_sampler_sample accepts the token it returns (penalties see it)."""
 
     PENALTY_LAST_N = 64
 
