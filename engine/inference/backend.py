@@ -22,9 +22,9 @@ import numpy as np
 from engine.config.ownership import adopt, owned
 from engine.config.paths import user_dir
 from engine.inference import llama_seam as llama
+from engine.inference.cpu_facts import LoadMeter, cpu_facts
 from engine.inference.errors import ContextFull, DecodeError, DeviceMemoryError, ModelLoadError
 from engine.inference.load_log import device_out_of_memory, parse_memory_report
-from engine.inference.cpu_facts import LoadMeter, cpu_facts
 from engine.inference.placement import NoSuchDevice, device_list, offload_facts
 from engine.inference.thread_calibration import FILE as CALIBRATION_FILE, STORE, measure
 from engine.inference.thread_policy import ThreadPolicy, ThreadState
