@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, 
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QScrollArea,
                                QSlider, QSpinBox, QVBoxLayout, QWidget)
 
+from app.a11y import describe
 from app.api_server_settings import ApiServerSection
 from app.i18n import tr
 from app.model_parts import entry_label
@@ -72,12 +73,28 @@ class SettingsDialog(QDialog):
             combo.setCurrentIndex(combo.findData(current))
         form.addRow(tr("CPU model (L1)"), self.l1)
         form.addRow(tr("GPU model (L2)"), self.l2)
-        self._gpu_rows(form)
+        snap = device_snapshot()
+        self._gpu_rows(form, snap)
+        self._threads_row(form, snap.cpu_logical)
         return box
 
-    def _gpu_rows(self, form: QFormLayout) -> None:
+    def _threads_row(self, form: QFormLayout, cpus: int) -> None:
+        """runtime.n_threads: 0 = automatic (each model's calibrated best, fewer while other programs
+        are busy: engine/inference/thread_policy.py), N = N threads for every model. The engine reads
+        it when it starts (LoadParams), so the row says "after a restart"."""
+        self.n_threads = QSpinBox()
+        self.n_threads.setObjectName("cpuThreads")
+        current = int(self.settings.get("runtime.n_threads"))
+        self.n_threads.setRange(0, max(cpus, current, 1))
+        self.n_threads.setSpecialValueText(tr("Automatic"))
+        self.n_threads.setValue(current)
+        label = tr("CPU threads (after a restart)")
+        why = tr("Automatic: measured once per model on this computer; fewer while other programs are busy.")
+        describe(self.n_threads, label, why + " " + tr("A number fixes the count for every model."))
+        form.addRow(label, self.n_threads)
+
+    def _gpu_rows(self, form: QFormLayout, snap) -> None:
         """The GPU the L2 model loads on, and the VRAM budget slider with the planner's preview."""
-        snap = device_snapshot()
         # Which GPU the GPU tier loads on: automatic (a real GPU, discrete first), none, or one by name;
         # a software Vulkan device (lavapipe) is listed only for testing and never chosen automatically.
         self.gpu_device = QComboBox()
@@ -253,6 +270,7 @@ class SettingsDialog(QDialog):
         if self.vram.isEnabled():
             s.set("runtime.vram_budget_mb", float(self.vram.value()))
         s.set("runtime.gpu_device", self.gpu_device.currentData())
+        s.set("runtime.n_threads", int(self.n_threads.value()))
         s.set("l3.base_url", self.l3_url.text().strip())
         s.set("l3.api_key", self.l3_key.text())
         s.set("l3.model", self.l3_model.text().strip())

@@ -1,7 +1,8 @@
 """简体中文: every string the app passes to `tr` (a test checks none is missing); a message's actions
-and branches are in app/zh_CN_chat.py."""
+and branches are in app/zh_CN_chat.py, the CPU threads' in app/zh_CN_threads.py."""
 
 from app.zh_CN_chat import TABLE as CHAT
+from app.zh_CN_threads import TABLE as THREADS
 
 TABLE = {
     " (demo models: they prove the mechanisms, not answer quality)": "（演示模型：用于验证机制，不代表回答质量）",
@@ -495,4 +496,4 @@ TABLE = {
     "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Older": "更早", "Pin": "置顶", "Unpin": "取消置顶",
     "Previous 7 days": "过去 7 天", "Previous 30 days": "过去 30 天", "{group}, a group of chats": "{group}，对话分组",
 }
-TABLE.update(CHAT)
+TABLE.update({**CHAT, **THREADS})

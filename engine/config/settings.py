@@ -67,7 +67,8 @@ DEFAULTS: dict[str, Any] = {
     "runtime.n_ctx": 4096,
     "runtime.n_ctx_max": 16384,      # a longer context a model loads with where it was trained for it and
                                      # it costs ≤ 1 GiB more RAM and no GPU layers; 0 = exactly runtime.n_ctx
-    "runtime.n_threads": 0,          # CPU threads per model; 0 = every core
+    "runtime.n_threads": 0,          # CPU threads per model; 0 = automatic: calibrated per model, fewer while
+                                     # other programs are busy; N = N threads, never changed (at the next start)
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
     "ui.theme": "system",            # system (follows the OS, live) | light | dark
     "ui.resources_panel": False,     # the gauge panel shown beside the chat (off: a one-line strip in the top bar)
