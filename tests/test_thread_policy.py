@@ -141,6 +141,17 @@ def test_an_idle_gap_replaces_the_load_average():
     assert change is not None and change.decode == 1
 
 
+def test_a_quiet_idle_gap_gives_the_threads_back_at_once():
+    p, clock, load = policy()
+    load.others = 1.0
+    run(p, clock, 1.0)
+    assert p.state.decode == 1
+    load.others = 0.0  # the other program ended while nobody chatted
+    clock.t += 30.0
+    change = p.begin()
+    assert change is not None and (change.decode, change.batch) == (2, 2)
+
+
 def test_a_manual_count_is_never_changed():
     p, clock, load = policy(best=(3, 3), cpus=4, manual=True)
     load.others = 4.0

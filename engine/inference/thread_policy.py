@@ -136,7 +136,7 @@ class ThreadPolicy:
         # A time-weighted average: a long reading (an idle gap, a long prompt piece) counts for more.
         weight = 1.0 if self._load is None else 1.0 - math.exp(-span / TAU_S)
         self._load = others if self._load is None else self._load + weight * (others - self._load)
-        change = self._decide(now, cap(self.state.cpus, self._load, self._claims.others(self._key)))
+        change = self._decide(now, span, cap(self.state.cpus, self._load, self._claims.others(self._key)))
         self._claims.hold(self._key, (change or self.state).decode)
         return change
 
@@ -144,7 +144,7 @@ class ThreadPolicy:
         """Call when the model stops evaluating (its threads no longer compete with our others)."""
         self._claims.release(self._key)
 
-    def _decide(self, now: float, cap: int) -> ThreadState | None:
+    def _decide(self, now: float, span: float, cap: int) -> ThreadState | None:
         s = self.state
         want = (min(s.best_decode, cap), min(s.best_batch, cap))
         if now - self._last_change > MAX_HOLD_S:
@@ -159,8 +159,8 @@ class ThreadPolicy:
             self._up_since = None
             why = f"other programs use {self._load:.1f} of {s.cpus} CPUs"
         else:
-            if self._up_since is None:
-                self._up_since = now
+            if self._up_since is None:  # the reading itself saw `span` seconds of it (an idle gap)
+                self._up_since = now - span
             if now - self._up_since < self._hold:
                 self.state = replace(s, others=self._load)
                 return None
