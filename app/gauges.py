@@ -44,7 +44,7 @@ def threads_text(t: dict) -> str:
     "2 threads (set in Settings)"; the prompt count too where it differs."""
     counts = _count(t["decode"])
     if t["batch"] != t["decode"]:
-        counts = tr("{threads} ({n} for prompts)").format(threads=counts, n=t["batch"])
+        counts = tr("{threads}, {n} for prompts").format(threads=counts, n=t["batch"])
     if t.get("reason") == "manual":
         return tr("{threads} (set in Settings)").format(threads=counts)
     if _reduced(t):
