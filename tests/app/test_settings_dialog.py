@@ -1,5 +1,6 @@
 """The settings panel: persisted values, the VRAM slider on a machine without a GPU, the planner's
-live preview, and the L3 connection test against a real OpenAI-compatible server on loopback."""
+live preview, the CPU threads override, and the L3 connection test against a real OpenAI-compatible
+server on loopback."""
 
 import json
 
@@ -157,3 +158,26 @@ def test_the_reasoning_group_saves_its_settings(qtbot, assistant_home):
     stored = json.loads((assistant_home / "settings.json").read_text(encoding="utf-8"))
     assert (stored["reasoning.think"], stored["reasoning.quick_off"], stored["reasoning.budget_tokens"],
             stored["reasoning.history"]) == (False, False, 1024, "keep")
+
+
+def test_the_cpu_threads_override_saves_runtime_n_threads(qtbot, assistant_home):
+    """Automatic (0) by default, 1 … the machine's CPUs by hand; the row says it waits for a restart."""
+    settings = Settings(assistant_home / "settings.json")
+    dialog = SettingsDialog(settings)
+    qtbot.addWidget(dialog)
+    box = dialog.n_threads
+    assert (box.value(), box.text(), box.minimum(), box.maximum()) == (0, "Automatic", 0, snapshot().cpu_logical)
+    assert "fewer while other programs are busy" in box.toolTip() and "restart" in box.accessibleName()
+    box.stepBy(1)
+    dialog.save()
+    assert json.loads((assistant_home / "settings.json").read_text(encoding="utf-8"))["runtime.n_threads"] == 1
+    dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
+    qtbot.addWidget(dialog)
+    assert dialog.n_threads.value() == 1
+    dialog.n_threads.setValue(0)
+    dialog.save()
+    assert Settings(assistant_home / "settings.json").get("runtime.n_threads") == 0
+    with in_language("zh_CN"):
+        dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
+        qtbot.addWidget(dialog)
+        assert dialog.n_threads.text() == "自动" and "其他程序繁忙时减少" in dialog.n_threads.toolTip()
