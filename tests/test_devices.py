@@ -1,5 +1,7 @@
-"""Device snapshot: the real machine (no GPU here), a scripted NVML, Apple Silicon, sampling cost."""
+"""Device snapshot: the real machine (no GPU here), a scripted NVML, Apple Silicon, sampling cost;
+`assistant devices`' CPU threads section."""
 
+import argparse
 import json
 import time
 from types import SimpleNamespace
@@ -7,6 +9,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
+from engine.api import Settings
+from engine.cli.plan import cmd_devices
 from engine.models import devices
 from engine.models.devices import MIB, DeviceMonitor, default_vram_budget_mb, snapshot
 
@@ -147,3 +151,38 @@ def test_one_nvidia_card_seen_by_cuda_and_vulkan_gets_nvml_memory_on_both():
                                                                        ("CUDA0", 6 << 30, "nvml")]
     snap = devices.DeviceSnapshot(0, 8, 8, 32 << 30, 16 << 30, 1 << 28, gpus=tuple(gpus))
     assert snap.best_gpu.device == "CUDA0"
+
+
+CALIBRATION = {"decode": {"1": 50.0, "2": 90.0}, "batch": {"1": 100.0, "2": 180.0}, "others": 0.0, "seconds": 0.2,
+               "at": 0}
+
+
+def test_devices_says_the_cpu_threads_and_each_kept_calibration(assistant_home, capsys):
+    assistant_home.mkdir(parents=True, exist_ok=True)
+    key = "demo-small.gguf:98362432|Test CPU|2|0|b1234"  # model identity | CPU name | usable | GPU layers | llama.cpp
+    (assistant_home / "cpu_calibration.json").write_text(json.dumps({key: CALIBRATION}), encoding="utf-8")
+    assert cmd_devices(argparse.Namespace(json=True)) == 0
+    report = json.loads(capsys.readouterr().out)["cpu_threads"]
+    assert report["manual"] == 0 and report["calibrations"] == [
+        {"model": "demo-small.gguf", "cpu": "Test CPU", "gpu_layers": 0, "decode": {"1": 50.0, "2": 90.0},
+         "batch": {"1": 100.0, "2": 180.0}, "best_decode": 2, "best_batch": 2}]
+    cpu = report["cpu"]
+    assert cmd_devices(argparse.Namespace(json=False)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("threads"))
+    assert lines[at].startswith(f"threads   {cpu['usable']} usable CPUs ({cpu['physical']} physical, "
+                                f"{cpu['performance']} performance cores); other programs use ")
+    assert lines[at + 1].startswith("          automatic: a model runs its measured best, up to ")
+    assert lines[at + 2] == ("measured  demo-small.gguf (CPU only, Test CPU): decode 1: 50, 2: 90 tok/s, best 2; "
+                             "prompt 1: 100, 2: 180 tok/s, best 2")
+
+    Settings.shared().set("runtime.n_threads", 3)  # the manual override: said as such, in both forms
+    assert cmd_devices(argparse.Namespace(json=False)) == 0
+    assert "          3 threads per model, set in Settings (runtime.n_threads); never changed" in capsys.readouterr().out
+    assert cmd_devices(argparse.Namespace(json=True)) == 0
+    assert json.loads(capsys.readouterr().out)["cpu_threads"]["manual"] == 3
+
+
+def test_devices_without_a_calibration_says_when_one_is_made(assistant_home, capsys):
+    assert cmd_devices(argparse.Namespace(json=False)) == 0
+    assert "measured  no model yet (each is measured at its first load)" in capsys.readouterr().out.splitlines()

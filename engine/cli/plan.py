@@ -1,4 +1,5 @@
-"""`assistant devices` and `assistant plan`: what this machine has, and how a model would fit it.
+"""`assistant devices` and `assistant plan`: what this machine has (and the CPU threads a model runs on
+it, with each model's measured speed by thread count), and how a model would fit it.
 
 Registered into engine/cli/main.py's subcommands by `add_plan_parsers`. Neither command loads weights.
 """
@@ -11,7 +12,7 @@ import math
 import sys
 
 from engine.api import (DEFAULT_MARGIN_MB, DEFAULT_N_CTX, DeviceSnapshot, GGUFError, ModelNotFound, Plan, PlanError,
-                        default_vram_budget_mb, device_snapshot, plan)
+                        Settings, cpu_threads_report, default_vram_budget_mb, device_snapshot, plan)
 
 # Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
 EXIT_OK, EXIT_USAGE, EXIT_MODEL = 0, 2, 3
@@ -21,7 +22,7 @@ GIB = 1024 * MIB
 
 def add_plan_parsers(subparsers) -> None:
     """Register `devices` and `plan` on an argparse subparsers object; each sets `func`."""
-    d = subparsers.add_parser("devices", help="CPU, RAM and GPUs as the memory planner sees them")
+    d = subparsers.add_parser("devices", help="CPU, RAM and GPUs as the memory planner sees them, and CPU threads")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_devices)
 
@@ -60,12 +61,14 @@ def parse_budget(text: str | None) -> float | None:
 def cmd_devices(args: argparse.Namespace) -> int:
     snap = device_snapshot()
     budget = default_vram_budget_mb(snap)
+    threads = cpu_threads_report(manual=int(Settings.shared().get("runtime.n_threads")))
     if args.json:
         chosen = snap.best_gpu
         sys.stdout.write(json.dumps({**snap.as_dict(), "default_vram_budget_mb": budget,
-                                     "chosen_device": chosen.device if chosen else None}, indent=2) + "\n")
+                                     "chosen_device": chosen.device if chosen else None,
+                                     "cpu_threads": threads}, indent=2) + "\n")
         return EXIT_OK
-    sys.stdout.write(_devices_text(snap, budget))
+    sys.stdout.write(_devices_text(snap, budget) + threads_text(threads))
     return EXIT_OK
 
 
@@ -92,6 +95,34 @@ def _devices_text(snap: DeviceSnapshot, budget: int) -> str:
         lines.append(f"note      {snap.note}")
     lines.append(f"budget    {budget} MiB default VRAM budget (free VRAM of the best GPU minus {DEFAULT_MARGIN_MB} MiB)")
     return "\n".join(lines) + "\n"
+
+
+def threads_text(r: dict) -> str:
+    """The CPU threads section of `assistant devices`, from engine.api.cpu_threads_report."""
+    cpu = r["cpu"]
+    lines = [f"threads   {cpu['usable']} usable CPUs ({cpu['physical']} physical, {cpu['performance']} performance "
+             f"cores); other programs use {r['others']:.1f} CPUs now"]
+    if r["manual"]:
+        lines.append(f"          {_threads(r['manual'])} per model, set in Settings (runtime.n_threads); never changed")
+    else:
+        lines.append(f"          automatic: a model runs its measured best, up to {_threads(r['threads_now'])} now "
+                     f"(fewer while other programs are busy)")
+    for c in r["calibrations"]:
+        where = "CPU only" if not c["gpu_layers"] else f"{c['gpu_layers']} GPU layers"
+        lines.append(f"measured  {c['model']} ({where}, {c['cpu']}): decode {_rates(c['decode'])} tok/s, best "
+                     f"{c['best_decode']}; prompt {_rates(c['batch'])} tok/s, best {c['best_batch']}")
+    if not r["calibrations"]:
+        lines.append("measured  no model yet (each is measured at its first load)")
+    return "\n".join(lines) + "\n"
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
+def _rates(rates: dict[int, float]) -> str:
+    """{1: 50.0, 2: 90.0} -> "1: 50, 2: 90" (threads: tok/s)."""
+    return ", ".join(f"{n}: {r:.0f}" for n, r in sorted(rates.items()))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
