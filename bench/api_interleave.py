@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import socket
 import statistics
 import subprocess
@@ -140,10 +141,13 @@ class Server:
         self.log.close()
 
 
-def fresh_home(threads: int, memory: bool, summary: bool) -> Path:
+def fresh_home(threads: int, memory: bool, summary: bool, calibration: Path | None = None) -> Path:
     """A new data dir whose settings match the anchor: n_ctx exactly N_CTX (n_ctx_max 0, not the
-    longer context the model allows), the same threads, API conversations not stored."""
+    longer context the model allows), the same threads (0: automatic), API conversations not stored.
+    `calibration`: a cpu_calibration.json to start from, so the server does not calibrate at its load."""
     home = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    if calibration is not None:
+        shutil.copy(calibration, home / calibration.name)
     (home / "settings.json").write_text(json.dumps({
         "runtime.n_ctx": N_CTX, "runtime.n_ctx_max": 0, "runtime.n_threads": threads,
         "server.store_conversations": False, "memory.enabled": memory,
@@ -151,8 +155,8 @@ def fresh_home(threads: int, memory: bool, summary: bool) -> Path:
     return home
 
 
-def start_ours(model: str, threads: int, memory: bool, summary: bool) -> Server:
-    home = fresh_home(threads, memory, summary)
+def start_ours(model: str, threads: int, memory: bool, summary: bool, calibration: Path | None = None) -> Server:
+    home = fresh_home(threads, memory, summary, calibration)
     env = dict(os.environ, ASSISTANT_HOME=str(home), PYTHONPATH=str(ROOT))
     port, key = free_port(), secrets.token_urlsafe(24)
     cmd = [str(Path(sys.executable).with_name("assistant")), "serve", "--model", model, "--port", str(port),
@@ -161,10 +165,12 @@ def start_ours(model: str, threads: int, memory: bool, summary: bool) -> Server:
 
 
 def start_theirs(path: Path, threads: int) -> Server:
+    """llama-cpp-python's server; `threads` 0 leaves its own defaults (half the CPUs for decode, all
+    of them for prompts)."""
     port = free_port()
+    counts = ["--n_threads", str(threads), "--n_threads_batch", str(threads)] if threads > 0 else []
     cmd = [sys.executable, "-c", THEIRS, "--model", str(path), "--host", "127.0.0.1", "--port", str(port),
-           "--n_ctx", str(N_CTX), "--n_threads", str(threads), "--n_threads_batch", str(threads),
-           "--cache", "True", "--interrupt_requests", "False", "--verbose", "False"]
+           "--n_ctx", str(N_CTX), *counts, "--cache", "True", "--interrupt_requests", "False", "--verbose", "False"]
     return Server("llama-cpp-python", cmd, port, "none", dict(os.environ), {"model": path.stem})
 
 
@@ -335,6 +341,10 @@ def run_clients(n: int, path: Path, model: str, threads: int, memory: bool, summ
             "first_cached": med(first, "ours", "cached"), "tps": tps, "rss": rss, "rows": rows}
 
 
+def threads_label(threads: int) -> str:
+    return f"{threads} threads" if threads > 0 else "threads automatic (ours) / its defaults (theirs)"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[2, 4, 8])
@@ -345,7 +355,8 @@ def main() -> int:
     ap.add_argument("--burst-tokens", type=int, default=64, help="max_tokens of a concurrent request")
     ap.add_argument("--overhead-tokens", type=int, default=200)
     ap.add_argument("--overhead-repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="both servers' threads; 0: ours automatic, llama-cpp-python's its defaults")
     ap.add_argument("--no-memory", action="store_true", help="run our server with memory.enabled off")
     ap.add_argument("--no-summary", action="store_true", help="run our server with summary.every_turns 0")
     args = ap.parse_args()
@@ -377,7 +388,7 @@ def main() -> int:
                     "its times are disturbed; rerun on a quiet machine", others, share * 100)
 
     out = [f"API server vs llama-cpp-python's server (`--cache True`): {args.model} ({path.name}), n_ctx {N_CTX}, "
-           f"{args.threads} threads, {os.cpu_count()} CPUs, our memory {'on' if memory else 'off'}, "
+           f"{threads_label(args.threads)}, {os.cpu_count()} CPUs, our memory {'on' if memory else 'off'}, "
            f"summaries {'on' if summary else 'off'}, "
            f"~{args.history_tokens}-token histories, {args.turns} rounds, answers ≤ {args.answer_tokens} tokens, "
            f"greedy, {wall:.0f} s; other processes used {share:.0%} of the CPUs meanwhile", "",
