@@ -1,8 +1,8 @@
 """Live gauges: VRAM per GPU (or "no GPU"), RAM of the app and the system, the CPU threads each
 loaded model runs and why, KV pages per loaded model with this conversation's share, and the
-conversation's context water level. Redrawn every
-GAUGE_MS from the status snapshot the engine publishes (measured, never estimated): the GUI
-thread reads that dict and never asks a model or a device itself."""
+conversation's context water level. Redrawn every GAUGE_MS from the status snapshot the engine
+publishes (measured, never estimated): the GUI thread reads that dict and never asks a model or a
+device itself."""
 
 from __future__ import annotations
 
