@@ -152,6 +152,18 @@ def test_a_quiet_idle_gap_gives_the_threads_back_at_once():
     assert change is not None and (change.decode, change.batch) == (2, 2)
 
 
+def test_a_reading_over_a_few_milliseconds_is_not_trusted():
+    # The kernel counts CPU time in 10 ms ticks: right after a load, one tick of another program's
+    # time over a 5 ms span reads as two CPUs busy. The first tick waits, and short spans are ignored.
+    p, clock, load = policy()
+    load.others = 2.0  # what such a reading says
+    clock.t += 0.005
+    assert p.begin() is None
+    clock.t += TICK_S
+    load.last = clock.t - 0.01  # another reader took the meter's reading a moment ago
+    assert p.begin() is None and p.state.decode == 2
+
+
 def test_a_manual_count_is_never_changed():
     p, clock, load = policy(best=(3, 3), cpus=4, manual=True)
     load.others = 4.0

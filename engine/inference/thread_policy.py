@@ -27,6 +27,7 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 TICK_S = 0.25      # the load is read at most this often (a reading costs ~0.1 ms)
+MIN_SPAN_S = 0.1   # a shorter reading is ignored
 TAU_S = 0.5        # the load average's time constant: a 2 s idle gap replaces it almost whole
 MARGIN = 0.4       # a CPU counts as free while others use ≤ 0.4 of it
 UP_HOLD_S = 3.0    # a higher cap must hold this long before threads are added
@@ -116,8 +117,9 @@ class ThreadPolicy:
         self._key = key if key is not None else id(self)
         self._name, self._base_reason, self.manual = name, "manual" if manual else reason, manual
         self.state = ThreadState(best_decode, best_batch, best_decode, best_batch, cpus, 0.0, self._base_reason)
-        now = clock()
-        self._next_tick = now
+        # The first reading spans at least a tick: the kernel counts CPU time in 10 ms ticks, so one
+        # over a few ms (the first evaluation right after a load) could read as every CPU busy.
+        self._next_tick = clock() + TICK_S
         self._load: float | None = None
         self._up_since: float | None = None
         self._hold = UP_HOLD_S
@@ -133,6 +135,9 @@ class ThreadPolicy:
             return None
         self._next_tick = now + TICK_S
         others, span = self._meter.read()
+        if span < MIN_SPAN_S:  # too short to mean anything (see __init__)
+            self._claims.hold(self._key, self.state.decode)
+            return None
         # A time-weighted average: a long reading (an idle gap, a long prompt piece) counts for more.
         weight = 1.0 if self._load is None else 1.0 - math.exp(-span / TAU_S)
         self._load = others if self._load is None else self._load + weight * (others - self._load)
