@@ -4,7 +4,8 @@ state leaks between configurations): load, warm up, time one prompt eval and sin
     .venv/bin/python bench/contention_worker.py ours|bare|calibrate MODEL.gguf [--threads N]
                                                 [--batch-threads N] [--prompt-tokens 256] [--decode-tokens 64]
 
-"ours" is `Backend` with n_threads None in $ASSISTANT_HOME (its calibration and thread policy);
+"ours" is `Backend` with n_threads None in $ASSISTANT_HOME (its calibration and thread policy), or
+`--threads N` fixed (the engine before issue 38 ran every core);
 "bare" is `llama_cpp.Llama` with the given counts; "calibrate" loads ours and reports the
 calibration kept in $ASSISTANT_HOME. Prints one line of JSON.
 """
@@ -45,7 +46,7 @@ def worker(kind: str, path: Path, threads: int, batch: int, n_prompt: int, n_dec
         ids = prompt_ids(llm.tokenize(TEXT.encode(), add_bos=False), max(llm.token_bos(), 0), n_prompt)
         step, reset, backend = llm.eval, llm.reset, None
     else:
-        backend = Backend(path, LoadParams(n_ctx=N_CTX, n_threads=None))
+        backend = Backend(path, LoadParams(n_ctx=N_CTX, n_threads=threads or None))  # 0: automatic
         ids = prompt_ids(backend.tokenize(TEXT, special=False), max(backend.bos_id, 0), n_prompt)
         step, reset = backend.eval, backend.reset
     out: dict = {}

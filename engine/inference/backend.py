@@ -162,6 +162,7 @@ class Backend:
 
     def __init__(self, path: str | Path, params: LoadParams = LoadParams(), debug: bool = False):
         adopt(self)
+        meter = LoadMeter()  # from here: its first reading spans the load, so the first prompt can act on it
         self.path = Path(path)
         self.params = params
         try:
@@ -195,17 +196,17 @@ class Backend:
         self._softmax_sum = llama.softmax_sum()
         self.identity = model_identity(self.path)
         self._policy: ThreadPolicy | None = None
-        self._policy = self._thread_policy()
+        self._policy = self._thread_policy(meter)
         self.threads: ThreadState = self._policy.state  # replaced whole on a change: any thread reads it
         log.info("loaded %s (n_ctx=%d, swa=%d, %s)", self.path.name, self.n_ctx, self.n_swa, self.threads.describe())
 
     CALIBRATION_MIN_CTX = 32  # a context too small to calibrate in runs one thread per core
 
-    def _thread_policy(self) -> ThreadPolicy:
+    def _thread_policy(self, meter: LoadMeter) -> ThreadPolicy:
         """A manual count as it is; else the quiet machine's best counts for this model (measured now,
         once per model and machine: engine/inference/thread_calibration.py) and the policy that
         lowers them while other programs compete (engine/inference/thread_policy.py)."""
-        cpu, meter, name = cpu_facts(), LoadMeter(), self.path.name
+        cpu, name = cpu_facts(), self.path.name
         if self.params.n_threads:
             n = self.params.n_threads
             return ThreadPolicy(n, n, cpu.usable, meter, time.monotonic, manual=True, name=name)

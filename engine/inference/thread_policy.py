@@ -117,9 +117,7 @@ class ThreadPolicy:
         self._key = key if key is not None else id(self)
         self._name, self._base_reason, self.manual = name, "manual" if manual else reason, manual
         self.state = ThreadState(best_decode, best_batch, best_decode, best_batch, cpus, 0.0, self._base_reason)
-        # The first reading spans at least a tick: the kernel counts CPU time in 10 ms ticks, so one
-        # over a few ms (the first evaluation right after a load) could read as every CPU busy.
-        self._next_tick = clock() + TICK_S
+        self._next_tick = clock()  # the meter's first reading spans the load: it may act at once
         self._load: float | None = None
         self._up_since: float | None = None
         self._hold = UP_HOLD_S
@@ -135,7 +133,9 @@ class ThreadPolicy:
             return None
         self._next_tick = now + TICK_S
         others, span = self._meter.read()
-        if span < MIN_SPAN_S:  # too short to mean anything (see __init__)
+        # The kernel counts CPU time in 10 ms ticks: over a few ms, one tick of another program's
+        # time reads as every CPU busy.
+        if span < MIN_SPAN_S:
             self._claims.hold(self._key, self.state.decode)
             return None
         # A time-weighted average: a long reading (an idle gap, a long prompt piece) counts for more.
