@@ -210,13 +210,22 @@ class Backend:
         if self.params.n_threads:
             n = self.params.n_threads
             return ThreadPolicy(n, n, cpu.usable, meter, time.monotonic, manual=True, name=name)
-        if self.n_ctx < self.CALIBRATION_MIN_CTX:
+        def unmeasured() -> ThreadPolicy:
+            self._ctx.set_threads(cpu.top, cpu.top)
             return ThreadPolicy(cpu.top, cpu.top, cpu.usable, meter, time.monotonic, reason="default", name=name)
+
+        if self.n_ctx < self.CALIBRATION_MIN_CTX:
+            return unmeasured()
         key = "|".join((self.identity, cpu.name, str(cpu.usable), str(self.offload["n_gpu_layers"]), llama.version()))
         path = user_dir() / CALIBRATION_FILE
         cal = STORE.get(path, key)
         if cal is None:
-            cal = measure(self._ctx.set_threads, self.eval, self.reset, cpu, meter, token=max(self.bos_id, 0))
+            try:
+                cal = measure(self._ctx.set_threads, self.eval, self.reset, cpu, meter, token=max(self.bos_id, 0))
+            except (DecodeError, ContextFull) as exc:  # a model that loaded must not fail on its timing
+                log.warning("could not calibrate %s (%s): one thread per core", name, exc)
+                self.reset()
+                return unmeasured()
             STORE.put(path, key, cal)
             log.info("calibrated %s in %.2f s: decode %s tok/s, prompt %s tok/s by threads", name, cal.seconds,
                      {n: round(r) for n, r in cal.decode.items()}, {n: round(r) for n, r in cal.batch.items()})
@@ -393,10 +402,12 @@ class Backend:
 
     def _steer(self) -> None:
         # Between pieces, never inside one: the thread counts apply from the next llama_decode.
-        change = self._policy.begin() if self._policy is not None else None
+        if self._policy is None:  # calibrating
+            return
+        change = self._policy.begin()
         if change is not None:
             self._ctx.set_threads(change.decode, change.batch)
-            self.threads = change
+        self.threads = self._policy.state  # with the load it last read, for the gauges
 
     def _resync(self) -> None:
         # A decode failed part-way: drop whatever llama.cpp kept past the ids we know are there.
