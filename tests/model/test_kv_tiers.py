@@ -3,6 +3,7 @@ damaged or foreign snapshot is never loaded."""
 
 import json
 import struct
+import time
 
 import pytest
 
@@ -213,6 +214,11 @@ def test_a_model_swap_keeps_the_unloaded_models_conversation(assistant_home):
     try:
         cid = a.new_conversation(SYSTEM)
         list(a.send(cid, "Hi! Name a fruit.", greedy(8), route="L1"))
+        # The turn is told before its job has ended on the model's thread (niced, on two busy cores
+        # it may lag): a model still serving is never evicted, so wait until it is not.
+        l1, deadline = manager.find_loaded("demo-small"), time.monotonic() + 10
+        while l1.serving and time.monotonic() < deadline:
+            time.sleep(0.01)
         other = a.new_conversation()
         list(a.send(other, "Hello", greedy(4), route="L2"))  # loading L2 unloads L1
         assert manager.evictions == 1
