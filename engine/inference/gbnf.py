@@ -84,7 +84,7 @@ def shape(gbnf: str) -> Shape:
     while i < n:
         c = gbnf[i]
         if c in "\"[":
-            i = _skip_quoted(gbnf, i + 1, '"' if c == '"' else "]")
+            i = skip_quoted(gbnf, i + 1, '"' if c == '"' else "]")
             continue
         if c == "#":
             end = gbnf.find("\n", i)
@@ -107,8 +107,9 @@ def shape(gbnf: str) -> Shape:
     return Shape(len(gbnf.encode("utf-8")), nesting, largest)
 
 
-def _skip_quoted(text: str, i: int, close: str) -> int:
-    """The index past the `close` that ends a literal or class starting at `i`."""
+def skip_quoted(text: str, i: int, close: str) -> int:
+    """The index past the `close` that ends a literal or class starting at `i` (backslash escapes
+    skipped); past len(text) when nothing closes it."""
     n = len(text)
     while i < n and text[i] != close:
         i += 2 if text[i] == "\\" else 1
@@ -131,6 +132,15 @@ class GrammarCache:
             if grammar is not None:
                 self._items.move_to_end(key)
             return grammar
+
+    def get_or_make(self, key: str, make) -> str:
+        """The grammar kept under `key`, else `make()`'s, kept (an exception from it is raised, and
+        nothing kept)."""
+        grammar = self.get(key)
+        if grammar is None:
+            grammar = make()
+            self.put(key, grammar)
+        return grammar
 
     def put(self, key: str, grammar: str) -> None:
         cost = _cost(key, grammar)

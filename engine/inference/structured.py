@@ -143,12 +143,9 @@ def _unmatched(pattern: str) -> str | None:
         if c == "\\":
             i += 2
         elif c == "[":
-            i += 1
-            while i < n and pattern[i] != "]":
-                i += 2 if pattern[i] == "\\" else 1
-            if i >= n:
+            i = gbnf.skip_quoted(pattern, i + 1, "]")
+            if i > n:
                 return "["
-            i += 1
         elif c == "{":
             end = pattern.find("}", i)
             if end < 0:
@@ -248,16 +245,14 @@ GRAMMARS = gbnf.GrammarCache(GRAMMAR_CACHE_BYTES)
 
 
 def _grammar(fmt: str) -> str:
-    grammar = GRAMMARS.get(fmt)
-    if grammar is None:
-        spec = json.loads(fmt)
-        if spec["type"] == "json_object":
-            grammar = llama_seam.json_object_grammar()
-        else:
-            grammar = llama_seam.json_schema_grammar(spec["json_schema"]["schema"], integer_rule)
-            grammar = checked(grammar, "response_format.json_schema.schema")
-        GRAMMARS.put(fmt, grammar)
-    return grammar
+    return GRAMMARS.get_or_make(fmt, lambda: _write(json.loads(fmt)))
+
+
+def _write(spec: dict) -> str:
+    if spec["type"] == "json_object":
+        return llama_seam.json_object_grammar()
+    grammar = llama_seam.json_schema_grammar(spec["json_schema"]["schema"], integer_rule)
+    return checked(grammar, "response_format.json_schema.schema")
 
 
 def response_grammar(response_format: dict | None) -> str | None:

@@ -201,17 +201,17 @@ CALL_GRAMMARS = GrammarCache(GRAMMAR_CACHE_BYTES)
 
 def _call_grammar(tools: tuple[Tool, ...], with_open: bool) -> str:
     key = json.dumps([with_open, [[t.name, t.parameters] for t in tools]])
-    grammar = CALL_GRAMMARS.get(key)
-    if grammar is None:
-        try:
-            grammar = checked(_wrapped(_calls_gbnf(tools, strict=True), with_open), "tools")
-        except (AssertionError, ValueError, LookupError, TypeError, RecursionError):
-            # the converter's own refusals (a regex feature, a $ref that points outside the tool's
-            # schema once it sits inside a call) and a grammar past the limits: the arguments are
-            # then any JSON object
-            grammar = checked(_wrapped(_calls_gbnf(tools, strict=False), with_open), "tools")
-        CALL_GRAMMARS.put(key, grammar)
-    return grammar
+    return CALL_GRAMMARS.get_or_make(key, lambda: _write_call_grammar(tools, with_open))
+
+
+def _write_call_grammar(tools: tuple[Tool, ...], with_open: bool) -> str:
+    try:
+        return checked(_wrapped(_calls_gbnf(tools, strict=True), with_open), "tools")
+    except (AssertionError, ValueError, LookupError, TypeError, RecursionError):
+        # the converter's own refusals (a regex feature, a $ref that points outside the tool's
+        # schema once it sits inside a call) and a grammar past the limits: the arguments are
+        # then any JSON object
+        return checked(_wrapped(_calls_gbnf(tools, strict=False), with_open), "tools")
 
 
 def _wrapped(gbnf: str, with_open: bool) -> str:
