@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from engine.config.paths import user_dir
 from engine.inference.cpu_facts import LoadMeter, cpu_facts
-from engine.inference.thread_calibration import FILE, STORE, best_count
+from engine.inference.thread_calibration import FILE, STORE
 from engine.inference.thread_policy import cap
 
 
@@ -26,14 +26,13 @@ def cpu_threads_report(manual: int = 0, sample_s: float = 0.3) -> dict:
     time.sleep(sample_s)
     others, _ = meter.read()
     cals = []
-    for key, entry in sorted(STORE.entries(user_dir() / FILE).items()):
+    for key, cal in sorted(STORE.entries(user_dir() / FILE).items()):
         try:
             model, cpu_name, _usable, layers, _version = key.split("|")
-            decode = {int(k): float(v) for k, v in entry["decode"].items()}
-            batch = {int(k): float(v) for k, v in entry["batch"].items()}
-        except (ValueError, KeyError, AttributeError):
-            continue  # an entry of another version's shape
-        cals.append({"model": model.split(":")[0], "cpu": cpu_name, "gpu_layers": int(layers), "decode": decode,
-                     "batch": batch, "best_decode": best_count(decode), "best_batch": best_count(batch)})
+            gpu_layers = int(layers)
+        except ValueError:
+            continue  # a key of another version's shape
+        cals.append({"model": model.split(":")[0], "cpu": cpu_name, "gpu_layers": gpu_layers, "decode": cal.decode,
+                     "batch": cal.batch, "best_decode": cal.best_decode, "best_batch": cal.best_batch})
     return {"cpu": asdict(cpu), "others": others, "threads_now": min(cap(cpu.usable, others), cpu.top), "manual": manual,
             "calibrations": cals}

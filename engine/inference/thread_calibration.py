@@ -104,19 +104,14 @@ class CalibrationStore:
             return found
         try:
             raw = json.loads(path.read_text(encoding="utf-8")).get(key)
-            if raw is None:
-                return None
-            found = Calibration({int(k): float(v) for k, v in raw["decode"].items()},
-                                {int(k): float(v) for k, v in raw["batch"].items()},
-                                float(raw.get("others", 0.0)), float(raw.get("seconds", 0.0)), cached=True)
-            if not found.decode or not found.batch:
-                return None
+            found = _parse(raw) if raw is not None else None
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring %s (%s): the model will be calibrated again", path, exc)
             return None
-        self._memory[key] = found
+        if found is not None:
+            self._memory[key] = found
         return found
 
     def put(self, path: Path, key: str, cal: Calibration) -> None:
@@ -138,13 +133,28 @@ class CalibrationStore:
         except OSError as exc:  # a read-only home still gets this process's memory
             log.warning("could not keep the calibration in %s: %s", path, exc)
 
-    def entries(self, path: Path) -> dict[str, dict]:
-        """Every kept calibration (for `assistant devices`)."""
+    def entries(self, path: Path) -> dict[str, Calibration]:
+        """Every kept calibration that reads whole (for `assistant devices`)."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
+        out = {}
+        for key, raw in (data.items() if isinstance(data, dict) else ()):
+            try:
+                if (found := _parse(raw)) is not None:
+                    out[key] = found
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # an entry of another version's shape
+        return out
+
+
+def _parse(raw: dict) -> Calibration | None:
+    """A kept entry; None when it has no rates. Raises on a damaged one."""
+    found = Calibration({int(k): float(v) for k, v in raw["decode"].items()},
+                        {int(k): float(v) for k, v in raw["batch"].items()},
+                        float(raw.get("others", 0.0)), float(raw.get("seconds", 0.0)), cached=True)
+    return found if found.decode and found.batch else None
 
 
 STORE = CalibrationStore()

@@ -127,23 +127,24 @@ class ThreadPolicy:
         """Call before an evaluation: the new state when the counts should change, else None."""
         if self.manual:
             return None
+        change = self._tick()
+        self._claims.hold(self._key, self.state.decode)
+        return change
+
+    def _tick(self) -> ThreadState | None:
         now = self._clock()
         if now < self._next_tick:
-            self._claims.hold(self._key, self.state.decode)
             return None
         self._next_tick = now + TICK_S
         others, span = self._meter.read()
         # The kernel counts CPU time in 10 ms ticks: over a few ms, one tick of another program's
         # time reads as every CPU busy.
         if span < MIN_SPAN_S:
-            self._claims.hold(self._key, self.state.decode)
             return None
         # A time-weighted average: a long reading (an idle gap, a long prompt piece) counts for more.
         weight = 1.0 if self._load is None else 1.0 - math.exp(-span / TAU_S)
         self._load = others if self._load is None else self._load + weight * (others - self._load)
-        change = self._decide(now, span, cap(self.state.cpus, self._load, self._claims.others(self._key)))
-        self._claims.hold(self._key, (change or self.state).decode)
-        return change
+        return self._decide(now, span, cap(self.state.cpus, self._load, self._claims.others(self._key)))
 
     def end(self) -> None:
         """Call when the model stops evaluating (its threads no longer compete with our others)."""
