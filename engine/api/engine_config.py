@@ -44,8 +44,8 @@ def reasoning_options(settings: Settings | None, *, think: bool | None = None,
             "reasoning_history": get("reasoning.history")}
 
 
-# Settings a running engine picks up at once (engine.api `apply_setting`), by the config field
-# each one sets; any other change applies on the next start.
+# Settings that are `EngineConfig` fields, with the field and its conversion: `apply_setting` sets
+# them on a running engine, so each must be in LIVE_SETTINGS too (tests/test_live_settings.py).
 CONFIG_SETTINGS = {
     "router.max_switch_s": ("max_switch_s", float), "router.base_models": ("base_models", bool),
     "summary.every_turns": ("summary_every", int), "memory.k": ("memory_k", int),
