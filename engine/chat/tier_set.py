@@ -1,9 +1,9 @@
 """`TierSet`: which model answers for each level, and the targets a turn tries, nearest first.
 
 L1 and L2 are local models (`ModelManager` loads them on demand); L3 is the remote endpoint the
-user configured. A missing or broken tier falls back to the nearest available one; a turn carrying
-the user's documents never goes to L3 unless allowed; auto routing and fallbacks avoid a tier
-holding a base model (not instruction-tuned) unless the user allows it.
+user configured. A missing or broken tier falls back to a local one before L3 (FALLBACK_ORDER); a
+turn carrying the user's documents never goes to L3 unless allowed; auto routing and fallbacks avoid
+a tier holding a base model (not instruction-tuned) unless the user allows it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from engine.routing.router import RouteDecision
 log = logging.getLogger(__name__)
 
 LEVELS = ("L1", "L2", "L3")
-# Nearest available tier when one is missing: prefer stronger, then weaker.
+# When a tier is missing: local before remote (this computer's models are private, free and work
+# offline, so a broken L2 is answered by L1, not sent away), and of two local ones the stronger first.
 FALLBACK_ORDER = {"L1": ("L1", "L2", "L3"), "L2": ("L2", "L1", "L3"), "L3": ("L3", "L2", "L1")}
 
 
