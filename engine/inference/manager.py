@@ -119,7 +119,7 @@ class ModelManager:
                      catalog=self.catalog, n_gpu_layers=layers)
         except (GGUFError, PlanError, ValueError) as exc:
             # ValueError too: a GGUF without its architecture's metadata (no block_count) fails in
-            # kv_math; as a ModelLoadError the facade falls back to another tier instead of crashing.
+            # kv_math; as a ModelLoadError the turn falls back to another tier instead of crashing.
             raise ModelLoadError(str(exc)) from exc
         if self.n_ctx_max and self.n_ctx_max > p.n_ctx:
             p = self._longer(model, p, budget, layers)

@@ -217,7 +217,8 @@ class Worker:
         try:
             template = template_for(backend, hint, model.entry.reasoning if model.entry else None)
             # The GGUF's template is untrusted input: one that cannot render a plain exchange makes
-            # the model unusable, said once at load (the facade falls back) rather than on every turn.
+            # the model unusable, said once at load (the turn falls back to another tier) rather than
+            # on every turn.
             template.render(["user", "assistant", "user"], add_generation_prompt=True)
         except ChatTemplateError as exc:
             backend.close()

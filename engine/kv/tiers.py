@@ -65,7 +65,7 @@ def _idle_priority() -> None:
         log.debug("the cold writer keeps its priority: %s", exc)
 
 class KVTiers:
-    """The hot/warm/cold tiers for every loaded model, shared by the facade's turns.
+    """The hot/warm/cold tiers for every loaded model, shared by the Assistant's turns.
 
     Args:
         folder: where cold files go (the app data dir's `kv/`).

@@ -1,8 +1,8 @@
-"""Hostile and odd text, end to end: through the window and the facade into SQLite, the tokenizer,
+"""Hostile and odd text, end to end: through the window and the Assistant into SQLite, the tokenizer,
 the prompt and the chat view. A clear refusal or a faithful record; never a crash, a role change,
 a half-written turn or text that silently disappears.
 
-Already proven elsewhere, not repeated here: `tests/model/test_bad_input.py` (the facade refuses
+Already proven elsewhere, not repeated here: `tests/model/test_bad_input.py` (the Assistant refuses
 empty / whitespace / 1 MB / 10 000-emoji messages with nothing committed, and stores NUL, lone
 surrogates, CJK, RTL and combining marks in every store including the memory index),
 `tests/model/test_special_tokens.py` (template-looking text is never parsed as special tokens, counted

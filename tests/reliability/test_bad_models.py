@@ -1,5 +1,5 @@
 """Broken, foreign and oversized model files: a clear message naming the file and the reason, and
-the app keeps answering on the tier that works (facade routing, the CLI, the window).
+the app keeps answering on the tier that works (the Assistant's fallback, the CLI, the window).
 
 Already proven elsewhere, not repeated here: `tests/model/test_cli.py::test_bad_model_files` (a text
 file and a truncated GGUF as the only model: `assistant chat` exits 3 with the reason),
@@ -103,7 +103,7 @@ def test_a_bad_file_is_refused_with_its_reason(bad_files, kind):
 
 @pytest.fixture(scope="module")
 def routed(model_paths, tmp_path_factory):
-    """The two-tier facade; each test below points its L2 at a different bad file."""
+    """The two-tier Assistant; each test below points its L2 at a different bad file."""
     db = Database(tmp_path_factory.mktemp("routed") / "assistant.db")
     a = Assistant(db, EngineConfig(tiers={"L1": "demo-small", "L2": "demo-int4"}, base_models=True, load=PARAMS, kv_tiers=False))
     yield a

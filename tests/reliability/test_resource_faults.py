@@ -101,7 +101,7 @@ def attempt(name, *args, **kw):
     try:
         done = turn(*args, **kw)
         out[name] = {"ok": done.text, "stats": done.stats.as_json()}
-    except Exception as exc:  # what the caller of the facade gets
+    except Exception as exc:  # what the Assistant's caller gets
         out[name] = {"error": type(exc).__name__, "message": str(exc)}
 '''
 

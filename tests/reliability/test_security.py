@@ -251,7 +251,7 @@ def test_the_api_key_is_never_logged_raised_returned_or_stored(model_paths, assi
     config = RemoteConfig(server.url, KEY, "remote-model", retries=1, backoff_s=0.01)
     assert KEY not in repr(config)
     a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=PARAMS, remote=config, kv_tiers=False))
-    seen: list[str] = []  # everything the caller of the facade gets: chunks, done payloads, errors
+    seen: list[str] = []  # everything the Assistant's caller gets: chunks, done payloads, errors
     try:
         cid = a.new_conversation()
         server.replies = ["500", "answer", "401", "garbage", "500", "429", "400"]
