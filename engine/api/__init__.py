@@ -56,7 +56,7 @@ _EXPORTS: dict[str, str] = {
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",
     "cpu_threads_report": "engine.api.cpu",  # `assistant devices`: CPUs, other programs' load, calibrations
-    "MAX_MESSAGE_CHARS": "engine.chat.request",
+    "MAX_MESSAGE_CHARS": "engine.storage",
     "EngineConfig": "engine.chat.config",  # what shapes an engine (tests and tools build one by hand)
     "TurnRequest": "engine.chat.request",
     "TurnStats": "engine.chat.stats",

@@ -18,12 +18,11 @@ from engine.memory.store import MemoryRow, MemoryStore
 from engine.retrieval import Hit, Hits, IndexWorker, Rules, fuse
 from engine.retrieval.fusion import norm
 from engine.retrieval.terms import is_mostly_cjk
-from engine.storage import Database
+from engine.storage import MAX_MESSAGE_CHARS, Database
 
 log = logging.getLogger(__name__)
 
 MAX_MEMORY_CHARS = 2_000      # an explicit memory is a fact, and pinned ones go into every prompt
-MAX_MESSAGE_CHARS = 200_000   # the facade's own limit for a message
 MAX_QUERY_EMBED_CHARS = 2_000  # the embedder reads ~256 word pieces; the rest would be cut anyway
 MIN_POOL = 20        # candidates taken from each of the vector and keyword lists
 EMBED_BATCH = 8      # small: a search waits for at most one batch on the shared model

@@ -67,6 +67,11 @@ def _storage_errors(path: Path, doing: str):
                            "folder read-only? Free some space or fix its permissions, then try again") from exc
 
 
+# The longest message the engine takes (characters): the Assistant refuses a longer one before
+# tokenizing it, memory before indexing it. Here, below both, so they share one number.
+MAX_MESSAGE_CHARS = 200_000
+
+
 def clean_text(text: str) -> str:
     """Text that SQLite and the tokenizer accept: lone surrogates replaced, NULs dropped."""
     return text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "")
