@@ -41,7 +41,7 @@ from llama_cpp import Llama  # noqa: E402 - a vocab-only tokenizer sizes the his
 
 from engine.api import Assistant, Chunk, Settings, TurnDone  # noqa: E402
 from engine.inference.backend import SamplingParams  # noqa: E402
-from engine.inference.generate import GenerateParams  # noqa: E402
+from engine.inference.events import GenerateParams  # noqa: E402
 from engine.models.catalog import resolve_model  # noqa: E402
 from engine.models.ggml_registry import registry  # noqa: E402
 

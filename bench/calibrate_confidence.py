@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from engine.inference.backend import LoadParams, SamplingParams  # noqa: E402
 from engine.routing.confidence import confidence_report  # noqa: E402
 from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
-from engine.inference.generate import GenerateParams  # noqa: E402
+from engine.inference.events import GenerateParams  # noqa: E402
 from engine.config.paths import HOME_ENV  # noqa: E402
 from engine.storage import Database  # noqa: E402
 

@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
-from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
+from engine.inference.events import GenerateParams, TurnResult  # noqa: E402
+from engine.inference.generate import generate  # noqa: E402
 from engine.inference.manager import ModelManager  # noqa: E402
 from engine.storage import Database  # noqa: E402
 from engine.models.catalog import load_catalog  # noqa: E402

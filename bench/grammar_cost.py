@@ -16,7 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
-from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
+from engine.inference.events import GenerateParams, TurnResult  # noqa: E402
+from engine.inference.generate import generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {"demo-small": ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf",

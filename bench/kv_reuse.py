@@ -23,7 +23,8 @@ from llama_cpp import Llama  # noqa: E402 - the bare baseline, deliberately outs
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
 from engine.models.catalog import resolve_model  # noqa: E402
 from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
-from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
+from engine.inference.events import GenerateParams, TurnResult  # noqa: E402
+from engine.inference.generate import generate  # noqa: E402
 from engine.chat.session import Message  # noqa: E402
 from engine.storage import Database  # noqa: E402
 

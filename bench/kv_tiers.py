@@ -34,7 +34,7 @@ from llama_cpp import Llama  # noqa: E402 - the bare baseline, deliberately outs
 
 from engine.inference.backend import LoadParams, SamplingParams  # noqa: E402
 from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
-from engine.inference.generate import GenerateParams  # noqa: E402
+from engine.inference.events import GenerateParams  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402
 

@@ -52,7 +52,7 @@ from real_size_model import synthesize  # noqa: E402
 from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.chat.session import Message  # noqa: E402
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
-from engine.inference.generate import GenerateParams  # noqa: E402
+from engine.inference.events import GenerateParams  # noqa: E402
 from engine.models.ggml_registry import registry  # noqa: E402
 from engine.storage.db import Database  # noqa: E402
 

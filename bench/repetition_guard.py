@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from engine.chat.session import Message, Session  # noqa: E402
 from engine.inference.backend import Backend, LoadParams, SamplingParams  # noqa: E402
-from engine.inference.generate import GenerateParams, TurnResult, generate  # noqa: E402
+from engine.inference.events import GenerateParams, TurnResult  # noqa: E402
+from engine.inference.generate import generate  # noqa: E402
 from engine.inference.repetition import RepetitionGuard, find_loop  # noqa: E402
 from engine.inference.templates import template_for  # noqa: E402
 

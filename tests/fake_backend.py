@@ -29,9 +29,9 @@ import pytest
 
 from engine.api import Assistant, EngineConfig, TurnDone
 from engine.config.paths import db_path
-from engine.inference.backend import (ContextFull, DecodeError, DeviceMemoryError, LoadParams, ModelLoadError,
-                                      SamplingParams)
-from engine.inference.generate import GenerateParams
+from engine.inference.backend import LoadParams, SamplingParams
+from engine.inference.errors import ContextFull, DecodeError, DeviceMemoryError, ModelLoadError
+from engine.inference.events import GenerateParams
 from engine.inference.manager import ModelManager
 from engine.models.devices import DeviceSnapshot, GPUInfo
 from engine.config.ownership import adopt, owned

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from engine.api import InputError
-from engine.inference.generate import GenerateParams
+from engine.inference.events import GenerateParams
 from engine.storage import Database
 from engine.storage import migrations
 from tests.fake_backend import Answer, dones, fakes, make_assistant, send  # noqa: F401

@@ -18,7 +18,7 @@ import threading
 import pytest
 
 from engine.api import TurnDone
-from engine.inference.generate import Chunk, GenerateParams, ReasoningChunk
+from engine.inference.events import Chunk, GenerateParams, ReasoningChunk
 from engine.inference.reasoning import ReasoningFormat, Splitter, detect, opens_block
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 from tests.fake_vocab import _tokenize

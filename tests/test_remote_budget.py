@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.inference.generate import GenerateParams
+from engine.inference.events import GenerateParams
 from engine.inference.remote import RemoteClient, RemoteConfig, estimate_prompt, estimate_tokens
 from engine.chat.session import Message
 from engine.chat.targets import InputError, RemoteTarget

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from engine.inference.backend import SamplingParams
-from engine.inference.generate import Chunk, GenerateParams, TurnResult
+from engine.inference.events import Chunk, GenerateParams, TurnResult
 from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError
 
 PARAMS = GenerateParams(SamplingParams(temperature=0.0, seed=1), max_tokens=16)

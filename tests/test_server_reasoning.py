@@ -10,7 +10,7 @@ import json
 import pytest
 from openai import OpenAI
 
-from engine.inference.generate import Chunk, GenerateParams, ReasoningChunk
+from engine.inference.events import Chunk, GenerateParams, ReasoningChunk
 from engine.inference.remote import RemoteClient, RemoteConfig
 from engine.server.schema import RequestError, thinking
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401

@@ -4,7 +4,7 @@ FALLBACK_ORDER): a local model before the remote L3, and of two local ones the s
 from types import SimpleNamespace
 
 from engine.chat.tier_set import TierSet
-from engine.inference.backend import ModelLoadError
+from engine.inference.errors import ModelLoadError
 from engine.models.catalog import Catalog, ModelEntry
 
 

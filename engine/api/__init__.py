@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "Assistant": "engine.api.assistant",
     "LIVE_SETTINGS": "engine.api.assistant",
     "TurnDone": "engine.chat.conversation",
-    "Chunk": "engine.inference.generate",
-    "ReasoningChunk": "engine.inference.generate",  # a reasoning model's thinking, beside the answer's Chunks
+    "Chunk": "engine.inference.events",
+    "ReasoningChunk": "engine.inference.events",  # a reasoning model's thinking, beside the answer's Chunks
     # structured output: OpenAI's response_format as a grammar, and what it cannot enforce
     "response_grammar": "engine.inference.structured",
     "reasoning_options": "engine.api.engine_config",  # a turn's think/budget/history from the settings
@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "parse_tool_choice": "engine.inference.tool_calls",
     "call_grammar": "engine.inference.tool_calls",
     "ToolRunner": "engine.tools.runner",  # the window's tools: sources, approval, timeouts (issue 26)
+    "TurnTools": "engine.tools.runner",  # a turn's `tools=`: the engine runs the calls on every entry point
+    "TurnEvent": "engine.chat.pipeline",  # what a turn streams: chunks, answers, tool calls and results
     "Approval": "engine.tools.runner",
     "ToolCallEvent": "engine.tools.runner",
     "ToolResultEvent": "engine.tools.runner",
@@ -52,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "known_mcp_configs": "engine.tools.mcp_config",
     "mcp_config_path": "engine.tools.mcp_config",
     "mcp_self_check": "engine.tools.mcp_server",  # the bundle's selftest: the SDK imports and runs
-    "GenerateParams": "engine.inference.generate",
+    "GenerateParams": "engine.inference.events",
     "SamplingParams": "engine.inference.backend",
     "LoadParams": "engine.inference.backend",
     "cpu_threads_report": "engine.api.cpu",  # `assistant devices`: CPUs, other programs' load, calibrations
@@ -65,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     "MessageTooLong": "engine.chat.targets",
     "ConversationNotFound": "engine.chat.conversation",
     "ModelNotFound": "engine.models.catalog",
-    "ModelLoadError": "engine.inference.backend",
+    "ModelLoadError": "engine.inference.errors",
     "StorageError": "engine.storage",
     "RemoteError": "engine.inference.remote",
     "PlanError": "engine.models.planner",

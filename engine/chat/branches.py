@@ -16,7 +16,7 @@ from engine.chat.conversation import Conversation
 from engine.chat.memory_recall import MemoryRecall
 from engine.chat.summary_chain import SummaryChain
 from engine.chat.targets import InputError
-from engine.inference.backend import ModelLoadError
+from engine.inference.errors import ModelLoadError
 from engine.inference.generate import common_prefix
 from engine.models.catalog import ModelNotFound
 from engine.storage import Database

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.inference.backend import Backend, VocabTokenizer
+from engine.inference.backend import Backend
 from engine.inference.reasoning import tag_tail
 from engine.inference.templates import ChatTemplate, Thought
 from engine.inference.tool_calls import (RESULT_CLOSE, RESULT_OPEN, Tool, ToolError, arguments_value, call_markup,
                                          native, prompt_block)
+from engine.inference.vocab import VocabTokenizer
 
 
 @dataclass

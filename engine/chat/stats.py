@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from engine.inference.generate import GenerationStats
+from engine.inference.events import GenerationStats
 
 
 @dataclass

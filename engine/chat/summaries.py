@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass
 
 from engine.inference.backend import SamplingParams
-from engine.inference.generate import GenerateParams, TurnResult, generate
+from engine.inference.events import GenerateParams, TurnResult
+from engine.inference.generate import generate
 from engine.inference.runtime import BACKGROUND, Job, ModelUnloaded, Worker
 from engine.chat.session import Message, Session
 from engine.storage import Database

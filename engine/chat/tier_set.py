@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from engine.chat.targets import LocalTarget, RemoteTarget
-from engine.inference.backend import ModelLoadError
+from engine.inference.errors import ModelLoadError
 from engine.inference.manager import ModelManager
 from engine.inference.remote import RemoteClient
 from engine.kv.tiers import KVTiers
@@ -67,7 +67,7 @@ class TierSet:
         if self.kv is not None and worker.before_close is None:
             kv = self.kv
             worker.before_close = lambda w: kv.release(w.backend)  # evicted or exiting: keep its state
-        return LocalTarget(level, worker)
+        return LocalTarget(level, worker, self.kv)
 
     def loaded(self, level: str):
         """The level's worker if its model is loaded now (nothing is loaded), else None."""

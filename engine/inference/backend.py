@@ -31,10 +31,6 @@ from engine.inference.thread_policy import ThreadPolicy, ThreadState
 from engine.inference.vocab import VocabTokenizer, model_identity
 from engine.models.gguf_info import GGUFError, read_gguf
 
-# Where callers have always imported them from.
-__all__ = ["Backend", "LoadParams", "SamplingParams", "VocabTokenizer", "model_identity", "llama_version",
-           "ModelLoadError", "DeviceMemoryError", "DecodeError", "ContextFull"]
-
 log = logging.getLogger(__name__)
 
 

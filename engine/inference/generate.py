@@ -11,10 +11,9 @@ import time
 from typing import Callable, Iterator
 
 from engine.inference.answer import Answer
-from engine.inference.backend import Backend, ContextFull
-# Where callers have always imported them from.
-from engine.inference.events import (Chunk, GenerateParams, GenerationStats, ReasoningChunk,  # noqa: F401
-                                     TurnResult)
+from engine.inference.backend import Backend
+from engine.inference.errors import ContextFull
+from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, TurnResult
 from engine.inference.reasoning import ReasoningFormat, tag_tail
 
 

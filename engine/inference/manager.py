@@ -11,7 +11,8 @@ import psutil
 from dataclasses import replace
 from typing import Callable
 
-from engine.inference.backend import DeviceMemoryError, LoadParams, ModelLoadError
+from engine.inference.backend import LoadParams
+from engine.inference.errors import DeviceMemoryError, ModelLoadError
 from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
 from engine.models.devices import DEFAULT_MARGIN_MB, MIB, DeviceSnapshot, GPUInfo, snapshot
 from engine.models.gguf_info import GGUFError

@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import httpx
 import tiktoken
 
-from engine.inference.generate import Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats
+from engine.inference.events import Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats
 from engine.inference.tool_calls import ToolCall, new_call_id
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from engine.inference.backend import Backend, LoadParams, ModelLoadError
+from engine.inference.backend import Backend, LoadParams
+from engine.inference.errors import ModelLoadError
 from engine.models.catalog import ResolvedModel
 from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
 from engine.config import threads

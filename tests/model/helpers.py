@@ -2,7 +2,8 @@
 
 from engine.inference.backend import SamplingParams
 from engine.api import Assistant, TurnDone
-from engine.inference.generate import GenerateParams, TurnResult, generate
+from engine.inference.events import GenerateParams, TurnResult
+from engine.inference.generate import generate
 
 GREEDY = SamplingParams(temperature=0.0, repeat_penalty=1.0, seed=1)
 # llama.cpp threads per model in tests: the default (all cores) oversubscribes a shared 2-core

@@ -6,7 +6,7 @@ import time
 
 from engine.inference.backend import LoadParams, SamplingParams
 from engine.api import Assistant, EngineConfig
-from engine.inference.generate import GenerateParams
+from engine.inference.events import GenerateParams
 from engine.config.paths import db_path
 from engine.storage import Database
 

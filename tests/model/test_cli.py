@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from engine.inference.backend import LoadParams, SamplingParams
-from engine.inference.generate import GenerateParams
+from engine.inference.events import GenerateParams
 from engine.api import Assistant, EngineConfig
 from engine.chat.session import Session
 from engine.storage import Database

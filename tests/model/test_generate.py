@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from engine.inference.backend import SamplingParams
-from engine.inference.generate import GenerateParams, TurnResult, generate, prefill
+from engine.inference.events import GenerateParams, TurnResult
+from engine.inference.generate import generate, prefill
 from engine.chat.session import Message, Session
 
 from .helpers import GREEDY, on_model

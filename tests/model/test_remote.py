@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from engine.inference.backend import SamplingParams
-from engine.inference.generate import Chunk, GenerateParams, TurnResult
+from engine.inference.events import Chunk, GenerateParams, TurnResult
 from engine.inference.remote import RemoteClient, RemoteConfig, RemoteError, validate_base_url
 
 from .l3_server import LoopbackServer, free_port

@@ -10,7 +10,8 @@ from engine.api import Assistant, EngineConfig
 from engine.chat.session import Message, Session
 from engine.config.paths import db_path
 from engine.inference.backend import LoadParams
-from engine.inference.generate import Chunk, GenerateParams, TurnResult, generate
+from engine.inference.events import Chunk, GenerateParams, TurnResult
+from engine.inference.generate import generate
 from engine.inference.repetition import find_loop
 from engine.inference.templates import template_for
 from engine.storage import Database

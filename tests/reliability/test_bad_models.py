@@ -23,7 +23,8 @@ from PySide6.QtCore import Qt  # noqa: E402
 from app.engine_worker import EngineWorker  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
 from tests.app.helpers import ready_window  # noqa: E402
-from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
+from engine.inference.backend import LoadParams  # noqa: E402
+from engine.inference.errors import ModelLoadError  # noqa: E402
 from engine.models.catalog import ModelNotFound  # noqa: E402
 from engine.api import Assistant, EngineConfig, TurnDone  # noqa: E402
 from engine.inference.manager import ModelManager, ram_bytes  # noqa: E402

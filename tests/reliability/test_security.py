@@ -28,7 +28,8 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from app.settings_dialog import SettingsDialog  # noqa: E402
-from engine.inference.backend import LoadParams, ModelLoadError  # noqa: E402
+from engine.inference.backend import LoadParams  # noqa: E402
+from engine.inference.errors import ModelLoadError  # noqa: E402
 from engine.models.catalog import load_catalog  # noqa: E402
 from engine.models.downloads import DownloadError, download, part_path  # noqa: E402
 from engine.api import Assistant, EngineConfig, InputError, TurnDone  # noqa: E402

@@ -20,7 +20,7 @@ import pytest
 
 from engine.inference.backend import LoadParams, SamplingParams
 from engine.api import Assistant, EngineConfig, TurnDone
-from engine.inference.generate import GenerateParams
+from engine.inference.events import GenerateParams
 from engine.memory import MemoryService
 from engine.config.paths import db_path
 from engine.config.settings import Settings
