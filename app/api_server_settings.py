@@ -106,9 +106,6 @@ class ApiServerSection(QGroupBox):
         self._update_url()
         self._on_enabled(self.enabled.isChecked())
 
-    def set_status(self, text: str) -> None:
-        self.status.setText(text)
-
     def confirm(self, title: str, text: str) -> bool:
         """Asks Yes/No (tests replace it)."""
         return QMessageBox.question(self, title, text) == QMessageBox.Yes

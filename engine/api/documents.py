@@ -84,9 +84,6 @@ class DocumentsApi:
         """Take an added folder/file or a collection out of the index: {"roots", "files"}."""
         return self._docs().remove(path, collection)
 
-    def rescan_documents(self, paths: list[str] | None = None) -> Future:
-        return self._docs().rescan(paths)
-
     def documents_ready(self, timeout: float | None = None) -> str:
         """Load the embedding model documents are searched with, waiting up to `timeout` s; its
         state: "ready", "loading" (searches rank by keywords meanwhile) or "failed: …"."""

@@ -125,7 +125,3 @@ def find_model_file(relative: str | Path) -> Path:
 
 def catalog_path() -> Path:
     return install_models_dir() / "catalog.toml"
-
-
-def asset_path(name: str) -> Path:
-    return install_dir() / "assets" / name

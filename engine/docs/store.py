@@ -172,10 +172,6 @@ class DocStore(HybridIndex):
                 out[row[0]] = ChunkRow(*row)
         return out
 
-    def file_chunks(self, file_id: int) -> list[ChunkRow]:
-        return [ChunkRow(*r) for r in self.read(
-            f"SELECT {_CHUNK_COLS} FROM {_CHUNK_JOIN} WHERE c.file_id = ? ORDER BY c.idx", (file_id,))]
-
     def counts(self) -> dict[str, int]:
         (files, indexed, skipped, chunks), = self.read(
             "SELECT count(*), coalesce(sum(status = 'indexed'), 0), coalesce(sum(status = 'skipped'), 0),"

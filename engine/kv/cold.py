@@ -354,10 +354,6 @@ class ColdTier:
             pass
         return out
 
-    def prune(self) -> None:
-        with self._lock:
-            self._prune_locked()
-
     def _prune_locked(self) -> None:
         files = sorted(self.files(), key=lambda t: t[2])  # oldest first
         total = sum(size for _, size, _ in files)
