@@ -5,6 +5,21 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime, timezone
 
+# The sidebar search's index follows `messages` through these. Declared by 0007 and made again by
+# 0008 and 0012, which rebuild the table (dropping it drops its triggers). Never edit this text: a
+# database that ran those migrations keeps what they ran; a change is a new migration.
+MESSAGES_FTS_TRIGGERS = """        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+        END;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_conversations_messages", """
         CREATE TABLE conversations (
@@ -98,17 +113,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id',
                                                      tokenize='trigram');
         INSERT INTO messages_fts (rowid, content) SELECT id, content FROM messages;
-        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-        END;
-        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        END;
-        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
-            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-        END;
-    """),
+""" + MESSAGES_FTS_TRIGGERS),
     ("0008_autoincrement_ids", """
         -- Ids are never handed out twice. Without AUTOINCREMENT SQLite gives the largest id again
         -- once its row is deleted, and a stale reference (a queued memory job, a KV file named by
@@ -154,17 +159,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         DROP TABLE messages;
         ALTER TABLE messages_new RENAME TO messages;
         CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
-        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-        END;
-        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        END;
-        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
-            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-        END;
-
+""" + MESSAGES_FTS_TRIGGERS + """
         CREATE TABLE summaries_new (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
@@ -325,17 +320,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         DROP TABLE messages;
         ALTER TABLE messages_new RENAME TO messages;
         CREATE INDEX messages_by_conversation ON messages (conversation_id, id);
-        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-        END;
-        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-        END;
-        CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
-            INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-            INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-        END;
-    """),
+""" + MESSAGES_FTS_TRIGGERS),
     ("0013_conversation_preset", """
         -- The preset ("assistant", engine/config/presets.py) a chat was given: its id in
         -- presets.json; NULL for chats made before presets, which read as the default one.
