@@ -17,11 +17,9 @@ from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputEr
                         ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone,
                         reasoning_options)
 from engine.cli.docs import add_chat_flag, sources_text, use_documents
+from engine.cli.output import EXIT_FAILED, EXIT_MODEL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 
 log = logging.getLogger("assistant")
-
-# Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
 
 
 def add_chat_parser(sub) -> None:

@@ -8,7 +8,6 @@ Registered by engine/cli/main.py with `add_docs_parser(sub)`; the chat uses `add
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -17,11 +16,10 @@ import time
 from pathlib import Path
 
 from engine.api import DEFAULT_COLLECTION, Documents, DocumentsError, Settings, StorageError
+from engine.cli.output import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error, print_json
 
 log = logging.getLogger("assistant.docs")
 
-# Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
 MAX_QUERY_CHARS = 10_000
 EMBEDDER_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 0.2
@@ -64,20 +62,6 @@ def add_docs_parser(subparsers) -> None:
 
 
 # ---- output
-def _error(message: str, code: int, as_json: bool = False) -> int:
-    if as_json:
-        _print_json({"event": "error", "message": message})
-    else:
-        sys.stderr.write(f"error: {message}\n")
-        sys.stderr.flush()
-    return code
-
-
-def _print_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
-
-
 def label(src: dict) -> str:
     """"manual.pdf, page 3" / "policy.md, Meals" / "log.txt, line 40": where an excerpt is."""
     name = Path(src["path"]).name
@@ -113,17 +97,17 @@ def cmd_add(args: argparse.Namespace) -> int:
     """Index PATHs on the service's thread, progress on stderr; Ctrl-C stops after the file it is writing."""
     paths = [os.path.abspath(os.path.expanduser(p)) for p in args.paths]
     if not args.collection.strip():
-        return _error("the collection name is empty", EXIT_USAGE, args.json)
+        return error("the collection name is empty", EXIT_USAGE, args.json)
     try:
         docs = _open(start=True)
     except DocumentsError as exc:
-        return _error(str(exc), EXIT_FAILED, args.json)
+        return error(str(exc), EXIT_FAILED, args.json)
     cancel = threading.Event()
     try:
         try:
             future = docs.add_documents(paths, args.collection, wait=False, cancel=cancel)
         except DocumentsError as exc:
-            return _error(str(exc), EXIT_USAGE, args.json)
+            return error(str(exc), EXIT_USAGE, args.json)
         show = sys.stderr.isatty()
         try:
             while not future.done():
@@ -138,8 +122,8 @@ def cmd_add(args: argparse.Namespace) -> int:
                 log.exception("indexing did not stop cleanly after Ctrl-C")
             if show:
                 sys.stderr.write("\r\x1b[K")
-            return _error("cancelled; what was indexed is kept, run the same command to go on",
-                          EXIT_FAILED, args.json)
+            return error("cancelled; what was indexed is kept, run the same command to go on",
+                         EXIT_FAILED, args.json)
         if show:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
@@ -149,7 +133,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     result = report.to_dict()
     missing = [p for p in paths if not os.path.lexists(p)]
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         for s in result["skipped"]:
             sys.stdout.write(f"skipped {s['path']}: {s['reason']}\n")
@@ -179,22 +163,22 @@ def _progress_line(p: dict | None) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     query = args.query
     if "\x00" in query:
-        return _error("the query contains NUL characters", EXIT_USAGE, args.json)
+        return error("the query contains NUL characters", EXIT_USAGE, args.json)
     if not query.strip():
-        return _error("the query is empty", EXIT_USAGE, args.json)
+        return error("the query is empty", EXIT_USAGE, args.json)
     if len(query) > MAX_QUERY_CHARS:
-        return _error(f"the query is too long ({len(query)} characters; at most {MAX_QUERY_CHARS})",
-                      EXIT_USAGE, args.json)
+        return error(f"the query is too long ({len(query)} characters; at most {MAX_QUERY_CHARS})",
+                     EXIT_USAGE, args.json)
     if args.k is not None and args.k < 1:
-        return _error("--k must be at least 1", EXIT_USAGE, args.json)
+        return error("--k must be at least 1", EXIT_USAGE, args.json)
     try:
         docs = _open()
     except DocumentsError as exc:
-        return _error(str(exc), EXIT_FAILED, args.json)
+        return error(str(exc), EXIT_FAILED, args.json)
     try:
         problem = _known_collection(docs, args.collection)
         if problem:
-            return _error(problem, EXIT_NOT_FOUND, args.json)
+            return error(problem, EXIT_NOT_FOUND, args.json)
         state = docs.documents_ready(EMBEDDER_TIMEOUT_S)
         if state != "ready":  # without it only keywords rank: say so, still answer
             log.warning("searching by keywords only: the embedding model is %s", state)
@@ -204,7 +188,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         docs.close()
     hits = [{k: h[k] for k in ("path", "page", "text", "score", "heading", "line", "collection")} for h in hits]
     if args.json:
-        _print_json({"hits": hits})
+        print_json({"hits": hits})
     elif empty:
         sys.stdout.write("no documents indexed yet: add some with `assistant docs add PATH`\n")
     elif not hits:
@@ -221,11 +205,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     try:
         docs = _open()
     except DocumentsError as exc:
-        return _error(str(exc), EXIT_FAILED, args.json)
+        return error(str(exc), EXIT_FAILED, args.json)
     try:
         problem = _known_collection(docs, args.collection)
         if problem:
-            return _error(problem, EXIT_NOT_FOUND, args.json)
+            return error(problem, EXIT_NOT_FOUND, args.json)
         collections = [c for c in docs.document_collections()
                        if args.collection is None or c["name"] == args.collection]
         roots = docs.document_roots(args.collection)
@@ -233,8 +217,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     finally:
         docs.close()
     if args.json:  # the database's row ids mean nothing outside it
-        _print_json({"collections": collections, "roots": [{k: v for k, v in r.items() if k != "id"} for r in roots],
-                     "files": [{k: v for k, v in f.items() if k not in ("id", "root_id")} for f in files]})
+        print_json({"collections": collections, "roots": [{k: v for k, v in r.items() if k != "id"} for r in roots],
+                    "files": [{k: v for k, v in f.items() if k not in ("id", "root_id")} for f in files]})
         return EXIT_OK
     if not roots:
         sys.stdout.write("no documents yet: add a folder with `assistant docs add PATH`\n")
@@ -263,20 +247,20 @@ def _n(count: int, one: str, many: str | None = None) -> str:
 # ---- remove
 def cmd_remove(args: argparse.Namespace) -> int:
     if (args.path is None) == (args.collection is None):
-        return _error("give a PATH or --collection NAME (one of them)", EXIT_USAGE, args.json)
+        return error("give a PATH or --collection NAME (one of them)", EXIT_USAGE, args.json)
     path = os.path.abspath(os.path.expanduser(args.path)) if args.path is not None else None
     try:
         docs = _open()
     except DocumentsError as exc:
-        return _error(str(exc), EXIT_FAILED, args.json)
+        return error(str(exc), EXIT_FAILED, args.json)
     try:
         removed = docs.remove_documents(path=path, collection=args.collection)
     except DocumentsError as exc:
-        return _error(f"{exc} (see `assistant docs list`)", EXIT_NOT_FOUND, args.json)
+        return error(f"{exc} (see `assistant docs list`)", EXIT_NOT_FOUND, args.json)
     finally:
         docs.close()
     if args.json:
-        _print_json(removed)
+        print_json(removed)
     else:
         what = f"collection {args.collection!r}" if args.collection is not None else path
         sys.stdout.write(f"removed {what} from the index ({_n(removed['files'], 'file')}; "

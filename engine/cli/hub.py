@@ -16,9 +16,8 @@ import time
 
 from engine.api import (DownloadError, HubError, HubFile, Settings, default_hub, default_vram_budget_mb,
                         device_snapshot, download, entry_for, hubs, repo_files, search_hub, size_fit, size_text)
+from engine.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-# Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MIB = 1 << 20
 
 

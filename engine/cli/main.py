@@ -18,13 +18,12 @@ from engine.cli.chat import Output, add_chat_parser
 from engine.cli.chat import ChatLoop  # noqa: F401 - tests drive the chat loop from here
 from engine.cli.docs import add_docs_parser
 from engine.cli.memory import add_memory_parser
+from engine.cli.output import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from engine.cli.plan import add_plan_parsers
 from engine.cli.route import add_route_parser
 from engine.cli.serve import add_serve_parser
 
 log = logging.getLogger("assistant")
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
 
 
 def cmd_summary(args: argparse.Namespace) -> int:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
 
 from engine.api import Memories, MemoryInputError, MemoryNotFound
+from engine.cli.output import EXIT_MODEL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error, print_json
 
 log = logging.getLogger("assistant.memory")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
 MAX_QUERY_CHARS = 10_000
 EMBEDDER_TIMEOUT_S = 300.0
 
@@ -48,20 +47,6 @@ def add_memory_parser(subparsers) -> None:
     ls.add_argument("--limit", type=int, metavar="N", help="only the newest N")
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=cmd_list)
-
-
-def _error(message: str, code: int, as_json: bool = False) -> int:
-    if as_json:
-        _print_json({"event": "error", "message": message})
-    else:
-        sys.stderr.write(f"error: {message}\n")
-        sys.stderr.flush()
-    return code
-
-
-def _print_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
 
 
 def _read_arg(value: str) -> str:
@@ -106,14 +91,14 @@ def cmd_add(args: argparse.Namespace) -> int:
         try:
             memory_id = service.add(text, pin=args.pin)
         except MemoryInputError as exc:
-            return _error(str(exc), EXIT_USAGE, args.json)
+            return error(str(exc), EXIT_USAGE, args.json)
         service.start()
         embedded = _wait_for_embedder(service) and service.flush(EMBEDDER_TIMEOUT_S)
         if not embedded:
             log.warning("memory %d is saved but has no embedding yet (%s): keyword search finds it now, "
                         "search by meaning once the model loads", memory_id, service.retrieval_status())
         if args.json:
-            _print_json({"id": memory_id, "kind": "pinned" if args.pin else "note", "embedded": embedded})
+            print_json({"id": memory_id, "kind": "pinned" if args.pin else "note", "embedded": embedded})
         else:
             sys.stdout.write(f"remembered #{memory_id}{' (pinned)' if args.pin else ''}\n")
         return EXIT_OK
@@ -124,23 +109,23 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     query = _read_arg(args.query)
     if "\x00" in query:
-        return _error("the query contains NUL characters", EXIT_USAGE, args.json)
+        return error("the query contains NUL characters", EXIT_USAGE, args.json)
     if not query.strip():
-        return _error("the query is empty", EXIT_USAGE, args.json)
+        return error("the query is empty", EXIT_USAGE, args.json)
     if len(query) > MAX_QUERY_CHARS:
-        return _error(f"the query is too long ({len(query)} characters; at most {MAX_QUERY_CHARS})",
-                      EXIT_USAGE, args.json)
+        return error(f"the query is too long ({len(query)} characters; at most {MAX_QUERY_CHARS})",
+                     EXIT_USAGE, args.json)
     if args.k < 1:
-        return _error("--k must be at least 1", EXIT_USAGE, args.json)
+        return error("--k must be at least 1", EXIT_USAGE, args.json)
     service = _open(start=True)
     try:
         if not _wait_for_embedder(service):
-            return _error(f"cannot search by meaning: {service.retrieval_status()}", EXIT_MODEL, args.json)
+            return error(f"cannot search by meaning: {service.retrieval_status()}", EXIT_MODEL, args.json)
         hits = service.search(query, k=args.k, min_score=args.min_score)
         if args.json:
-            _print_json({"status": hits.status, "vector_backend": service.vector_backend,
-                         "hits": [{"id": h.id, "text": h.text, "score": h.score, "source": h.source,
-                                   "kind": h.kind} for h in hits]})
+            print_json({"status": hits.status, "vector_backend": service.vector_backend,
+                        "hits": [{"id": h.id, "text": h.text, "score": h.score, "source": h.source,
+                                  "kind": h.kind} for h in hits]})
         elif not hits:
             sys.stdout.write("no memory matches\n")
         else:
@@ -158,16 +143,16 @@ def cmd_forget(args: argparse.Namespace) -> int:
     try:
         memory_id = int(args.id)
     except ValueError:
-        return _error(f"ID must be a whole number, not {args.id!r}", EXIT_USAGE, args.json)
+        return error(f"ID must be a whole number, not {args.id!r}", EXIT_USAGE, args.json)
     service = _open(start=False)
     try:
         service.forget(memory_id)
     except MemoryNotFound as exc:
-        return _error(f"{exc} (see `memory list`)", EXIT_NOT_FOUND, args.json)
+        return error(f"{exc} (see `memory list`)", EXIT_NOT_FOUND, args.json)
     finally:
         _close(service)
     if args.json:
-        _print_json({"forgotten": memory_id})
+        print_json({"forgotten": memory_id})
     else:
         sys.stdout.write(f"forgot #{memory_id}\n")
     return EXIT_OK
@@ -175,14 +160,14 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
-        return _error("--limit must be at least 1", EXIT_USAGE, args.json)
+        return error("--limit must be at least 1", EXIT_USAGE, args.json)
     service = _open(start=False)
     try:
         rows = service.list(("pinned", "note", "message") if args.all else ("pinned", "note"), args.limit)
     finally:
         _close(service)
     if args.json:
-        _print_json([r.to_dict() for r in rows])
+        print_json([r.to_dict() for r in rows])
     else:
         for r in rows:
             where = f" (conversation {r.conversation_id}, message {r.message_id})" if r.kind == "message" else ""

@@ -13,9 +13,8 @@ import sys
 
 from engine.api import (DEFAULT_MARGIN_MB, DEFAULT_N_CTX, DeviceSnapshot, GGUFError, ModelNotFound, Plan, PlanError,
                         Settings, cpu_threads_report, default_vram_budget_mb, device_snapshot, plan)
+from engine.cli.output import EXIT_MODEL, EXIT_OK, EXIT_USAGE, error
 
-# Same values as engine/cli/main.py (which imports this module, so they cannot be imported from there).
-EXIT_OK, EXIT_USAGE, EXIT_MODEL = 0, 2, 3
 MIB = 1 << 20
 GIB = 1024 * MIB
 
@@ -34,11 +33,6 @@ def add_plan_parsers(subparsers) -> None:
     p.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX, help="wanted context in tokens")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_plan)
-
-
-def _error(message: str, code: int) -> int:
-    sys.stderr.write(f"error: {message}\n")
-    return code
 
 
 def parse_budget(text: str | None) -> float | None:
@@ -129,20 +123,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     try:
         budget = parse_budget(args.vram_budget_mb)
     except PlanError as exc:
-        return _error(str(exc), EXIT_USAGE)
+        return error(str(exc), EXIT_USAGE)
     if args.n_ctx < 1:
-        return _error(f"--n-ctx must be a positive number of tokens, got {args.n_ctx}", EXIT_USAGE)
+        return error(f"--n-ctx must be a positive number of tokens, got {args.n_ctx}", EXIT_USAGE)
     budget_source = "given"
     if budget is None:
         budget, budget_source = default_vram_budget_mb(device_snapshot()), "free VRAM minus margin"
     try:
         result = plan(args.model, budget, args.n_ctx)
     except PlanError as exc:
-        return _error(str(exc), EXIT_USAGE)
+        return error(str(exc), EXIT_USAGE)
     except (ModelNotFound, GGUFError) as exc:
-        return _error(str(exc), EXIT_MODEL)
+        return error(str(exc), EXIT_MODEL)
     except ValueError as exc:  # metadata the accounting cannot use (no layer count, odd arrays)
-        return _error(f"cannot plan {args.model}: {exc}", EXIT_MODEL)
+        return error(f"cannot plan {args.model}: {exc}", EXIT_MODEL)
     if args.json:
         sys.stdout.write(json.dumps({**result.as_dict(), "budget_source": budget_source}, indent=2) + "\n")
     else:

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 from engine.api import Assistant, ModelLoadError, ModelNotFound, Settings, StorageError
+from engine.cli.output import EXIT_FAILED, EXIT_MODEL, EXIT_OK, EXIT_USAGE
 from engine.server import ApiServer, ServerConfig, ServerConfigError, api_key_path, load_api_key
 
 log = logging.getLogger("assistant.serve")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_MODEL = 0, 1, 2, 3
 KEY_ENV = "ASSISTANT_API_KEY"  # a key for this run without a flag: other users cannot read a process's environment
 
 
