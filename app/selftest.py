@@ -38,7 +38,7 @@ def documents_check() -> dict:
     start a folder watch: the parsers, the embedder and watchdog all work in this install."""
     import tempfile
 
-    from engine.api import Documents
+    from engine.api import Documents, pdf_bytes
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="selftest-docs-") as folder:
@@ -46,7 +46,7 @@ def documents_check() -> dict:
         (root / "note.md").write_text("# Harbour\n\nThe ferry leaves at seven.\n", encoding="utf-8")
         (root / "page.html").write_text("<h1>Lanterns</h1><script>x()</script><p>Lanterns float on the river.</p>",
                                         encoding="utf-8")
-        (root / "guide.pdf").write_bytes(_tiny_pdf("The orchard has seventeen pear trees."))
+        (root / "guide.pdf").write_bytes(pdf_bytes(["The orchard has seventeen pear trees."]))
         with Documents.open(db_file=root / "selftest.db") as docs:  # not the user's index
             report = docs.add_documents([str(root)], "selftest")
             hits = docs.search_documents("how many pear trees are in the orchard", collection="selftest")
@@ -115,26 +115,6 @@ def api_server_check(window) -> dict:
 class _Quiet:
     def dispatch(self, event):  # watchdog's handler protocol
         pass
-
-
-def _tiny_pdf(text: str) -> bytes:
-    """A one-page PDF with `text` in Helvetica (as tests/test_docs_parse.py writes them)."""
-    stream = b"BT /F1 12 Tf 72 720 Td (" + text.encode("latin-1") + b") Tj ET"
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
-               b" /Contents 5 0 R >>",
-               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream"]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 def run_selftest(model: str | None = None) -> int:

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from engine.api import Documents, Settings
+from engine.docs.pdf_writer import pdf_bytes
 from engine.docs.service import DocumentService, DocumentsError
 from engine.memory.embedder import INDEXING, EmbedInterrupted, Embedder
 from engine.storage import Database
-from tests.test_docs_parse import pdf_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 

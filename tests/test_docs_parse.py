@@ -11,35 +11,12 @@ import pytest
 
 from engine.docs import parse as P
 from engine.docs.chunks import chunks
+from engine.docs.pdf_writer import pdf_bytes
 from engine.docs.parse import Block, Parsed, Skip, parse
 
 ZH = ("本地文档助手可以离线回答问题。它会读取你的文件，"
       "并在回答中注明来源页码！这样是否更可信？")
 INSTALL = "下载后双击运行安装程序，然后选择一个模型。"
-
-
-def pdf_bytes(pages: list[str]) -> bytes:
-    """A minimal valid PDF, one line of Helvetica text per page (no PDF library writes text for us)."""
-    n = len(pages)
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(n))
-               + b"] /Count %d >>" % n,
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    for i, text in enumerate(pages):
-        stream = b"BT /F1 12 Tf 72 720 Td (" + text.encode("latin-1") + b") Tj ET"
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                       b"/Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>" % (5 + 2 * i))
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
 
 
 def encrypted(data: bytes, user: str, owner: str | None = None) -> bytes:

@@ -117,6 +117,7 @@ _EXPORTS: dict[str, str] = {
     "Documents": "engine.api.documents",
     "DocumentsError": "engine.docs.service",
     "DEFAULT_COLLECTION": "engine.docs.store",
+    "pdf_bytes": "engine.docs.pdf_writer",  # a tiny text PDF: the selftest's document to index
     # attachments (issue 27): a file dropped or pasted into the message box
     "Attachment": "engine.docs.attach",
     "AttachmentError": "engine.docs.attach",
