@@ -26,7 +26,7 @@ from engine.routing.router_eval import EvalFileError, load_tsv, split_by_languag
 log = logging.getLogger("bench.router_latency")
 
 DEFAULT_FILES = [ROOT / "tests/data/router_private.tsv", ROOT / "tests/data/router_holdout.tsv",
-                 Path("/work/shared/eval/router_public.tsv")]
+                 ROOT.parent / "shared" / "eval" / "router_public.tsv"]  # the public set, beside the repository
 
 
 def _pct(sorted_values: list[float], q: float) -> float:
