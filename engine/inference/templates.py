@@ -132,6 +132,7 @@ class ChatTemplate:
         self.source = source
         self.bos_token, self.eos_token = bos_token, eos_token
         self.reasoning: ReasoningFormat | None = None  # set by template_for for a reasoning model
+        self._lead: str | None = None  # answer_lead(), once computed
 
     def _message(self, i: int, role: str, thought: bool, history: str) -> dict:
         content = f"{_OPEN}{i}{_CLOSE}"
@@ -162,23 +163,9 @@ class ChatTemplate:
             if extra:
                 message.update(extra)
         extra = {k: v for k, v in options.items() if v is not None}
-        try:
-            chunks, size = [], 0
-            for chunk in self._template.generate(
-                messages=messages, add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token, eos_token=self.eos_token, **extra,
-            ):
-                size += len(chunk)
-                if size > MAX_RENDERED_CHARS:
-                    raise ChatTemplateError(f"chat template '{self.name}' renders more than "
-                                            f"{MAX_RENDERED_CHARS} characters; unsupported")
-                chunks.append(chunk)
-            text = "".join(chunks)
-        except ChatTemplateError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - untrusted template: whatever it raises (a sandbox
-            # violation, OverflowError from a huge range, RecursionError, TypeError) is its failure
-            raise ChatTemplateError(f"chat template '{self.name}' failed: {exc}") from exc
+        text = self._text(messages, add_generation_prompt, extra)
+        if add_generation_prompt:
+            text += self.answer_lead()
         parts = _SLOT.split(text)
         pieces: list[str | int | Thought] = []
         for k, part in enumerate(parts):
@@ -190,6 +177,45 @@ class ChatTemplate:
                     raise ChatTemplateError(f"chat template '{self.name}' alters message contents; unsupported")
                 pieces.append(part)
         return Rendered(pieces)
+
+    def answer_lead(self) -> str:
+        """Whitespace the template writes between its generation prompt and an earlier answer (GLM-4:
+        `<|assistant|>` to prompt, `<|assistant|>` and a newline before an answer). render() ends the
+        prompt with it, as llama.cpp's built-in chatglm4 format does: sampled instead, it would be in
+        the answer's ids and twice in the next turn's history, which then no longer matches the KV
+        cache or the template. Whitespace only: other text there (Qwen3's empty think block) is the
+        model's to write."""
+        if self._lead is None:
+            self._lead = ""
+            try:
+                prompt = self._text([self._message(0, "user", False, "template")], True, {})
+                turns = [self._message(i, r, False, "template") for i, r in enumerate(("user", "assistant", "user"))]
+                history = self._text(turns, True, {})
+            except ChatTemplateError:
+                return self._lead  # a template that needs more than this probe: no lead
+            head = history.split(f"{_OPEN}1{_CLOSE}")[0]
+            if head.startswith(prompt) and head[len(prompt):].isspace():
+                self._lead = head[len(prompt):]
+        return self._lead
+
+    def _text(self, messages: list[dict], add_generation_prompt: bool, extra: dict) -> str:
+        try:
+            chunks, size = [], 0
+            for chunk in self._template.generate(
+                messages=messages, add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token, eos_token=self.eos_token, **extra,
+            ):
+                size += len(chunk)
+                if size > MAX_RENDERED_CHARS:
+                    raise ChatTemplateError(f"chat template '{self.name}' renders more than "
+                                            f"{MAX_RENDERED_CHARS} characters; unsupported")
+                chunks.append(chunk)
+            return "".join(chunks)
+        except ChatTemplateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - untrusted template: whatever it raises (a sandbox
+            # violation, OverflowError from a huge range, RecursionError, TypeError) is its failure
+            raise ChatTemplateError(f"chat template '{self.name}' failed: {exc}") from exc
 
 
 def template_for(backend, hint: str = "gguf", reasoning: bool | None = None) -> ChatTemplate:
