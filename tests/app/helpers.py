@@ -92,8 +92,16 @@ def in_language(language: str):
             app.removeTranslator(translator.qt)
 
 
+def save_image(image, path: Path) -> None:
+    """Write a QImage to `path`; QImage.save says only False when it cannot, so this raises: a
+    screenshot the docs use must not silently stay the old one."""
+    if not image.save(str(path)):
+        raise OSError(f"could not write the screenshot {path} ({image.width()}×{image.height()}): "
+                      "is the folder writable and the suffix an image format Qt writes?")
+
+
 def save_screenshot(qtbot, widget, path: Path, width: int, height: int) -> None:
     widget.resize(width, height)
     widget.show()
     qtbot.wait(50)
-    widget.grab().toImage().save(str(path))
+    save_image(widget.grab().toImage(), path)

@@ -25,7 +25,7 @@ from engine.api import Settings
 from engine.server import load_api_key
 from tests.fake_backend import Gate, fakes, make_assistant  # noqa: F401
 
-from .helpers import in_language, screenshot_dir
+from .helpers import in_language, save_image, screenshot_dir
 
 
 class FakeEngine(EngineWorker):
@@ -279,5 +279,5 @@ def test_screenshots_of_the_section_running(qtbot, window, monkeypatch, tmp_path
             qtbot.wait(50)
             assert dialog.api_server.status.text() == (f"Running at http://127.0.0.1:{port}/v1" if language == "en"
                                                        else f"正在运行：http://127.0.0.1:{port}/v1")
-            dialog.api_server.grab().toImage().save(str(out / f"settings-api-server-{language}.png"))
+            save_image(dialog.api_server.grab().toImage(), out / f"settings-api-server-{language}.png")
             dialog.close()

@@ -15,7 +15,7 @@ from app.sidebar import _pin_pixmap, pin_icon
 from app.theme import colour
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
-from .helpers import fake_window, in_language, screenshot_dir
+from .helpers import fake_window, in_language, save_image, screenshot_dir
 
 QUESTION = {"en": "How do I make tea quickly?", "zh_CN": "怎样快速泡茶？"}
 ANSWER = {"en": "Boil water, pour it over the leaves, wait **two minutes**.",
@@ -68,5 +68,5 @@ def test_every_icon_has_a_2x_drawing_and_the_window_draws_at_2x(qtbot, fakes, ma
         w.render(sharp)
         image = sharp.toImage()
         assert (image.width(), image.height()) == (2200, 1440)
-        image.save(str(out / f"window-hidpi-{language}.png"))
+        save_image(image, out / f"window-hidpi-{language}.png")
         w.close()

@@ -12,7 +12,7 @@ from app.main import CJK_FAMILY, create_main_window
 from app.engine_worker import EngineWorker
 from app.theme import apply_theme
 
-from .helpers import send
+from .helpers import save_image, send
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("conversationList newConversationButton searchBox chatView composer sendButton stopButton "
@@ -55,7 +55,7 @@ def test_widget_names_and_screenshots_in_both_themes(qtbot, model_paths, tmp_pat
         qtbot.wait(100)
         image = w.grab().toImage()
         assert not blank(image), theme
-        image.save(str(out / f"main-window-{theme}.png"))
+        save_image(image, out / f"main-window-{theme}.png")
     apply_theme("light")
     w.close()
 

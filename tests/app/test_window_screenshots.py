@@ -10,7 +10,7 @@ import pytest
 
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
-from .helpers import fake_window, in_language, save_screenshot, screenshot_dir
+from .helpers import fake_window, in_language, save_image, save_screenshot, screenshot_dir
 from .test_message_actions import click, hover, settled
 
 ANSWER = {"en": "Three ways, fastest first:\n\n| way | time |\n|---|---|\n| boil | 90 s |\n| steep | 4 min |\n\n"
@@ -56,3 +56,14 @@ def test_screenshots_of_the_window(qtbot, fakes, make_assistant, tmp_path, langu
             w.close()
         finally:
             apply_theme("light")
+
+
+def test_a_screenshot_that_cannot_be_written_fails(tmp_path):
+    from PySide6.QtGui import QImage
+
+    image = QImage(8, 8, QImage.Format_RGB32)
+    image.fill(0)
+    with pytest.raises(OSError, match="could not write the screenshot"):
+        save_image(image, tmp_path / "no-such-folder" / "shot.png")
+    save_image(image, tmp_path / "shot.png")
+    assert QImage(str(tmp_path / "shot.png")).size() == image.size()
