@@ -218,7 +218,7 @@ class MemoryService:
 
     # ---- reads
     def pinned(self) -> list[MemoryRow]:
-        """The pinned (critical) memories, oldest first: the facade puts these in every prompt."""
+        """The pinned (critical) memories, oldest first: every chat turn puts these in its prompt."""
         return self.store.list(("pinned",))
 
     def list(self, kinds: tuple[str, ...] = ("pinned", "note"), limit: int | None = None) -> list[MemoryRow]:
