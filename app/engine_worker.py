@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, Signal
 from app.background import Runner
 from engine.api import (Approval, Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError,
                         ModelNotFound, ReasoningChunk, SamplingParams, StorageError, Toolbox, ToolCallEvent,
-                        ToolResultEvent, TurnDone, adopt, check_owner, reasoning_options)
+                        ToolResultEvent, TurnDone, TurnTools, adopt, check_owner, reasoning_options)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
@@ -33,8 +33,10 @@ T = TypeVar("T")
 # the status line or the chat. Anything else is an internal error: logged with its trace, said as one.
 TURN_ERRORS = (InputError, ConversationNotFound, StorageError)
 USER_ERRORS = TURN_ERRORS + (OSError, LookupError)
-# A turn's start: the Assistant call that yields its chunks and TurnDone events.
-TurnStart = Callable[[Assistant, GenerateParams, threading.Event], Iterator]
+# A turn's start: the Assistant call that yields its events, given the turn's parameters, its Stop
+# and the tools it runs (None: the Tools switch is off). Every start passes `tools` on: Send, an
+# edit, a branch and Regenerate alike.
+TurnStart = Callable[[Assistant, GenerateParams, threading.Event, TurnTools | None], Iterator]
 
 
 def said(exc: BaseException, expected: tuple = USER_ERRORS) -> str:
@@ -203,20 +205,20 @@ class EngineWorker(QObject):
     # ---- turns
     def turn(self, conversation_id: int, start: TurnStart, temperature: float, max_tokens: int,
              on_answer: Callable[[int, dict], None], on_error: Callable[[int, BaseException], None],
-             think: bool | None = None) -> None:
+             think: bool | None = None, tools: bool = False) -> None:
         """Run one turn on the engine thread: token batches go to `tokens` (a reasoning model's
         thinking to `thinking`), each answer (a superseded low-confidence one too: its "superseded"
         is True) to `on_answer`, an exception that ended the turn (MessageTooLong: the window asks
         the user) to `on_error`; then the chat list is read again. `think`: the chat's Think switch
-        (None: the setting)."""
+        (None: the setting); `tools`: the Tools switch (the toolbox's tools, each call approved)."""
         if self.runner is None or self.runner.closed or self.closing:
             return
-        self.runner.run(lambda: self._turn(conversation_id, start, temperature, max_tokens, on_answer, think),
+        self.runner.run(lambda: self._turn(conversation_id, start, temperature, max_tokens, on_answer, think, tools),
                         on_error=lambda exc: on_error(conversation_id, exc))
         self.refresh()
 
     def _turn(self, cid: int, start: TurnStart, temperature: float, max_tokens: int,
-              on_answer: Callable[[int, dict], None], think: bool | None = None) -> None:
+              on_answer: Callable[[int, dict], None], think: bool | None = None, tools: bool = False) -> None:
         if self.assistant is None:
             raise InputError("the engine is not ready")
         if self.closing:
@@ -225,7 +227,9 @@ class EngineWorker(QObject):
         params = turn_params(self.assistant.settings, temperature, max_tokens, think)
         batch = _Batches(self.runner, cid, self.tokens, self.thinking)
         last: dict | None = None
-        for item in start(self.assistant, params, self.cancel):
+        # The toolbox's sources are asked on this thread (the built-ins read stores it owns).
+        turn_tools = TurnTools(self.toolbox.runner(), self.approve) if tools and self.toolbox is not None else None
+        for item in start(self.assistant, params, self.cancel, turn_tools):
             if isinstance(item, TurnDone):
                 batch.flush()
                 last = done_dict(item)

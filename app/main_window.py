@@ -373,7 +373,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.view.restart_answer()
         self._set_busy(True)
         cid, route = self.conversation_id, self.composer.route.currentData()
-        self._turn(cid, lambda a, p, cancel: a.regenerate(cid, p, cancel=cancel, route=route))
+        self._turn(cid, lambda a, p, cancel, tools: a.regenerate(cid, p, cancel=cancel, route=route, tools=tools))
 
     def edit_last(self) -> None:
         """Put the last user message in the composer; sending it replaces that turn."""
@@ -412,15 +412,16 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.worker.call(make, self._on_created, refresh=True)
 
     def _turn(self, cid: int, start, files: list[str] = ()) -> None:
-        """One turn on the engine thread (`start(assistant, params, cancel)` yields its events), at
-        the chat's preset's temperature (None: the window's). `files`: large attachments, indexed
-        into the chat's own collection first (the answer cites them)."""
+        """One turn on the engine thread (`start(assistant, params, cancel, tools)` yields its
+        events), at the chat's preset's temperature (None: the window's), with the tools when the
+        Tools switch is on, whichever action started it. `files`: large attachments, indexed into
+        the chat's own collection first (the answer cites them)."""
         if files:
             self.status_label.setText(tr("Indexing the attached files…"))
             start = attaching(cid, list(files), start)
         t = self.chat_preset.temperature
         self.worker.turn(cid, start, self.temperature if t is None else t, self.max_tokens, self._on_answer,
-                         self._on_turn_error, think=self.think_toggle.isChecked())
+                         self._on_turn_error, think=self.think_toggle.isChecked(), tools=self.tools_toggle.isChecked())
 
     def _send_to(self, cid: int, text: str, route: str, files: list[str] = (), fork: dict | None = None) -> None:
         self.conversation_id = cid

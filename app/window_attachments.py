@@ -47,8 +47,8 @@ def _why(exc: BaseException, path: str) -> str:
 
 def attaching(cid: int, files: list[str], start):
     """`start`, after the files are indexed into the chat's collection (on the engine thread)."""
-    def run(a, params, cancel):
+    def run(a, params, cancel, tools):
         a.attach_documents(cid, files)
-        yield from start(a, params, cancel)
+        yield from start(a, params, cancel, tools)
 
     return run

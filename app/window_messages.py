@@ -31,16 +31,12 @@ class WindowMessages:
         return {}
 
     def _start(self, cid: int, text: str, route: str, fork: dict, **options):
-        """The turn's start on the engine thread (`start(assistant, params, cancel)`), with the
-        tools when the switch is on."""
+        """The turn's start on the engine thread (`start(assistant, params, cancel, tools)`)."""
         if "replacing" in fork and fork["replacing"] is None:  # the last message, its id not read yet
-            return lambda a, p, cancel: a.resend_edited(cid, text, p, cancel=cancel, route=route, **options)
+            return lambda a, p, cancel, tools: a.resend_edited(cid, text, p, cancel=cancel, route=route, tools=tools,
+                                                               **options)
         options.update(fork)
-        if self.tools_toggle.isChecked():
-            worker = self.worker  # its toolbox and approve are the engine thread's (the start runs there)
-            return lambda a, p, cancel: a.send_with_tools(cid, text, worker.toolbox.runner(), worker.approve, p,
-                                                          cancel=cancel, route=route, **options)
-        return lambda a, p, cancel: a.send(cid, text, p, cancel=cancel, route=route, **options)
+        return lambda a, p, cancel, tools: a.send(cid, text, p, cancel=cancel, route=route, tools=tools, **options)
 
     def on_message_action(self, action: str, index: int) -> None:
         if not self.engine_ready or self.busy or self.conversation_id is None:
@@ -64,7 +60,8 @@ class WindowMessages:
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))
         cid, route = self.conversation_id, self.composer.route.currentData()
-        self._turn(cid, lambda a, p, cancel: a.regenerate(cid, p, message_id=message_id, cancel=cancel, route=route))
+        self._turn(cid, lambda a, p, cancel, tools: a.regenerate(cid, p, message_id=message_id, cancel=cancel,
+                                                                 route=route, tools=tools))
 
     def edit_message(self, index: int) -> None:
         """Put a message of the user's in the composer; sending it replaces it (a new branch)."""

@@ -116,6 +116,8 @@ def defined_names(path: Path) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.Assign):
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):  # X: TypeAlias = …
+            names.add(node.target.id)
         elif isinstance(node, ast.ImportFrom):
             names |= {a.asname or a.name for a in node.names}
     return names

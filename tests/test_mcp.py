@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.api import BuiltinTools, Toolbox, ToolResultEvent, ToolRunner, TurnDone
+from engine.api import BuiltinTools, Toolbox, ToolResultEvent, ToolRunner, TurnDone, TurnTools
 from engine.tools import mcp_config
 from engine.tools.mcp_server import CRASHED, DISABLED, RUNNING, McpServers
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
@@ -280,7 +280,7 @@ def test_an_mcp_call_in_the_loop_and_its_injection_stored_as_a_tool_message(fake
     runner = ToolRunner(hub({"bench": stdio_config()}).sources())
     cid = a.new_conversation("")
     asked = []
-    events = list(a.send_with_tools(cid, "Read example.com", runner, lambda ap: asked.append(ap) or "once"))
+    events = list(a.send(cid, "Read example.com", tools=TurnTools(runner, lambda ap: asked.append(ap) or "once")))
     assert [(ap.server, ap.tool, ap.arguments) for ap in asked] == [("bench", "fetch_page", {"url": "http://example.com"})]
     result = next(e for e in events if isinstance(e, ToolResultEvent))
     assert result.status == "ok" and result.text == INJECTION

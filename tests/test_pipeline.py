@@ -6,12 +6,12 @@ import dataclasses
 import pytest
 
 from engine.api import EngineConfig, GenerateParams, TurnRequest, TurnStats
-from engine.chat.pipeline import stage_names
+from engine.chat.pipeline import relay, stage_names
 from engine.chat.stages import turn_stages
 from engine.inference.generate import Chunk, TurnResult
 from tests.fake_backend import dones, fakes, make_assistant, send  # noqa: F401
 
-STAGES = ["after", "route", "recall", "cascade", "fallback", "fit", "prompt", "store", "generate"]
+STAGES = ["tools", "after", "route", "recall", "cascade", "fallback", "fit", "prompt", "store", "generate"]
 # The JSON shape of done.stats that the CLI's --json, the window and the stored row carry: changing it is a change to every front-end.
 JSON_KEYS = {"prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "completion_tokens", "ttft_ms",
              "prompt_tps", "decode_tps", "finish_reason", "cache_mode", "prompt_ms", "decode_ms",
@@ -27,15 +27,8 @@ class Shout:
     name = "shout"
 
     def __call__(self, turn, rest):
-        stream = rest(turn)
-        while True:
-            try:
-                item = next(stream)
-            except StopIteration as end:
-                result = end.value
-                break
-            yield Chunk(item.text.upper(), item.token, item.logprob)
-        return dataclasses.replace(result, text=result.text.upper()) if result is not None else None
+        done = yield from relay(rest(turn), lambda item: Chunk(item.text.upper(), item.token, item.logprob))
+        return dataclasses.replace(done, text=done.text.upper()) if done is not None else None
 
 
 class Twice:
@@ -52,7 +45,7 @@ class Twice:
         for _ in range(2):
             self.rounds += 1
             if done is not None:
-                turn.commit_user, turn.supersedes = False, done
+                turn = dataclasses.replace(turn, commit_user=False, supersedes=done)
             done = yield from rest(turn)
         return done
 

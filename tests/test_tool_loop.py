@@ -10,7 +10,8 @@ import threading
 import time
 
 from engine.api import (BuiltinTools, ToolCallEvent, ToolFailed, ToolResult, ToolResultEvent,
-                        ToolRunner, TurnDone)
+                        ToolRunner, ToolSource, TurnDone, TurnTools)
+from engine.tools.runner import MAX_ROUNDS
 from engine.inference.tool_calls import Tool
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
@@ -19,7 +20,7 @@ def call_text(name: str, args: dict) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
 
 
-class Slow:
+class Slow(ToolSource):
     """A source whose one tool waits until its call is stopped (or `seconds` pass)."""
 
     name = "slow"
@@ -37,7 +38,7 @@ class Slow:
         return ToolResult("waited")
 
 
-class Big:
+class Big(ToolSource):
     name = "big"
 
     def tools(self):
@@ -47,8 +48,8 @@ class Big:
         return ToolResult("x" * (1 << 20))
 
 
-def run(assistant, cid, text, runner, approve=lambda a: "once", **kw):
-    return list(assistant.send_with_tools(cid, text, runner, approve, **kw))
+def run(assistant, cid, text, runner, approve=lambda a: "once", max_rounds=MAX_ROUNDS, **kw):
+    return list(assistant.send(cid, text, tools=TurnTools(runner, approve, max_rounds), **kw))
 
 
 def kinds(events):
@@ -165,3 +166,105 @@ def test_export_keeps_calls_and_results_and_escapes_everything_in_html(fakes, ma
     parsed.feed(page)
     assert "script" not in parsed.tags and "img" not in parsed.tags
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "Tool call: calculator" in page
+
+
+# ---- every entry point runs the tools (issue 39): the loop is a stage of the turn, not of `send`
+
+def _calls_then_answer(fakes, answer: str) -> None:
+    fakes.script("m").enqueue(Answer("Computing. " + call_text("calculator", {"expression": "6 * 7"})),
+                              Answer(answer))
+
+
+def _tool_rounds(events) -> list[str]:
+    return [e.status for e in events if isinstance(e, ToolResultEvent)]
+
+
+def _path(a, cid) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in a.conversation(cid).messages]
+
+
+def test_regenerate_runs_the_tools(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation("")
+    fakes.script("m").enqueue(Answer("A guess: 40."))
+    run(a, cid, "What is 6 * 7?", ToolRunner([]))  # no source: a plain turn
+    _calls_then_answer(fakes, "It is 42.")
+    events = list(a.regenerate(cid, tools=TurnTools(ToolRunner([BuiltinTools()]), lambda ap: "once")))
+    assert _tool_rounds(events) == ["ok"]
+    assert _path(a, cid) == [("user", "What is 6 * 7?"), ("assistant", "Computing. "), ("tool", "42"),
+                             ("assistant", "It is 42.")]
+    old = [r for r in a.transcript(cid) if r["superseded"]]
+    assert [r["content"] for r in old] == ["A guess: 40."]  # the first answer stays as a branch
+
+
+def test_an_edit_runs_the_tools(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation("")
+    fakes.script("m").enqueue(Answer("Seven."))
+    run(a, cid, "What is 3 + 4?", ToolRunner([]))
+    _calls_then_answer(fakes, "It is 42.")
+    events = list(a.resend_edited(cid, "What is 6 * 7?", tools=TurnTools(ToolRunner([BuiltinTools()]),
+                                                                         lambda ap: "once")))
+    assert _tool_rounds(events) == ["ok"]
+    assert _path(a, cid)[0] == ("user", "What is 6 * 7?") and _path(a, cid)[-1] == ("assistant", "It is 42.")
+
+
+def test_a_branch_runs_the_tools(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation("")
+    fakes.script("m").enqueue(Answer("Hello."), Answer("Later turn."))
+    run(a, cid, "Hi", ToolRunner([]))
+    first_answer = a.conversation(cid).messages[1].id
+    run(a, cid, "Something else", ToolRunner([]))
+    _calls_then_answer(fakes, "It is 42.")
+    events = list(a.send(cid, "What is 6 * 7?", after=first_answer,
+                         tools=TurnTools(ToolRunner([BuiltinTools()]), lambda ap: "once")))
+    assert _tool_rounds(events) == ["ok"]
+    assert _path(a, cid) == [("user", "Hi"), ("assistant", "Hello."), ("user", "What is 6 * 7?"),
+                             ("assistant", "Computing. "), ("tool", "42"), ("assistant", "It is 42.")]
+
+
+def test_tool_results_sent_back_go_on_running_the_tools(fakes, make_assistant):
+    """Continue: the chat ends with calls its caller ran; sending their results with the engine's
+    tools on runs the next round's calls too."""
+    from engine.api import GenerateParams
+
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation("")
+    fakes.script("m").enqueue(Answer(call_text("current_datetime", {})))
+    offered = ToolRunner([BuiltinTools()]).use()  # the caller's tools: it runs the calls itself
+    list(a.send(cid, "What time is it, and what is 6 * 7?", GenerateParams(tools=offered)))
+    (call,) = a.conversation(cid).messages[-1].tool_calls
+    _calls_then_answer(fakes, "Noon, and 42.")
+    events = list(a.send_tool_results(cid, [(call["id"], "12:00")],
+                                      tools=TurnTools(ToolRunner([BuiltinTools()]), lambda ap: "once")))
+    assert _tool_rounds(events) == ["ok"]
+    assert [role for role, _ in _path(a, cid)] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert _path(a, cid)[-1] == ("assistant", "Noon, and 42.")
+
+
+def test_tools_run_by_the_engine_and_by_the_caller_are_not_mixed(fakes, make_assistant):
+    from engine.api import GenerateParams, InputError, ToolUse
+    import pytest
+
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation("")
+    offered = ToolUse((Tool("lookup", "Look it up"),))
+    with pytest.raises(InputError, match="not both"):
+        list(a.send(cid, "hi", GenerateParams(tools=offered), tools=TurnTools(ToolRunner([]), lambda ap: "once")))
+
+
+def test_a_branch_after_an_answer_that_called_tools_follows_its_last_round(fakes, make_assistant):
+    """The window shows an answer's rounds as one bubble, whose id is its first round's: a branch
+    from it starts after the answer in words that ends the turn."""
+    a = make_assistant(str(fakes.model_file("m")))
+    cid = a.new_conversation("")
+    _calls_then_answer(fakes, "It is 42.")
+    run(a, cid, "What is 6 * 7?", ToolRunner([BuiltinTools()]))
+    fakes.script("m").enqueue(Answer("Later."), Answer("Branched."))
+    run(a, cid, "Next", ToolRunner([]))
+    first_round = a.conversation(cid).messages[1]
+    assert first_round.tool_calls
+    list(a.send(cid, "Another way?", after=first_round.id))
+    assert [role for role, _ in _path(a, cid)] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert _path(a, cid)[-2:] == [("user", "Another way?"), ("assistant", "Branched.")]

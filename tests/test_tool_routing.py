@@ -39,7 +39,13 @@ def test_the_catalog_says_which_families_call_tools():
 def test_tool_results_go_back_to_the_model_that_called():
     """send_tool_results routes to the calling answer's level: kept there even where that model
     is not one the catalog says calls tools (the results extend its KV), with a reason that says so."""
+    from engine.chat.config import EngineConfig
+    from engine.chat.conversation import Conversation
+    from engine.chat.request import TurnRequest
+    from engine.chat.session import Message
     from engine.chat.stages.route import Route
+    from engine.chat.turn import Turn
+    from engine.inference.events import GenerateParams
     from engine.inference.tool_calls import Tool, ToolUse
 
     route = Route(db=None, tiers=tiers(False, True), kv=None, conversation=None)
@@ -47,8 +53,8 @@ def test_tool_results_go_back_to_the_model_that_called():
     seen = []
 
     def run(kind):
-        turn = SimpleNamespace(request=SimpleNamespace(kind=kind, route="L1", domain="", params=SimpleNamespace(tools=use)),
-                               conv=SimpleNamespace(id=1), user=SimpleNamespace(content="2"), config=None, decision=None)
+        request = TurnRequest(kind=kind, conversation_id=1, route="L1", params=GenerateParams(tools=use))
+        turn = Turn(request, EngineConfig(), Conversation(1, "", []), Message("user", "2"))
         list(route(turn, lambda t: iter(seen.append(t.decision) or ())))
         return seen[-1]
 

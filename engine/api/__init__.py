@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "parse_tool_choice": "engine.inference.tool_calls",
     "call_grammar": "engine.inference.tool_calls",
     "ToolRunner": "engine.tools.runner",  # the window's tools: sources, approval, timeouts (issue 26)
+    "TurnTools": "engine.tools.runner",  # a turn's `tools=`: the engine runs the calls on every entry point
+    "TurnEvent": "engine.chat.pipeline",  # what a turn streams: chunks, answers, tool calls and results
     "Approval": "engine.tools.runner",
     "ToolCallEvent": "engine.tools.runner",
     "ToolResultEvent": "engine.tools.runner",

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from contextlib import nullcontext
-from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -21,18 +20,16 @@ from engine.api.engine_config import CONFIG_SETTINGS, engine_config
 from engine.api.status import StatusPublisher
 from engine.chat import branches
 from engine.chat.core import AssistantCore, TurnDone
+from engine.chat.pipeline import TurnEvent
 from engine.chat.export import conversation_html, conversation_json, conversation_markdown
 from engine.chat.targets import InputError
-from engine.chat.tool_loop import MAX_ROUNDS, tool_loop
 from engine.config.paths import db_path
 from engine.config.presets import Preset
 from engine.config.settings import Settings
 from engine.docs.service import DocumentService
 from engine.inference.backend import ModelLoadError, VocabTokenizer
-from engine.inference.generate import Chunk, GenerateParams
+from engine.inference.generate import GenerateParams
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
-from engine.inference.tool_calls import ToolUse
-from engine.tools.runner import Approval, ToolRunner
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
 from engine.config.ownership import check_owner
@@ -48,6 +45,8 @@ LIVE_SETTINGS = frozenset({
     "memory.k", "retrieval.max_tokens", "docs.k", "docs.allow_remote", "generate.repetition_guard",
     "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
     "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
+    # read anew each turn: reasoning_options (engine/api/engine_config.py) and the config's quick_no_think
+    "reasoning.quick_off", "reasoning.think", "reasoning.budget_tokens", "reasoning.history",
 })
 
 
@@ -320,42 +319,20 @@ class Assistant(AssistantCore, DocumentsApi):
 
     # ---- turns: the caller's stop event, or the assistant's own Stop
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(), *,
-             cancel: threading.Event | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+             cancel: threading.Event | None = None, **options: Any) -> Iterator[TurnEvent]:
         """AssistantCore.send, stopped by `cancel` or, without one, by `stop()`."""
         return self._observe(super().send(conversation_id, text, params, cancel=self._stop_for(cancel), **options))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(), *,
-                   cancel: threading.Event | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+                   cancel: threading.Event | None = None, **options: Any) -> Iterator[TurnEvent]:
         return self._observe(super().regenerate(conversation_id, params, cancel=self._stop_for(cancel), **options))
 
     def send_tool_results(self, conversation_id: int, results: list[tuple[str, str]],
                           params: GenerateParams = GenerateParams(), *, cancel: threading.Event | None = None,
-                          **options: Any) -> Iterator[Chunk | TurnDone]:
+                          **options: Any) -> Iterator[TurnEvent]:
         """AssistantCore.send_tool_results, stopped by `cancel` or, without one, by `stop()`."""
         return self._observe(super().send_tool_results(conversation_id, results, params,
                                                        cancel=self._stop_for(cancel), **options))
-
-    def send_with_tools(self, conversation_id: int, text: str, runner: ToolRunner,
-                        approve: Callable[[Approval], str], params: GenerateParams = GenerateParams(), *,
-                        cancel: threading.Event | None = None, max_rounds: int = MAX_ROUNDS,
-                        **options: Any) -> Iterator:
-        """`send`, with the tools `runner` offers: each call the answer makes is put to `approve`
-        (on this thread: "once", "always" or "deny"), run, and its result sent back, until the
-        model answers in words or `max_rounds` rounds of calls are spent (engine/chat/tool_loop.py).
-        Streams every round's events, with a ToolCallEvent and a ToolResultEvent per call."""
-        cancel = self._stop_for(cancel)  # one stop for every round, Stop included
-        use = runner.use()
-        if use is None:  # nothing enabled: a plain turn
-            yield from self.send(conversation_id, text, params, cancel=cancel, **options)
-            return
-        later = {k: v for k, v in options.items() if k in ("read_ahead", "domain", "flush_s")}
-
-        def send_results(results: list[tuple[str, str]], use: ToolUse | None) -> Iterator:
-            return self.send_tool_results(conversation_id, results, replace(params, tools=use), cancel=cancel,
-                                          **later)
-
-        yield from tool_loop(self.send(conversation_id, text, replace(params, tools=use), cancel=cancel, **options),
-                             runner, approve, send_results, cancel, max_rounds)
 
     def _stop_for(self, cancel: threading.Event | None) -> threading.Event:
         check_owner(self)  # every turn starts here: on the thread that drives this Assistant
@@ -364,7 +341,7 @@ class Assistant(AssistantCore, DocumentsApi):
         self._stop.clear()
         return self._stop
 
-    def _observe(self, events: Iterator[Chunk | TurnDone]) -> Iterator[Chunk | TurnDone]:
+    def _observe(self, events: Iterator[TurnEvent]) -> Iterator[TurnEvent]:
         with self.docs.turn() if self.docs is not None else nullcontext():  # indexing waits for the turn
             for item in events:
                 if isinstance(item, TurnDone) and item.stats.context:

@@ -132,9 +132,9 @@ class Branches:
         self.db.set_path(conversation_id, path)
         self._cache.pop(conversation_id, None)
         after = self._load(conversation_id)
-        shared = common_prefix([m.id for m in before.messages], [m.id for m in after.messages])
+        shared = common_prefix([m.stored_id for m in before.messages], [m.stored_id for m in after.messages])
         for m in before.messages[shared:]:  # the memory follows the path
-            self.memory.forget_message(m.id)
+            self.memory.forget_message(m.stored_id)
         for m in after.messages[shared:]:
             if m.role == "user":
                 self.memory.index(after, m)
@@ -148,15 +148,15 @@ class Branches:
         start = max((i for i in range(at + 1) if path[i].role == "user"), default=at)
         end = next((i for i in range(at + 1, len(path)) if path[i].role == "user"), len(path))
         rows = self.db.messages(conv.id)
-        before = path[start - 1].id if start else None
+        before = path[start - 1].stored_id if start else None
         if end < len(path):  # the next turn follows the one before this
-            self.db.reparent([path[end].id], before)
+            self.db.reparent([path[end].stored_id], before)
             rows = [dict(r, parent_id=before) if r["id"] == path[end].id else r for r in rows]
-        gone = subtree(rows, path[start].id)
+        gone = subtree(rows, path[start].stored_id)
         self.db.delete_messages(conv.id, gone)
         for mid in gone:
             self.memory.forget_message(mid)
-        kept = [m.id for m in path[:start] + path[end:]]
+        kept = [m.stored_id for m in path[:start] + path[end:]]
         left = [r for r in rows if r["id"] not in set(gone)]
         if not kept and left:  # the chat's first turn went, and another first message waits
             kept = path_to(left, newest_leaf(left, left[0]["id"]))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from engine.chat.session import Message
 from engine.chat.stats import TurnStats
+from engine.inference.events import TurnResult
 from engine.memory.prompt import pinned_text
 from engine.storage import Database
 
@@ -16,8 +17,15 @@ class ConversationNotFound(LookupError):
 
 @dataclass
 class TurnDone:
+    """An answer, the one type every stage of a turn returns (engine/chat/pipeline.py).
+
+    `Generate` makes it from the model's result, before anything is stored: `message_id` is None
+    and `stats` holds the generation's own measurements. `Store` gives it its row and the turn's
+    full `TurnStats`; every stage outside Store, and every front-end, gets it so.
+    """
+
     conversation_id: int
-    message_id: int
+    message_id: int | None  # the stored answer's row; None only inside Store (not stored yet)
     model: str
     text: str  # the answer (a reasoning model's thinking is `reasoning`)
     token_ids: list[int]
@@ -32,6 +40,15 @@ class TurnDone:
     # The calls the answer made, OpenAI-shaped ({"id", "type", "function": {"name", "arguments"}}):
     # the caller runs them and answers with `send_tool_results` (stats.finish_reason "tool_calls").
     tool_calls: list[dict] = field(default_factory=list)
+    reasoning_ids: list[int] = field(default_factory=list)  # the thinking's ids, before the answer's
+
+    @classmethod
+    def of(cls, result: TurnResult, conversation_id: int, model: str, level: str) -> "TurnDone":
+        """The model's result as an answer not yet stored."""
+        return cls(conversation_id, None, model, result.text, list(result.token_ids), list(result.logprobs),
+                   TurnStats.of(result.stats, level=level),
+                   level, reasoning=result.reasoning, tool_calls=[c.as_openai() for c in result.tool_calls],
+                   reasoning_ids=list(result.reasoning_ids))
 
     @property
     def sources(self) -> list[dict]:
@@ -54,8 +71,9 @@ class Conversation:
     id: int
     system_prompt: str
     messages: list[Message]  # every turn the models may see (superseded answers are not here)
-    # Per model identity: index into `messages` where its window starts (older turns overflowed).
-    first_kept: dict[str, int] = field(default_factory=dict)
+    # Per model identity (None: the remote tier): index into `messages` where its window starts
+    # (older turns overflowed).
+    first_kept: dict[str | None, int] = field(default_factory=dict)
 
     # Per model identity (None: the remote tier): the stable block in its window.
     stable: dict[str | None, StableBlock] = field(default_factory=dict)

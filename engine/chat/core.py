@@ -19,21 +19,23 @@ from engine.chat.config import EngineConfig
 from engine.chat.conversation import Conversation, ConversationNotFound, StableBlock, TurnDone, load_conversation
 from engine.chat.doc_recall import DocumentRecall
 from engine.chat.memory_recall import MemoryRecall
-from engine.chat.pipeline import compose, stage_names
+from engine.chat.pipeline import TurnEvent, compose, stage_names
 from engine.chat.request import MAX_MESSAGE_CHARS, ROUTES, TurnRequest
 from engine.chat.session import Message, Session
 from engine.chat.stages import Parts, turn_stages
 from engine.chat.stages.cascade import cascade_threshold
 from engine.chat.stages.route import Route
+from engine.chat.stages.tools import results_turn
 from engine.chat.summary_chain import SummaryChain
-from engine.chat.targets import InputError
+from engine.chat.targets import InputError, LocalTarget
 from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
 from engine.config.ownership import adopt, check_owner
 from engine.config.paths import user_dir
 from engine.inference.backend import ModelLoadError
-from engine.inference.generate import Chunk, GenerateParams
+from engine.inference.generate import GenerateParams
 from engine.inference.manager import ModelManager
+from engine.inference.runtime import Worker
 from engine.inference.remote import RemoteClient
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.memory.service import MemoryService
@@ -82,7 +84,7 @@ class AssistantCore:
         self.tier_set = TierSet(manager=self.manager, models=config.tier_models(), single_model=config.model is not None,
                                 remote=remote, kv=self.kv)
         self._conversations: dict[int, Conversation] = {}
-        self.summary_chain = SummaryChain(db=db, worker=lambda: self.tier_set.local("L1").worker)
+        self.summary_chain = SummaryChain(db=db, worker=lambda: self._l1().worker)
         self.branches = Branches(db=db, conversations=self._conversations, load=self.conversation,
                                  memory=self.memory_recall, summaries=self.summary_chain, render=self._next_prefix)
         self.stages = turn_stages(Parts(db=db, tiers=self.tier_set, kv=self.kv, memory=self.memory_recall,
@@ -174,13 +176,16 @@ class AssistantCore:
         """The threshold below which an auto-routed L1 answer is asked again on L2; None: off."""
         return cascade_threshold(self.config, self.tier_set)
 
-    def tier_is_instruct(self, level: str) -> bool | None:
-        return self.tier_set.is_instruct(level)
-
     # ---- single-model conveniences (CLI default, tests)
+    def _l1(self) -> LocalTarget:
+        target = self.tier_set.local("L1")
+        if target is None:  # L1 always has a model (EngineConfig.tier_models)
+            raise ModelNotFound("no model is set for L1")
+        return target
+
     @property
-    def _primary(self):
-        return self.tier_set.local("L1").worker  # looked up each time: the manager may have reloaded it
+    def _primary(self) -> Worker:
+        return self._l1().worker  # looked up each time: the manager may have reloaded it
 
     @property
     def model_id(self) -> str:
@@ -226,10 +231,13 @@ class AssistantCore:
 
     # ---- turns
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(), *,
-             after: int | None = None, replacing: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
-        """Send a user message and stream the answer: `Chunk`s, then a `TurnDone` (two when the
-        cascade re-asks a weak L1 answer on L2: the first has `superseded=True`). `options` are
-        `TurnRequest`'s keyword fields (route, cancel, docs, memory, overflow, …).
+             after: int | None = None, replacing: int | None = None, **options: Any) -> Iterator[TurnEvent]:
+        """Send a user message and stream the answer: `Chunk`s (`ReasoningChunk`s for a reasoning
+        model's thinking), then a `TurnDone` (two when the cascade re-asks a weak L1 answer on L2:
+        the first has `superseded=True`). `options` are `TurnRequest`'s keyword fields (route,
+        cancel, docs, memory, overflow, tools, …). With `tools` (`TurnTools`), each round of calls
+        streams a `ToolCallEvent` and a `ToolResultEvent` per call, then the next round's answer;
+        so does every other entry point below.
 
         Args:
             after: branch from an answer on the chat's path: the message follows it, and the turns
@@ -249,7 +257,11 @@ class AssistantCore:
             request = TurnRequest(conversation_id=conversation_id, text=text, params=params, **options).checked()
             yield from self._pipeline(Turn(request, self.config, conv, Message("user", request.text)))
             return
-        at = on_path(conv, after if replacing is None else replacing)
+        if replacing is not None:
+            at = on_path(conv, replacing)
+        else:
+            assert after is not None  # one of the two is set: neither is a plain send, above
+            at = _turn_end(conv, on_path(conv, after))  # an answer that called tools: its turn ends with its last round
         m = conv.messages[at]
         if replacing is not None and m.role != "user":
             raise InputError("only a message you wrote can be edited")
@@ -259,7 +271,7 @@ class AssistantCore:
                           lambda cut: AssistantCore.send(self, conversation_id, text, params, replaces=cut, **options))
 
     def regenerate(self, conversation_id: int, params: GenerateParams = GenerateParams(),
-                   message_id: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+                   message_id: int | None = None, **options: Any) -> Iterator[TurnEvent]:
         """Answer a user message again: the one `message_id` answered (an answer on the chat's
         path; None: the last). The old answer and the turns after it leave the path once the new
         answer starts, kept as a branch.
@@ -289,7 +301,7 @@ class AssistantCore:
         yield from forked(conv, asked + 2, run)
 
     def send_tool_results(self, conversation_id: int, results: list[tuple[str, str]],
-                          params: GenerateParams = GenerateParams(), **options: Any) -> Iterator[Chunk | TurnDone]:
+                          params: GenerateParams = GenerateParams(), **options: Any) -> Iterator[TurnEvent]:
         """The results of the last answer's tool calls, as (call id, output text) in the calls'
         order; the model that made the calls goes on from them (a result is the tool role's turn:
         shown to the model as data, never as the user's words). Stream as `send`.
@@ -312,14 +324,10 @@ class AssistantCore:
         options.setdefault("memory", False)  # the question was kept with its turn; results are data
         request = TurnRequest(kind="tool_results", conversation_id=conversation_id, params=params,
                               **options).checked()
-        for cid, text in results[:-1]:  # all but the last stored now; the last is the turn's own
-            mid = self.db.add_message(conv.id, "tool", text, tool_call_id=cid, parent_id=conv.messages[-1].id)
-            conv.messages.append(Message("tool", text, id=mid, tool_call_id=cid))
-        cid, text = results[-1]
-        yield from self._pipeline(Turn(request, self.config, conv, Message("tool", text, tool_call_id=cid)))
+        yield from self._pipeline(results_turn(self.db, conv, self.config, request, results))
 
     def resend_edited(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(),
-                      message_id: int | None = None, **options: Any) -> Iterator[Chunk | TurnDone]:
+                      message_id: int | None = None, **options: Any) -> Iterator[TurnEvent]:
         """`send` in place of the last user message, or of `message_id` (`replacing`).
 
         Raises:
@@ -478,3 +486,12 @@ class AssistantCore:
     def edit_summary(self, summary_id: int, text: str) -> None:
         """Replace a summary with the user's text (engine/chat/summary_chain.py `edit`)."""
         self.summary_chain.edit(summary_id, text)
+
+
+def _turn_end(conv: Conversation, at: int) -> int:
+    """The last message of the turn `at` is part of: an answer's rounds of calls, their results
+    and the answer in words after them are one turn (the window shows them as one answer)."""
+    messages = conv.messages
+    while at + 1 < len(messages) and messages[at].role in ("assistant", "tool") and messages[at + 1].role != "user":
+        at += 1
+    return at

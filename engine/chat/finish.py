@@ -1,10 +1,11 @@
-"""The end of an answer: its stored row completed, the model's state checkpointed to its cold file
-while the user reads, and its `TurnStats` — confidence, risk, the window, memory and documents —
-made once."""
+"""The end of an answer: its stored row completed, the target told (a local model checkpoints its
+state to the chat's cold file while the user reads), and its `TurnStats` — confidence, risk, the
+window, memory and documents — made once."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from engine.chat.conversation import StableBlock, TurnDone
 from engine.chat.memory_recall import MemoryRecall, memories_used
@@ -12,10 +13,7 @@ from engine.chat.session import Message
 from engine.chat.stats import Retrieval, TurnStats
 from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
-from engine.inference.generate import TurnResult
-from engine.inference.runtime import BACKGROUND, ModelUnloaded
-from engine.kv.tiers import KVTiers
-from engine.routing.confidence import confidence_report, geometric_mean_prob
+from engine.routing.confidence import geometric_mean_prob
 from engine.routing.risk import caution_text, risk_flags
 from engine.storage import Database
 
@@ -23,72 +21,53 @@ _CJK = re.compile(r"[\u3400-\u9fff]")
 
 
 class Finish:
-    def __init__(self, *, db: Database, tiers: TierSet, kv: KVTiers | None, memory: MemoryRecall):
-        self.db, self.tiers, self.kv, self.memory = db, tiers, kv, memory
+    def __init__(self, *, db: Database, tiers: TierSet, memory: MemoryRecall):
+        self.db, self.tiers, self.memory = db, tiers, memory
 
-    def __call__(self, turn: Turn, answer: Message, result: TurnResult) -> TurnDone:
+    def __call__(self, turn: Turn, answer: Message, done: TurnDone) -> TurnDone:
+        """`done` (the model's answer, not yet stored) as the stored answer `answer` is now."""
+        assert answer.id is not None and done.stats is not None
         target, conv = turn.target, turn.conv
-        answer.content = result.text
-        calls = [c.as_openai() for c in result.tool_calls]
-        answer.tool_calls = calls or None
-        thinks = bool(result.reasoning or result.reasoning_ids)
-        answer.reasoning = result.reasoning if thinks else None
-        if target.identity:
-            answer.ids = {target.identity: result.token_ids}
-            answer.reasoning_ids = {target.identity: result.reasoning_ids} if thinks else {}
+        keeps = target.capabilities.tokens and target.identity is not None
+        answer.content = done.text
+        answer.tool_calls = done.tool_calls or None
+        thinks = bool(done.reasoning or done.reasoning_ids)
+        answer.reasoning = done.reasoning if thinks else None
+        if keeps and target.identity is not None:
+            answer.ids = {target.identity: done.token_ids}
+            answer.reasoning_ids = {target.identity: done.reasoning_ids} if thinks else {}
             self.tiers.warm[conv.id] = target.level
-            self._checkpoint(turn)
-        stats = self.stats(turn, result)
-        self.db.update_message(answer.id, content=result.text,
-                               token_ids=result.token_ids if target.identity else None,
-                               logprobs=result.logprobs, status="done", stats=stats.as_json(),
+        stats = self.stats(turn, done)
+        self.db.update_message(answer.id, content=done.text, token_ids=done.token_ids if keeps else None,
+                               logprobs=done.logprobs, status="done", stats=stats.as_json(),
                                reasoning=answer.reasoning,
-                               reasoning_ids=result.reasoning_ids if thinks and target.identity else None,
-                               tool_calls=calls)
-        return TurnDone(conv.id, answer.id, target.model_id, result.text, result.token_ids, result.logprobs, stats,
-                        target.level, turn.decision.reason, stats.fallback, geometric_mean_prob(result.logprobs),
-                        reasoning=result.reasoning, tool_calls=calls)
+                               reasoning_ids=done.reasoning_ids if thinks and keeps else None,
+                               tool_calls=done.tool_calls)
+        stored = replace(done, message_id=answer.id, stats=stats, route_reason=turn.route.reason,
+                         fallback=stats.fallback, confidence=geometric_mean_prob(done.logprobs))
+        if target.capabilities.checkpoint:
+            target.after_turn(stored)
+        return stored
 
-    def _checkpoint(self, turn: Turn) -> None:
-        """The turn's cells to the chat's cold file while the user reads (engine/kv/tiers.py)."""
-        if self.kv is None:
-            return
-        kv, cid = self.kv, turn.conv.id
-        try:
-            turn.target.worker.submit(lambda w, job: kv.checkpoint(w.backend, cid), BACKGROUND)
-        except ModelUnloaded:
-            pass  # unloaded meanwhile: its state went to the tiers then
-
-    def stats(self, turn: Turn, result: TurnResult) -> TurnStats:
-        target, window, note = turn.target, turn.window, turn.note
+    def stats(self, turn: Turn, done: TurnDone) -> TurnStats:
+        assert done.stats is not None
+        target, window, note, got = turn.target, turn.fit.window, turn.placed and turn.placed.note, turn.recalled
         block = turn.conv.stable.get(target.identity) or StableBlock()
-        offload = None
-        if target.identity:  # where the layers are, and why not where they were asked to be
-            offload = target.worker.offload
-            note = "; ".join(x for x in (note, offload["note"]) if x) or None
+        offload = target.offload() if target.capabilities.offload else None
+        if offload is not None:  # where the layers are, and why not where they were asked to be
+            why = offload.get("note")
+            note = "; ".join(x for x in (note, why if isinstance(why, str) else None) if x) or None
         user_text = turn.user.content
-        flags = risk_flags(user_text, result.text)
+        flags = risk_flags(user_text, done.text)
+        sampled = turn.request.params.sampling.temperature != 0.0
+        confidence = (target.confidence(done, sampled, turn.config.warn_threshold)
+                      if target.capabilities.confidence else None)
         return TurnStats.of(
-            result.stats, level=target.level, route_reason=turn.decision.reason, fallback=note, offload=offload,
-            confidence=self._confidence(turn, result),
-            context=window.as_dict() | {"context_shift": result.stats.context_shift} if window else None,
+            done.stats, level=target.level, route_reason=turn.route.reason, fallback=note, offload=offload,
+            confidence=confidence,
+            context=window.as_dict() | {"context_shift": done.stats.context_shift} if window else None,
             summary_used=bool(window and block.summary),
             risk={"flags": flags, "caution": caution_text(flags, "zh" if _CJK.search(user_text) else "en")},
-            memories_used=memories_used(turn.recall), memory=self.memory.note(turn.recall, turn.remembered, block),
-            sources=turn.sources, documents=turn.docs_status,
-            retrieval=Retrieval(turn.memory_tokens, turn.document_tokens, turn.config.retrieval_max_tokens))
-
-    @staticmethod
-    def _confidence(turn: Turn, result: TurnResult) -> dict | None:
-        """Local models give per-token logprobs; the remote tier does not."""
-        target = turn.target
-        if not target.identity:
-            return None
-        entry = target.worker.model.entry
-        # The catalog's thresholds were calibrated on greedy answers; sampled answers pick less
-        # likely tokens and score lower, so they are not flagged until calibrated per mode.
-        warn = entry.warn_threshold if entry and turn.request.params.sampling.temperature == 0.0 else 0.0
-        if turn.config.warn_threshold:  # the user's own threshold applies to every answer
-            warn = turn.config.warn_threshold
-        pieces = [target.worker.vocab.token_bytes(t) for t in result.token_ids]  # not the model's: it may be busy
-        return confidence_report(pieces, result.logprobs, warn)
+            memories_used=memories_used(got.memories), memory=self.memory.note(got.memories, turn.remembered, block),
+            sources=list(got.sources), documents=got.docs_status,
+            retrieval=Retrieval(got.memory_tokens, got.document_tokens, turn.config.retrieval_max_tokens))

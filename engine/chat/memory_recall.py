@@ -64,6 +64,8 @@ class MemoryRecall:
 
     def remember(self, conversation_id: int, user: Message, fact: str) -> dict:
         """Pin the fact of a "remember that …" message, citing the stored message."""
+        if self.memory is None:
+            return {"error": "the memory is off"}
         try:
             memory_id = self.memory.add(fact, pin=True, source={"conversation_id": conversation_id,
                                                                 "message_id": user.id})

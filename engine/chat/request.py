@@ -11,6 +11,7 @@ from engine.inference.structured import SchemaUnsupported, response_grammar
 from engine.inference.templates import HISTORY_RULES
 from engine.kv.snapshot import WINDOW_DOMAIN
 from engine.storage import clean_text
+from engine.tools.runner import TurnTools
 
 MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
 # What to do with a message too long for the context (MessageTooLong): refuse it, keep its head
@@ -47,6 +48,11 @@ class TurnRequest:
             own (an API client's turns get theirs; engine/kv/tiers.py `prepare`).
         response_format: OpenAI's `json_object` or `json_schema` (engine/inference/structured.py):
             the answer is JSON that parses and fits the schema; a reasoning model answers at once.
+        tools: tools the engine runs itself (`TurnTools`): each call the answer makes is approved,
+            run, and its result answered, until the model answers in words; every entry point
+            (send, edit, branch, regenerate, tool results) runs them (engine/chat/stages/tools.py).
+            `params.tools` is the other kind: tools offered to a model whose calls the caller runs
+            (an API client's).
     """
 
     kind: str = "send"
@@ -63,7 +69,8 @@ class TurnRequest:
     memory: bool = True
     read_ahead: bool = False
     domain: str = WINDOW_DOMAIN
-    response_format: dict | None = None
+    response_format: dict[str, object] | None = None
+    tools: TurnTools | None = None
 
     def checked(self) -> "TurnRequest":
         """The request with its text cleaned, or InputError for what cannot be sent."""
@@ -81,8 +88,10 @@ class TurnRequest:
                 response_grammar(fmt)  # a feature it cannot enforce: said now, by name
             except SchemaUnsupported as exc:
                 raise InputError(str(exc)) from exc
-            if self.params.tools is not None:
+            if self.params.tools is not None or self.tools is not None:
                 raise InputError("response_format and tools cannot be combined: a call is JSON of its own")
+        if self.tools is not None and self.params.tools is not None:
+            raise InputError("a turn's tools are either run by the engine or by its caller, not both")
             # Thinking is free text: a constrained answer starts at once.
             request = replace(self, params=replace(self.params, response_format=fmt, think=False))
         if self.kind in ("regenerate", "tool_results"):

@@ -39,6 +39,13 @@ class Message:
     def text_for_model(self) -> str:
         return self.content if self.model_text is None else self.model_text
 
+    @property
+    def stored_id(self) -> int:
+        """The id of a message read from (or written to) the database."""
+        if self.id is None:
+            raise LookupError(f"a {self.role} message not stored yet has no id")
+        return self.id
+
 
 class Session:
     """Renders messages to token ids for one model and template.
@@ -80,7 +87,7 @@ class Session:
         if m.tool_calls and not self._sampled(m):
             self._plain([c["function"]["name"] + c["function"]["arguments"] for c in m.tool_calls],
                         "a tool call")
-            extra = {"tool_calls": [_template_call(c) for c in m.tool_calls]}
+            extra: dict[str, object] = {"tool_calls": [_template_call(c) for c in m.tool_calls]}
             if not m.text_for_model.strip():
                 extra["content"] = ""  # calls alone: templates test `if message.content`
             return extra
@@ -196,6 +203,7 @@ class Session:
         there (the context holds them), so that keeping it costs no evaluation. Returns how many
         pieces after `k` it covered (the tags between the thinking and the answer's slot)."""
         fmt = self.template.reasoning
+        assert fmt is not None  # a slot for thinking: the template has a reasoning format
         sampled = message.reasoning_ids.get(self.backend.identity)
         if slot.whole:  # "keep": the thinking and the answer in one slot
             if sampled is None:  # another model's answer: its thinking in this model's tags
@@ -207,7 +215,7 @@ class Session:
         between = pieces[k + 1] if k + 1 < len(pieces) else None
         spliceable = (sampled is not None and isinstance(between, str) and between.strip() == fmt.close
                       and k + 2 < len(pieces) and pieces[k + 2] == slot.index)
-        if not spliceable:  # rendered its own way: the text, as the template put it
+        if not spliceable or sampled is None:  # rendered its own way: the text, as the template put it
             ids.extend(self._tokens(message.reasoning or ""))
             return 0
         lead = b"".join(self.backend.token_bytes(t) for t in sampled[:16]).decode("utf-8", "replace")

@@ -109,7 +109,7 @@ def submit_summary(worker: Worker, db: Database, task: SummaryTask, max_chars: i
                          handle.preemptions)
             return
         text = result.text.strip()[: max_chars * 2] or "(empty summary)"
-        handle.summary_id = db.add_summary(task.conversation_id, task.messages[0].id, task.messages[-1].id,
+        handle.summary_id = db.add_summary(task.conversation_id, task.messages[0].stored_id, task.messages[-1].stored_id,
                                            text, model=w.model.id,
                                            previous_id=task.previous["id"] if task.previous else None)
 

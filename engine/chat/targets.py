@@ -1,7 +1,7 @@
 """Where a turn runs: a local model's inference thread (L1/L2) or the remote endpoint (L3).
 
-Both stream the same `Chunk`s and end with a `TurnResult`, so the facade persists and reports
-them alike.
+Both stream the same `Chunk`s and end with a `TurnResult`, so the turn's stages store and report
+them alike; each says what it can do (`Capabilities`, engine/chat/target.py).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Iterator
+from typing import Generator
 
 from engine.inference.backend import ContextFull, DecodeError, SamplingParams
 from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
@@ -19,8 +19,12 @@ from engine.inference.generate import (Chunk, GenerateParams, ReasoningChunk, Tu
 from engine.inference.reasoning import opens_block
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
-from engine.inference.runtime import FOREGROUND, Job, Worker
+from engine.inference.runtime import BACKGROUND, FOREGROUND, Job, ModelUnloaded, Worker
 from engine.chat.session import Message, Session
+from engine.chat.conversation import TurnDone
+from engine.chat.target import Capabilities
+from engine.models.catalog import ModelEntry
+from engine.routing.confidence import confidence_report
 
 
 log = logging.getLogger(__name__)
@@ -57,14 +61,25 @@ class LocalTarget:
     with the model's `vocab` and reads its published `view`; what touches the context runs as a
     job on the model's thread."""
 
-    remote = False
+    def __init__(self, level: str, worker: Worker, kv: KVTiers | None = None):
+        self.level, self.worker, self.kv = level, worker, kv
 
-    def __init__(self, level: str, worker: Worker):
-        self.level, self.worker = level, worker
+    @property
+    def capabilities(self) -> Capabilities:
+        entry = self.worker.model.entry
+        # tools: unless the catalog says it cannot (an unknown file may: its template decides)
+        return Capabilities(tools=entry is None or entry.tools is not False,
+                            reasoning=self.worker.template.reasoning is not None, tokens=True,
+                            checkpoint=self.kv is not None, offload=True, confidence=True)
 
     @property
     def model_id(self) -> str:
         return self.worker.model.id
+
+    @property
+    def entry(self) -> ModelEntry | None:
+        """The model's catalog entry (None: a file the catalog does not know)."""
+        return self.worker.model.entry
 
     @property
     def identity(self) -> str:
@@ -157,11 +172,35 @@ class LocalTarget:
         kv = self.worker.view.kv_tokens
         return len(prompt) - (common_prefix(kv, prompt) if shared else 0)
 
+    def offload(self) -> dict[str, object] | None:
+        return self.worker.offload
+
+    def confidence(self, done: TurnDone, sampled: bool, warn: float | None) -> dict[str, object] | None:
+        """Per-token probabilities, flagged below the catalog's threshold for this model, or the
+        user's own (`warn`)."""
+        entry = self.entry
+        # The catalog's thresholds were calibrated on greedy answers; sampled answers pick less
+        # likely tokens and score lower, so they are not flagged until calibrated per mode.
+        threshold = entry.warn_threshold if entry and not sampled else 0.0
+        if warn:  # the user's own threshold applies to every answer
+            threshold = warn
+        pieces = [self.worker.vocab.token_bytes(t) for t in done.token_ids]  # not the model's: it may be busy
+        return confidence_report(pieces, done.logprobs, threshold)
+
+    def after_turn(self, done: TurnDone) -> None:
+        """The turn's cells to the chat's cold file while the user reads (engine/kv/tiers.py)."""
+        kv, cid = self.kv, done.conversation_id
+        if kv is None:
+            return
+        try:
+            self.worker.submit(lambda w, job: kv.checkpoint(w.backend, cid), BACKGROUND)
+        except ModelUnloaded:
+            pass  # unloaded meanwhile: its state went to the tiers then
+
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
-               cancel: threading.Event | None, window_moved: bool = False, *,
-               tiers: KVTiers | None = None, conversation_id: int | None = None,
+               cancel: threading.Event | None, window_moved: bool = False, *, conversation_id: int,
                read_ahead: bool = False, domain: str = WINDOW_DOMAIN
-               ) -> Iterator[Chunk | ReasoningChunk | TurnResult]:
+               ) -> Generator[Chunk | ReasoningChunk | TurnResult, None, None]:
         """The answer to `user` after `history`, on this model's thread. `read_ahead`: once the
         answer is out, evaluate the markers that open the next user turn (see `_read_ahead`).
         `domain`: the turn's trust domain (`KVTiers.prepare`)."""
@@ -171,8 +210,8 @@ class LocalTarget:
             fmt = worker.template.reasoning
             inside = fmt is not None and opens_block(session.generation_text, fmt)
             # Another conversation in the context: park it, bring this one's state from RAM or disk.
-            restore = (tiers.prepare(worker.backend, conversation_id, prompt, domain)
-                       if tiers and conversation_id else None)
+            tiers = self.kv
+            restore = tiers.prepare(worker.backend, conversation_id, prompt, domain) if tiers else None
             shift = None
             if window_moved:  # the oldest turns left the window: shift the cache, else re-evaluate
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
@@ -216,7 +255,7 @@ class LocalTarget:
         one), after a stop, and on sliding-window caches (which cannot always roll back, should the
         next turn differ). How many tokens it evaluated."""
         backend = worker.backend
-        if (job.cancel.is_set() or job.preempt.is_set() or result.stats is None
+        if (job.cancel.is_set() or job.preempt.is_set()
                 or result.stats.finish_reason in ("cancelled", "context_full")
                 or (backend.n_swa > 0 and not backend.params.swa_full)):
             return 0
@@ -252,12 +291,27 @@ def answer_message(result: TurnResult, identity: str | None, level: str | None =
 
 
 class RemoteTarget:
-    remote = True
+    """The endpoint the user configured: it calls tools and may think, but its tokens,
+    probabilities and memory are its own."""
+
     level = "L3"
-    identity = None
+    capabilities = Capabilities(tools=True, reasoning=True)
 
     def __init__(self, client: RemoteClient):
         self.client = client
+
+    @property
+    def identity(self) -> None:
+        return None
+
+    def offload(self) -> None:
+        return None
+
+    def confidence(self, done: TurnDone, sampled: bool, warn: float | None) -> None:
+        return None
+
+    def after_turn(self, done: TurnDone) -> None:
+        pass
 
     @property
     def model_id(self) -> str:
@@ -284,13 +338,15 @@ class RemoteTarget:
         return estimate_tokens(text)
 
     def stream(self, history: list[Message], user: Message, params: GenerateParams,
-               cancel: threading.Event | None, window_moved: bool = False, **_) -> Iterator[Chunk | TurnResult]:
+               cancel: threading.Event | None, window_moved: bool = False, *, conversation_id: int,
+               read_ahead: bool = False, domain: str = WINDOW_DOMAIN
+               ) -> Generator[Chunk | ReasoningChunk | TurnResult, None, None]:
         yield from self.client.stream_chat([remote_message(m) for m in history + [user]], params, cancel)
 
 
 def remote_message(m: Message) -> dict:
     """A message as an OpenAI endpoint takes it: an answer's tool calls and a result's call id too."""
-    out = {"role": m.role, "content": m.text_for_model}
+    out: dict[str, object] = {"role": m.role, "content": m.text_for_model}
     if m.tool_calls:
         out["tool_calls"] = m.tool_calls
         out["content"] = m.text_for_model or None

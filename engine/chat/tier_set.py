@@ -67,7 +67,7 @@ class TierSet:
         if self.kv is not None and worker.before_close is None:
             kv = self.kv
             worker.before_close = lambda w: kv.release(w.backend)  # evicted or exiting: keep its state
-        return LocalTarget(level, worker)
+        return LocalTarget(level, worker, self.kv)
 
     def loaded(self, level: str):
         """The level's worker if its model is loaded now (nothing is loaded), else None."""

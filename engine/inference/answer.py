@@ -9,12 +9,11 @@ the repetition guard and the logprobs that confidence reads.
 from __future__ import annotations
 
 import codecs
-import threading
 import time
 from typing import Generator, Iterator
 
 from engine.inference.backend import Backend
-from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk
+from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, StopFlag
 from engine.inference.reasoning import ReasoningFormat, Splitter
 from engine.inference.repetition import RepetitionGuard
 from engine.inference.structured import response_grammar
@@ -100,7 +99,7 @@ class Answer:
     def reasoning(self) -> str:
         return self.think.text.strip() if self.think else ""
 
-    def stream(self, prompt: list[int], cancel: threading.Event | None) -> Iterator[Chunk | ReasoningChunk]:
+    def stream(self, prompt: list[int], cancel: StopFlag | None) -> Iterator[Chunk | ReasoningChunk]:
         """Sample token by token until the answer ends; yield the text as it may be shown."""
         backend = self.backend
         grammar = response_grammar(self.params.response_format)

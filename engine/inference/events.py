@@ -4,9 +4,17 @@ model's thinking, then one `TurnResult` with its `GenerationStats`; and the `Gen
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from engine.inference.backend import SamplingParams
 from engine.inference.tool_calls import ToolCall, ToolUse
+
+
+class StopFlag(Protocol):
+    """What stops a generation: a threading.Event, a job's own flag (engine/inference/runtime.py),
+    or a summary's, which also yields to a waiting chat."""
+
+    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,8 @@ class GenerationStats:
 class TurnResult:
     token_ids: list[int]  # the answer's content ids exactly as sampled (no end-of-turn token)
     text: str
-    logprobs: list[float] = field(default_factory=list)  # one per answer token
-    stats: GenerationStats | None = None
+    logprobs: list[float]  # one per answer token
+    stats: GenerationStats  # measured at the source, every time
     reasoning: str = ""  # the thinking, without its tags
     # The ids before the answer's: the thinking block as sampled, its tags and the whitespace after
     # it, with any closing tag the engine put in; for a block the prompt opened (R1), the prompt's

@@ -6,18 +6,17 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from engine.inference.answer import Answer
 from engine.inference.backend import Backend
 from engine.inference.errors import ContextFull
-from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, TurnResult
+from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, StopFlag, TurnResult
 from engine.inference.reasoning import ReasoningFormat, tag_tail
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading token ids `a` and `b` share."""
     n = 0
     for x, y in zip(a, b):
@@ -57,7 +56,7 @@ def prefill(backend: Backend, prompt: list[int], stop: Callable[[], bool] | None
 
 def generate(
     backend: Backend, prompt: list[int], params: GenerateParams = GenerateParams(),
-    cancel: threading.Event | None = None, piece: int | None = None, *,
+    cancel: StopFlag | None = None, piece: int | None = None, *,
     reasoning: ReasoningFormat | None = None, inside: bool = False,
 ) -> Iterator[Chunk | ReasoningChunk | TurnResult]:
     """Stream an answer to `prompt` (the full token sequence of the conversation so far).

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, Sequence
 
 from engine.inference.backend import Backend
 from engine.kv.allocator import pin_mmap_threshold
@@ -38,6 +39,16 @@ log = logging.getLogger(__name__)
 
 PAGE_TOKENS = 256        # accounting unit (the seed article's PagedKVCache page)
 MIN_WARM_TOKENS = 32
+
+
+class KVHolder(Protocol):
+    """A context, or the view of it its thread published: whose KV state, and its tokens."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def kv_tokens(self) -> Sequence[int]: ...
 
 
 @dataclass
@@ -246,9 +257,10 @@ class KVTiers:
         self._writer.join()
 
     # ---- accounting
-    def pages(self, backends: list[tuple[Backend, int]]) -> dict:
+    def pages(self, backends: Sequence[tuple[KVHolder, int]]) -> dict:
         """KV use in PAGE_TOKENS pages per model: capacity and use of the live context, and what
-        each conversation holds hot, warm and cold. `backends`: (backend, planned bytes per token)."""
+        each conversation holds hot, warm and cold. `backends`: (a context, or the view its thread
+        published, and its planned bytes per token)."""
         out = {}
         cold_files = self.cold.counted_files()
         for backend, per_token in backends:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import math
 import re
+from typing import Sequence
 from bisect import bisect_right
 
 MAX_WEAK_SPANS = 3
@@ -87,7 +88,7 @@ def token_offsets(token_pieces: list[str | bytes]) -> tuple[str, list[int]]:
     return "".join(parts), starts
 
 
-def confidence_report(token_texts: list[str | bytes], logprobs: list[float], threshold: float,
+def confidence_report(token_texts: Sequence[str | bytes], logprobs: list[float], threshold: float,
                       max_weak: int = MAX_WEAK_SPANS) -> dict:
     """Confidence of one answer overall and per sentence, with its weakest sentences.
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Callable
 
 from engine.inference.tool_calls import Tool
-from engine.tools.base import ToolFailed, ToolResult
+from engine.tools.base import ToolFailed, ToolResult, ToolSource
 from engine.tools.calculator import CalculatorError, calculate
 
 NAME = "builtin"
@@ -35,7 +35,7 @@ RECALL = _tool("recall_memory", "Recall what the user told you in earlier chats 
                {"query": {"type": "string", "maxLength": 500}}, ["query"])
 
 
-class BuiltinTools:
+class BuiltinTools(ToolSource):
     """Args:
         search: query → excerpts ({"path", "page", "text", ...}, best first), or None when the
             documents are off (the tool is then not offered).
@@ -53,6 +53,17 @@ class BuiltinTools:
 
     def tools(self) -> tuple[Tool, ...]:
         return (DATETIME, CALCULATOR) + ((SEARCH,) if self._search else ()) + ((RECALL,) if self._recall else ())
+
+    # ---- a kind of source of its own (engine/tools/base.py SourceKind): one, always on
+    def sources(self) -> list[ToolSource]:
+        return [self]
+
+    def panel(self) -> list[dict]:
+        return [{"name": self.name, "state": "running", "error": "", "transport": "built-in", "target": "",
+                 "stderr": "", "config": {}, "tools": self.tools()}]
+
+    def close(self) -> None:
+        pass
 
     def call(self, name: str, arguments: dict, cancel: threading.Event) -> ToolResult:
         if name == DATETIME.name:

@@ -8,16 +8,18 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from typing import Callable
 
 MAX_CHARS = 500
 MAX_EXPONENT = 10_000  # 2 ** 10_000 is instant; 10 ** 10 ** 10 would hang
 MAX_FACTORIAL = 1_000
 MAX_DIGITS = 4_300  # what int → str allows by default
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+Number = int | float
+_BINARY: dict[type[ast.operator], Callable[[Number, Number], Number]] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: pow}
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
-_FUNCTIONS = {"sqrt": math.sqrt, "exp": math.exp, "ln": math.log, "log": math.log, "log10": math.log10,
+_UNARY: dict[type[ast.unaryop], Callable[[Number], Number]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_FUNCTIONS: dict[str, Callable[..., Number]] = {"sqrt": math.sqrt, "exp": math.exp, "ln": math.log, "log": math.log, "log10": math.log10,
               "log2": math.log2, "sin": math.sin, "cos": math.cos, "tan": math.tan, "asin": math.asin,
               "acos": math.acos, "atan": math.atan, "abs": abs, "round": round, "floor": math.floor,
               "ceil": math.ceil, "factorial": math.factorial, "min": min, "max": max}
@@ -56,7 +58,7 @@ def calculate(expression: str) -> int | float:
 
 
 def _eval(node: ast.AST) -> int | float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name) and node.id in _CONSTANTS:
         return _CONSTANTS[node.id]

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from engine.config.locked_file import locked, write_atomic
 from engine.config.paths import private_file, user_dir
+from engine.tools.base import DEFAULT_TIMEOUT_S
 
-DEFAULT_TIMEOUT_S = 30.0
 MAX_FILE_BYTES = 1 << 20  # a config, not a data file: larger is a mistake, said as one
 MASK = "••••••"
 _KNOWN = {"command", "args", "env", "cwd", "url", "headers", "type", "timeout", "disabled"}

@@ -25,12 +25,15 @@ import threading
 import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Coroutine
+from typing import TYPE_CHECKING, Any, Coroutine, Protocol
 
 from engine.config.version import __version__
 from engine.inference.tool_calls import Tool
-from engine.tools.base import ToolFailed, ToolResult
+from engine.tools.base import ToolFailed, ToolResult, ToolSource
 from engine.tools.mcp_config import MASK, McpServerConfig, masked_url
+
+if TYPE_CHECKING:
+    from mcp import Client  # the SDK loads with the first server, not with the engine
 
 log = logging.getLogger(__name__)
 # The SDK and its HTTP client log a server's URL (INFO: every request; DEBUG: the connection), and a
@@ -48,6 +51,12 @@ MAX_SCHEMA = 8192       # characters of its arguments' JSON schema
 
 # States a server is in, as the Tools panel shows them.
 STOPPED, STARTING, RUNNING, CRASHED, FAILED, DISABLED = "stopped", "starting", "running", "crashed", "failed", "disabled"
+
+
+class Submits(Protocol):
+    """Where a server's coroutines run: the hub's loop (`McpLoop`), made at the first start."""
+
+    def submit(self, coro: Coroutine) -> Future: ...
 
 
 class McpLoop:
@@ -83,11 +92,11 @@ def _wait(future: Future, timeout: float, cancel: threading.Event | None = None)
                 raise
 
 
-class McpServer:
+class McpServer(ToolSource):
     """One configured server, a ToolSource: `tools()` starts it if it is not running; `call()` runs
     one tool with the server's timeout and stops when its `cancel` is set."""
 
-    def __init__(self, config: McpServerConfig, loop: McpLoop, log_dir: Path):
+    def __init__(self, config: McpServerConfig, loop: Submits, log_dir: Path):
         self.config = config
         self.name = config.name
         self.timeout_s = config.timeout_s
@@ -194,7 +203,9 @@ class McpServer:
 
         if self._session is not None:  # a crashed one still unwinding
             await self._close_session()
-        session = self._session = _Session(asyncio.current_task(), asyncio.Event())
+        task = asyncio.current_task()
+        assert task is not None  # this runs as a task on the loop
+        session = self._session = _Session(task, asyncio.Event())
         t0 = time.monotonic()
         errlog = http = None
         try:
@@ -250,9 +261,9 @@ class McpServer:
 
     async def _call(self, name: str, arguments: dict) -> ToolResult:
         session = self._session
-        client = session.client if session is not None else None
-        if client is None:
+        if session is None or session.client is None:
             raise ToolFailed(f"the MCP server {self.name!r} is not running")
+        client = session.client
         try:
             result = await client.call_tool(name, arguments)
         except asyncio.CancelledError:
@@ -293,7 +304,7 @@ class _Session:
 
     def __init__(self, task: asyncio.Task, closing: asyncio.Event):
         self.task, self.closing = task, closing
-        self.client = None
+        self.client: Client | None = None  # once connected
 
 
 class McpServers:
@@ -336,8 +347,17 @@ class McpServers:
         with self._lock:
             return self._servers.get(name)
 
-    def sources(self) -> list[McpServer]:
+    # ---- a kind of source (engine/tools/base.py SourceKind): each configured server
+    def sources(self) -> list[ToolSource]:
         return [s for s in self.servers() if s.state != DISABLED]
+
+    def panel(self) -> list[dict]:
+        out = []
+        for server in self.servers():
+            snap = server.snapshot()
+            tools = tuple(Tool(t["name"], t["description"], t["parameters"]) for t in snap.pop("tools"))
+            out.append({**snap, "stderr": server.stderr_tail(), "config": server.config.shown(), "tools": tools})
+        return out
 
     def close(self) -> None:
         """Stop every server (the app quits) and end the loop."""

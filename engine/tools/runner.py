@@ -18,7 +18,7 @@ from engine.tools.base import ToolFailed, ToolResult, ToolSource
 log = logging.getLogger(__name__)
 
 ONCE, ALWAYS, DENY = "once", "always", "deny"
-DEFAULT_TIMEOUT_S = 30.0
+MAX_ROUNDS = 8  # rounds of calls a turn may make before the model must answer in words
 MAX_RESULT_CHARS = 16_000  # ~4k tokens: what one result may take of a laptop's context
 POLL_S = 0.05
 
@@ -60,6 +60,17 @@ class ToolResultEvent:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class TurnTools:
+    """The tools the engine runs itself during a turn (the window's Tools switch; a field of
+    `TurnRequest`): what `runner` offers, each call put to `approve` (on the turn's thread: "once",
+    "always" or "deny"), for at most `max_rounds` rounds of calls (engine/chat/stages/tools.py)."""
+
+    runner: "ToolRunner"
+    approve: Callable[[Approval], str]
+    max_rounds: int = MAX_ROUNDS
+
+
 class ToolRunner:
     """Args:
         sources: the built-in tools and each MCP server (a tool's name is its own; where two
@@ -67,7 +78,7 @@ class ToolRunner:
             "<source>.<name>").
         always: "source/tool" keys the user allowed for good.
         disabled: "source/tool" keys switched off in the Tools panel.
-        timeouts: seconds per source (default DEFAULT_TIMEOUT_S).
+        timeouts: seconds per source (default: the source's own `timeout_s`).
         remember: called with a key the user just allowed for good (to keep it in the settings).
     """
 
@@ -109,6 +120,12 @@ class ToolRunner:
         """The source and tool an offered name stands for, as the last `use` offered it."""
         return (self._turn if self._turn is not None else self.offered()).get(name)
 
+    def announce(self, call: dict) -> ToolCallEvent:
+        """A call the model made, as it is shown before it is approved and run."""
+        fn = call["function"]
+        found = self.resolve(fn["name"])
+        return ToolCallEvent(call["id"], found[0].name if found else "", fn["name"], fn["arguments"])
+
     def run(self, call: dict, cancel: threading.Event, approve: Callable[[Approval], str]) -> ToolResultEvent:
         """Ask, run and report one call (an OpenAI-shaped dict from TurnDone.tool_calls)."""
         name, cid = call["function"]["name"], call["id"]
@@ -136,12 +153,12 @@ class ToolRunner:
     def _run(self, cid: str, source: ToolSource, tool: Tool, arguments: dict,
              cancel: threading.Event) -> ToolResultEvent:
         t0 = time.monotonic()
-        if getattr(source, "inline", False):
+        if source.inline:
             # the built-ins: quick, and their searches read stores the turn's own thread owns
             return self._outcome(cid, source, tool, _call(source, tool, arguments, cancel), time.monotonic() - t0)
         box: list = []
         stop = threading.Event()  # the call's own: set on Stop or at its timeout
-        limit = self.timeouts.get(source.name, getattr(source, "timeout_s", DEFAULT_TIMEOUT_S))
+        limit = self.timeouts.get(source.name, source.timeout_s)
         worker = threading.Thread(target=lambda: box.append(_call(source, tool, arguments, stop)),
                                   name=f"tool-{source.name}", daemon=True)
         worker.start()

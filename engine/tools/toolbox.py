@@ -1,8 +1,9 @@
-"""The window's tools in one place: the built-in tools bound to an Assistant's documents and
-memory, the MCP servers of mcp.json, and what the user decided (tools.json). It makes each turn's
-ToolRunner, and gives the Tools panel a snapshot it can read without waiting: every source with
-its state, stderr and tools, each tool with on/off, "always" and what its description costs in
-every prompt.
+"""The window's tools in one place: the kinds of tool source registered with it (the built-in
+tools bound to an Assistant's documents and memory, the MCP servers of mcp.json, and any other
+kind: engine/tools/base.py `SourceKind`), and what the user decided (tools.json). It makes each
+turn's ToolRunner, and gives the Tools panel a snapshot it can read without waiting: every source
+with its state, stderr and tools, each tool with on/off, "always" and what its description costs
+in every prompt.
 
 Threads: `runner()` and the built-in tools run on the engine's thread (the turn's). `snapshot`,
 the switches and `close` may come from any thread; `restart` and `import_config` may wait on a
@@ -20,7 +21,8 @@ from typing import Callable
 from engine.config.paths import user_dir
 from engine.inference.tool_calls import Tool
 from engine.tools import mcp_config
-from engine.tools.builtin import NAME as BUILTIN, BuiltinTools
+from engine.tools.base import SourceKind
+from engine.tools.builtin import BuiltinTools
 from engine.tools.mcp_server import DISABLED, McpServers
 from engine.tools.permissions import Permissions
 from engine.tools.runner import ToolRunner
@@ -44,6 +46,11 @@ class Toolbox:
         self.problems: list[str] = []
         self._lock = threading.Lock()
         self.servers = McpServers(self._read(), log_dir or user_dir() / "logs" / "mcp")
+        self.kinds: list[SourceKind] = [builtin, self.servers]  # in the order their tools are offered
+
+    def register(self, kind: SourceKind) -> None:
+        """Offer another kind of source's tools from the next turn on, after those registered."""
+        self.kinds.append(kind)
 
     @classmethod
     def for_assistant(cls, assistant, **kw) -> "Toolbox":
@@ -71,8 +78,8 @@ class Toolbox:
     # ---- a turn's tools (engine thread)
     def runner(self) -> ToolRunner:
         p = self.permissions
-        sources = [self.builtin, *self.servers.sources()]
-        # each server's timeout is its own (McpServer.timeout_s), which the runner reads
+        sources = [source for kind in self.kinds for source in kind.sources()]
+        # each source's timeout is its own (ToolSource.timeout_s), which the runner reads
         return ToolRunner(sources, always=p.always, disabled=p.disabled, remember=p.allow_always)
 
     # ---- the Tools panel
@@ -81,14 +88,8 @@ class Toolbox:
         "stderr", "config" (secrets masked), "tools": [{"name", "description", "key", "enabled",
         "always", "tokens"}]}. Reads what is known; starts nothing."""
         p = self.permissions
-        out = [{"name": BUILTIN, "state": "running", "error": "", "transport": "built-in", "target": "",
-                "stderr": "", "config": {}, "tools": self._tools(BUILTIN, self.builtin.tools(), p)}]
-        for server in self.servers.servers():
-            snap = server.snapshot()
-            tools = tuple(Tool(t["name"], t["description"], t["parameters"]) for t in snap.pop("tools"))
-            out.append({**snap, "stderr": server.stderr_tail(), "config": server.config.shown(),
-                        "tools": self._tools(server.name, tools, p)})
-        return out
+        return [entry | {"tools": self._tools(entry["name"], entry["tools"], p)}
+                for kind in self.kinds for entry in kind.panel()]
 
     def _tools(self, source: str, tools: tuple[Tool, ...], p: Permissions) -> list[dict]:
         return [{"name": t.name, "description": t.description, "key": f"{source}/{t.name}",
@@ -123,8 +124,9 @@ class Toolbox:
         return report
 
     def close(self) -> None:
-        """Stop every MCP server (the app quits)."""
-        self.servers.close()
+        """Stop every source that runs (the app quits): each MCP server's process group ends."""
+        for kind in self.kinds:
+            kind.close()
 
 
 def prompt_entry(tool: Tool) -> str:

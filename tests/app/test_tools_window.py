@@ -22,6 +22,7 @@ from engine.tools.toolbox import prompt_entry
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
 from .helpers import fake_window, in_language, save_screenshot, screenshot_dir
+from .test_message_actions import click, settled
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sk-window-secret"
@@ -128,6 +129,42 @@ def test_approve_deny_and_always_in_the_window(qtbot, window, fakes):
     panel.set_tool_enabled("bench", "echo", False)
     qtbot.waitUntil(lambda: "bench/echo" in w.worker.toolbox.permissions.disabled, timeout=10_000)
     panel.close()
+
+
+def test_regenerate_edit_and_branch_run_the_tools_in_the_window(qtbot, window, fakes):
+    """Tools on: every action that asks the model again runs the calls it makes (issue 39), not
+    only Send. Each is driven as a user would: the message's toolbar, then the approval dialog."""
+    w, script = window, fakes.script("m")
+
+    def calls_then(a: int, b: int, words: str) -> None:
+        script.enqueue(Answer(call_text("add", {"a": a, "b": b})), Answer(words))
+
+    def approved_answer() -> str:
+        approval(qtbot, w).once_button.click()
+        text = finished(qtbot, w)["text"]
+        settled(qtbot, w)  # the messages shown carry their stored ids again
+        return text
+
+    calls_then(2, 3, "Five.")
+    ask(qtbot, w, "What is 2 + 3?")
+    assert approved_answer() == "Five."
+    # Regenerate
+    calls_then(2, 3, "It is five.")
+    click(qtbot, w.view, len(w.view.messages) - 1, "regenerate")
+    assert approved_answer() == "It is five." and w.view.tool_blocks()[-1]["text"] == "5"
+    # Edit the message and send it again
+    calls_then(4, 4, "Eight.")
+    click(qtbot, w.view, w.view.last_user_index(), "edit")
+    ask(qtbot, w, "What is 4 + 4?")
+    assert approved_answer() == "Eight." and w.view.tool_blocks()[-1]["text"] == "8"
+    # A branch after the answer: its first message's calls run too
+    calls_then(8, 1, "Nine.")
+    click(qtbot, w.view, len(w.view.messages) - 1, "branch")
+    ask(qtbot, w, "And 8 + 1?")
+    assert approved_answer() == "Nine." and w.view.tool_blocks()[-1]["text"] == "9"
+    rows = w.worker.assistant.transcript(w.conversation_id)  # the turn is over: nothing runs on the engine
+    path = [(m["role"], m["content"]) for m in rows if not m["superseded"]]
+    assert [c for r, c in path if r == "tool"] == ["8", "9"] and path[-1] == ("assistant", "Nine.")
 
 
 def test_stop_while_a_call_waits_for_approval(qtbot, window, fakes):

@@ -1,6 +1,7 @@
-"""After the answer: it is handed to the front-end, then the background work it leaves — the
-next summary when one is due, and the turn queued for the memory index (even when the turn ended
-early: what was stored is indexed)."""
+"""After the answer (it acts on the way out, once every stage inside it has returned): the
+answer is handed to the front-end, then the background work it leaves — the next summary when one
+is due, and the turn queued for the memory index (even when the turn ended early: what was stored
+is indexed)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ the threshold is shown as superseded and asked again on L2."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine.chat.config import EngineConfig
 from engine.chat.conversation import TurnDone
 from engine.chat.pipeline import Events, Rest
@@ -22,7 +24,8 @@ def cascade_threshold(config: EngineConfig, tiers: TierSet) -> float | None:
         return None
     if config.cascade_threshold is not None:
         return config.cascade_threshold
-    entry = tiers.local("L1").worker.model.entry
+    l1 = tiers.local("L1")
+    entry = l1.entry if l1 is not None else None
     return (entry.confidence_threshold if entry else 0.0) or DEFAULT_THRESHOLD
 
 
@@ -35,21 +38,20 @@ class Cascade:
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         done = yield from rest(turn)
         threshold = self._threshold(turn, done)
-        if threshold is None:
+        if done is None or threshold is None:
             return done
         done.superseded = True
         yield done
         reason = f"cascade: L1 confidence {done.confidence:.2f} < {threshold:.2f}"
-        turn.decision = RouteDecision("L2", reason, 0.0)
-        turn.commit_user, turn.supersedes = False, done
-        return (yield from rest(turn))
+        return (yield from rest(replace(turn, decision=RouteDecision("L2", reason, 0.0), commit_user=False,
+                                        supersedes=done)))
 
     def _threshold(self, turn: Turn, done: TurnDone | None) -> float | None:
         """The threshold `done` fell below, if it is to be asked again on L2; else None."""
         req, models = turn.request, self.tiers.models
         if (done is None or req.kind != "send" or not req.cascade or req.route != "auto" or done.level != "L1"
                 or done.route_reason.endswith("override") or done.confidence is None
-                or done.stats.finish_reason in ("cancelled", "tool_calls")
+                or (done.stats is not None and done.stats.finish_reason in ("cancelled", "tool_calls"))
                 or not models.get("L2") or models["L2"] == models["L1"]
                 or not (turn.config.base_models or self.tiers.is_instruct("L2") is not False)):  # not a base model
             return None

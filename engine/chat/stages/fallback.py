@@ -4,11 +4,12 @@ next one, with a note saying why (engine/chat/tier_set.py)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from engine.chat.pipeline import Events, Rest
 from engine.chat.targets import InputError
 from engine.chat.tier_set import TierSet
-from engine.chat.turn import Turn
+from engine.chat.turn import Placed, Turn
 from engine.inference.remote import RemoteError
 
 log = logging.getLogger(__name__)
@@ -22,11 +23,10 @@ class Fallback:
 
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         failures: list[str] = []
-        for target, note in self.tiers.targets(turn.decision.level, local_only=turn.local_only,
+        for target, note in self.tiers.targets(turn.route.level, local_only=turn.recalled.local_only,
                                                base_models=turn.config.base_models):
-            turn.target, turn.note = target, note
             try:
-                return (yield from rest(turn))
+                return (yield from rest(replace(turn, placed=Placed(target, note))))
             except RemoteError as exc:
                 if not exc.unavailable or exc.partial:
                     raise InputError(str(exc)) from exc

@@ -3,6 +3,8 @@ an edited turn's old messages leave the context, and "remember that …" pins it
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine.chat.memory_recall import MemoryRecall
 from engine.chat.pipeline import Events, Rest
 from engine.chat.turn import Turn
@@ -17,15 +19,17 @@ class Prompt:
 
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         user, conv, target = turn.user, turn.conv, turn.target
+        remembered, identity = turn.remembered, target.identity
         if turn.commit_user and user.id is None:
             user.id = self.db.add_message(conv.id, user.role, user.content, model=target.model_id,
-                                          token_ids=user.ids.get(target.identity), token_model=target.identity,
+                                          token_ids=user.ids.get(identity) if identity is not None else None,
+                                          token_model=identity,
                                           model_text=user.model_text, tool_call_id=user.tool_call_id,
                                           parent_id=conv.messages[-1].id if conv.messages else None)
             conv.messages.append(user)
             self.db.supersede(turn.request.replaces, user.id)  # an edit or a branch: the old turns leave
             for old in turn.request.replaces:
                 self.memory.forget_message(old)
-            if turn.fact:
-                turn.remembered = self.memory.remember(conv.id, user, turn.fact)
-        return (yield from rest(turn))
+            if turn.recalled.fact:
+                remembered = self.memory.remember(conv.id, user, turn.recalled.fact)
+        return (yield from rest(replace(turn, remembered=remembered)))

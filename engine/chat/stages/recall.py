@@ -7,11 +7,14 @@ ahead of them. A regenerated answer reads the stored user turn again, with the s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from engine.chat.doc_recall import DocumentRecall
 from engine.chat.memory_recall import MemoryRecall
 from engine.chat.pipeline import Events, Rest
 from engine.chat.tier_set import TierSet
-from engine.chat.turn import Turn
+from engine.chat.turn import Recalled, Turn
+from engine.retrieval.fusion import Hits
 from engine.memory.prompt import recalled_turn
 from engine.memory.remember import parse_remember
 
@@ -23,40 +26,45 @@ class Recall:
         self.memory, self.documents, self.tiers = memory, documents, tiers
 
     def __call__(self, turn: Turn, rest: Rest) -> Events:
+        read: Hits | tuple[dict[str, object], ...] | None = None  # the documents read for it, if any
         if turn.request.kind == "regenerate":
-            self._carry(turn)
+            recalled = self._carry(turn)
+            read = recalled.sources
         elif turn.request.kind != "tool_results":  # a tool's output is no question to search for
-            self._recall(turn)
-        return (yield from rest(turn))
+            recalled, read = self._recall(turn)
+        else:
+            recalled = Recalled()
+        # Documents read for the turn keep it on this computer (even when no excerpt fit).
+        decision = self.documents.keep_local(turn.route, read, turn.config.docs_allow_remote,
+                                             bool(self.tiers.models.get("L2")))
+        return (yield from rest(replace(turn, recalled=recalled, decision=decision)))
 
-    def _recall(self, turn: Turn) -> None:
+    def _recall(self, turn: Turn) -> tuple[Recalled, Hits | None]:
         req, config, user = turn.request, turn.config, turn.user
         found = self.documents.search(user.content, self.documents.scope(turn.conv.id, req.docs))
-        self._keep_local(turn, found)
         budget = config.retrieval_max_tokens
+        memories, fact, memory_tokens = None, None, 0
         if req.memory:
-            turn.recall = self.memory.recall(turn.conv, user.content, config.memory_k,
-                                             budget // 2 if found else budget)
-            turn.memory_tokens = turn.recall.tokens if turn.recall is not None else 0
+            memories = self.memory.recall(turn.conv, user.content, config.memory_k, budget // 2 if found else budget)
+            memory_tokens = memories.tokens if memories is not None else 0
             if self.memory.memory is not None:
-                turn.fact = parse_remember(user.content)
-        user.model_text = recalled_turn(user.content, turn.recall) if turn.recall else None
-        turn.docs_status = found.status if found is not None else "off"
+                fact = parse_remember(user.content)
+        user.model_text = recalled_turn(user.content, memories) if memories else None
+        docs_status = found.status if found is not None else "off"
+        sources: list[dict[str, object]] = []
+        document_tokens = 0
         if found:
-            text, turn.sources, used = self.documents.excerpts(user.content, user.model_text or user.content,
-                                                               found, max(0, budget - turn.memory_tokens))
+            text, sources, used = self.documents.excerpts(user.content, user.model_text or user.content, found,
+                                                          max(0, budget - memory_tokens))
             if text is None:
-                turn.docs_status = "skipped: no excerpt fits the retrieval budget"
+                docs_status = "skipped: no excerpt fits the retrieval budget"
             else:
-                user.model_text, turn.document_tokens = text, used
-        turn.local_only = bool(turn.sources) and not config.docs_allow_remote
+                user.model_text, document_tokens = text, used
+        return Recalled(memories, fact, memory_tokens, document_tokens, tuple(sources), docs_status,
+                        local_only=bool(sources) and not config.docs_allow_remote), found
 
-    def _carry(self, turn: Turn) -> None:
+    def _carry(self, turn: Turn) -> Recalled:
         old = turn.supersedes.message_id if turn.supersedes else None
-        turn.sources, turn.docs_status, turn.document_tokens = self.documents.carried(old)
-        turn.local_only = bool(turn.sources) and not turn.config.docs_allow_remote
-        self._keep_local(turn, turn.sources)
-
-    def _keep_local(self, turn: Turn, found) -> None:
-        turn.decision = self.documents.keep_local(turn.decision, found, turn.config.docs_allow_remote,
-                                                  bool(self.tiers.models.get("L2")))
+        sources, docs_status, document_tokens = self.documents.carried(old)
+        return Recalled(document_tokens=document_tokens, sources=tuple(sources), docs_status=docs_status,
+                        local_only=bool(sources) and not turn.config.docs_allow_remote)

@@ -30,15 +30,15 @@ class Route:
 
     def __call__(self, turn: Turn, rest: Rest) -> Events:
         req = turn.request
-        turn.decision = self.decide(turn.conv.id, turn.user.content, req.route, turn.config, req.domain)
+        decision = self.decide(turn.conv.id, turn.user.content, req.route, turn.config, req.domain)
         tools = req.params.tools
-        if tools is not None and tools.offered() and not turn.decision.reason.endswith("override"):
-            turn.decision = self.tiers.tool_tier(turn.decision)  # a user's own route is theirs
-        if req.kind == "tool_results" and turn.decision.reason == "user override":
+        if tools is not None and tools.offered() and not decision.reason.endswith("override"):
+            decision = self.tiers.tool_tier(decision)  # a user's own route is theirs
+        if req.kind == "tool_results" and decision.reason == "user override":
             # send_tool_results routes to the model that called (kept there, as an override is, so
             # the results extend its KV): say so, not the user's override
-            turn.decision = replace(turn.decision, reason="tool results: the model that called")
-        return (yield from rest(turn))
+            decision = replace(decision, reason="tool results: the model that called")
+        return (yield from rest(replace(turn, decision=decision)))
 
     def decide(self, conversation_id: int, text: str, forced: str, config: EngineConfig,
                domain: str) -> RouteDecision:
@@ -53,7 +53,7 @@ class Route:
         decision = self.tiers.instruct_tier(classify(text), config.base_models)
         warm = self.tiers.warm.get(conversation_id)
         warm_worker = self.tiers.loaded(warm) if warm else None
-        if not (warm_worker and decision.level in ("L1", "L2") and warm != decision.level):
+        if not (warm and warm_worker and decision.level in ("L1", "L2") and warm != decision.level):
             return decision
         history = self.conversation(conversation_id).history()
         user = Message("user", clean_text(text).strip())
