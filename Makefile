@@ -49,7 +49,8 @@ test: venv models
 	@$(BIN)/python tests/second_variant.py; rc=$$?; [ $$rc -ne 5 ] || echo "make test: no numerics tests were collected" >&2; exit $$rc
 
 # The fast suite, about 3 minutes on 2 cores: pure-Python tests and the turn logic on the scripted
-# fake backend (tests/fake_backend.py); no model loads, no Qt windows. The demo files are read for
+# fake backend (tests/fake_backend.py), and mypy over the chat engine and the tools
+# (tests/test_types.py); no model loads, no Qt windows. The demo files are read for
 # their metadata only (planner tests).
 test-fast: venv $(DEMO_MODELS)
 	@$(BIN)/python -m pytest -m "not model and not gui"; rc=$$?; [ $$rc -ne 5 ] || echo "make test-fast: no tests were collected" >&2; exit $$rc
