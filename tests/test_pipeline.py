@@ -8,7 +8,9 @@ import pytest
 from engine.api import EngineConfig, GenerateParams, TurnRequest, TurnStats
 from engine.chat.pipeline import relay, stage_names
 from engine.chat.stages import turn_stages
-from engine.inference.generate import Chunk, TurnResult
+from engine.chat.target import Capabilities
+from engine.chat.turn import Placed
+from engine.inference.events import Chunk, GenerationStats, TurnResult
 from tests.fake_backend import dones, fakes, make_assistant, send  # noqa: F401
 
 STAGES = ["tools", "after", "route", "recall", "cascade", "fallback", "fit", "prompt", "store", "generate"]
@@ -127,3 +129,62 @@ def test_a_turn_keeps_the_config_it_started_with(fakes, make_assistant):
     assert done.stats.retrieval.max_tokens == 256
     (after,) = dones(send(a, cid, "and now?"))
     assert after.stats.retrieval.max_tokens == 7 and a.config.retrieval_max_tokens == 7
+
+
+class Echo:
+    """A target the stages know only through the Target protocol (engine/chat/target.py): it
+    answers with the user's words, declares no tokens, no offload and no confidence."""
+
+    level = "L1"
+    capabilities = Capabilities(checkpoint=True)  # told after each stored answer
+
+    def __init__(self):
+        self.after = []
+
+    model_id = "echo"
+    identity = None
+
+    def fit(self, system, turns, user, params, first_kept=0):
+        return None
+
+    def count_text(self, text):
+        return len(text.split())
+
+    def stream(self, history, user, params, cancel, window_moved=False, *, conversation_id, read_ahead=False,
+               domain=""):
+        yield Chunk(user.content, -1, 0.0)
+        yield TurnResult([], user.content, [], GenerationStats(1, 1, 0, 1, 1.0, 1.0, 1.0, "stop", "fresh"))
+
+    def offload(self):
+        raise AssertionError("not asked: capabilities.offload is False")
+
+    def confidence(self, done, sampled, warn):
+        raise AssertionError("not asked: capabilities.confidence is False")
+
+    def after_turn(self, done):
+        self.after.append(done.message_id)
+
+
+class PlaceEcho:
+    """Stands in for Fallback: every turn goes to the one target."""
+
+    name = "fallback"
+
+    def __init__(self, target):
+        self.target = target
+
+    def __call__(self, turn, rest):
+        return (yield from rest(dataclasses.replace(turn, placed=Placed(self.target))))
+
+
+def test_a_target_is_asked_only_what_it_declares(fakes, make_assistant):
+    a = make_assistant(str(fakes.model_file("m")))
+    echo = Echo()
+    a.use_stages(tuple(PlaceEcho(echo) if s.name == "fallback" else s for s in a.stages))
+    cid = a.new_conversation()
+    (done,) = dones(send(a, cid, "hello there"))
+    assert done.text == "hello there" and done.model == "echo"
+    assert done.stats.offload is None and done.stats.confidence is None and done.stats.context is None
+    assert echo.after == [done.message_id]
+    row = a.transcript(cid)[-1]
+    assert row["content"] == "hello there" and a.db.messages(cid)[-1]["token_ids"] is None  # no ids: none known
