@@ -268,3 +268,36 @@ def test_a_branch_after_an_answer_that_called_tools_follows_its_last_round(fakes
     list(a.send(cid, "Another way?", after=first_round.id))
     assert [role for role, _ in _path(a, cid)] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
     assert _path(a, cid)[-2:] == [("user", "Another way?"), ("assistant", "Branched.")]
+
+
+def test_a_registered_kind_of_source_is_offered_listed_and_closed(tmp_path):
+    """A new kind of tool source (a plugin, another server protocol) is a SourceKind registered
+    with the Toolbox: its tools are offered to a turn, listed in the Tools panel, and it is closed
+    with the rest."""
+    from engine.api import Toolbox
+    from engine.tools.permissions import Permissions
+
+    class Plugin:
+        closed = False
+
+        def sources(self):
+            return [Big()]
+
+        def panel(self):
+            return [{"name": "big", "state": "running", "error": "", "transport": "plugin", "target": "",
+                     "stderr": "", "config": {}, "tools": Big().tools()}]
+
+        def close(self):
+            self.closed = True
+
+    box = Toolbox(BuiltinTools(), config_path=tmp_path / "mcp.json", permissions=Permissions(tmp_path / "tools.json"),
+                  log_dir=tmp_path / "logs")
+    plugin = Plugin()
+    box.register(plugin)
+    offered = {t.name for t in box.runner().use().tools}
+    assert "dump" in offered and "calculator" in offered
+    panel = box.snapshot()
+    assert [s["name"] for s in panel] == ["builtin", "big"]
+    assert panel[1]["tools"][0]["key"] == "big/dump" and panel[1]["tools"][0]["enabled"]
+    box.close()
+    assert plugin.closed
