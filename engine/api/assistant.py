@@ -27,8 +27,9 @@ from engine.config.paths import db_path
 from engine.config.presets import Preset
 from engine.config.settings import Settings
 from engine.docs.service import DocumentService
-from engine.inference.backend import ModelLoadError, VocabTokenizer
-from engine.inference.generate import GenerateParams
+from engine.inference.errors import ModelLoadError
+from engine.inference.events import GenerateParams
+from engine.inference.vocab import VocabTokenizer
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound

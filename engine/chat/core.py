@@ -20,7 +20,7 @@ from engine.chat.conversation import Conversation, ConversationNotFound, StableB
 from engine.chat.doc_recall import DocumentRecall
 from engine.chat.memory_recall import MemoryRecall
 from engine.chat.pipeline import TurnEvent, compose, stage_names
-from engine.chat.request import MAX_MESSAGE_CHARS, ROUTES, TurnRequest
+from engine.chat.request import ROUTES, TurnRequest
 from engine.chat.session import Message, Session
 from engine.chat.stages import Parts, turn_stages
 from engine.chat.stages.cascade import cascade_threshold
@@ -32,8 +32,8 @@ from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
 from engine.config.ownership import adopt, check_owner
 from engine.config.paths import user_dir
-from engine.inference.backend import ModelLoadError
-from engine.inference.generate import GenerateParams
+from engine.inference.errors import ModelLoadError
+from engine.inference.events import GenerateParams
 from engine.inference.manager import ModelManager
 from engine.inference.runtime import Worker
 from engine.inference.remote import RemoteClient
@@ -41,7 +41,7 @@ from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.memory.service import MemoryService
 from engine.models.catalog import Catalog, ModelNotFound
 from engine.routing.router import RouteDecision
-from engine.storage import Database, clean_text
+from engine.storage import MAX_MESSAGE_CHARS, Database, clean_text
 
 log = logging.getLogger(__name__)
 _WIDE = re.compile(r"[\u1100-\u9fff\uac00-\ud7af\uff00-\uffef]")  # a token each, about

@@ -6,14 +6,13 @@ import threading
 from dataclasses import dataclass, replace
 
 from engine.chat.targets import InputError
-from engine.inference.generate import GenerateParams
+from engine.inference.events import GenerateParams
 from engine.inference.structured import SchemaUnsupported, response_grammar
 from engine.inference.templates import HISTORY_RULES
 from engine.kv.snapshot import WINDOW_DOMAIN
-from engine.storage import clean_text
+from engine.storage import MAX_MESSAGE_CHARS, clean_text
 from engine.tools.runner import TurnTools
 
-MAX_MESSAGE_CHARS = 200_000  # refuse before tokenizing anything larger
 # What to do with a message too long for the context (MessageTooLong): refuse it, keep its head
 # and tail (the middle cut, a marker says how much), or have the L1 model summarise it in parts.
 # The stored message keeps every word typed; the shortened text is what the models read.

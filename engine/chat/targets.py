@@ -11,11 +11,12 @@ import math
 import threading
 from typing import Generator
 
-from engine.inference.backend import ContextFull, DecodeError, SamplingParams
+from engine.inference.backend import SamplingParams
+from engine.inference.errors import ContextFull, DecodeError
 from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
                                 session_counter)
-from engine.inference.generate import (Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats,
-                                       common_prefix, generate)
+from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, TurnResult
+from engine.inference.generate import common_prefix, generate
 from engine.inference.reasoning import opens_block
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
