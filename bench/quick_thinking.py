@@ -21,7 +21,7 @@ from engine.routing.router import classify, quick  # noqa: E402
 from engine.routing.router_eval import load_tsv, split_by_language  # noqa: E402
 
 DEFAULT_FILES = [ROOT / "tests/data/router_private.tsv", ROOT / "tests/data/router_holdout.tsv",
-                 ROOT.parent / "shared" / "eval" / "router_public.tsv"]  # the public set, beside the repository
+                 ROOT / "tests/data/router_public.tsv"]  # the public set (a copy of ../shared/eval/'s)
 
 
 def main(argv: list[str] | None = None) -> int:

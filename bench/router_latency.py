@@ -26,7 +26,7 @@ from engine.routing.router_eval import EvalFileError, load_tsv, split_by_languag
 log = logging.getLogger("bench.router_latency")
 
 DEFAULT_FILES = [ROOT / "tests/data/router_private.tsv", ROOT / "tests/data/router_holdout.tsv",
-                 ROOT.parent / "shared" / "eval" / "router_public.tsv"]  # the public set, beside the repository
+                 ROOT / "tests/data/router_public.tsv"]  # the public set (a copy of ../shared/eval/'s)
 
 
 def _pct(sorted_values: list[float], q: float) -> float:
