@@ -8,9 +8,9 @@ import logging
 from dataclasses import replace
 
 from engine.chat.conversation import StableBlock
-from engine.chat.session import Message
 from engine.chat.memory_recall import MemoryRecall
 from engine.chat.pipeline import Events, Rest
+from engine.chat.session import Message
 from engine.chat.summary_chain import SummaryChain
 from engine.chat.targets import InputError, MessageTooLong
 from engine.chat.tier_set import TierSet
