@@ -1,8 +1,9 @@
 """The assistant's core: conversations, the tiers that answer them, and turns as a pipeline.
 
-A turn is `TurnRequest` → the stages of engine/chat/stages (route, recall, cascade, fallback, fit,
-prompt, store, generate, and after the answer) over explicit collaborators. Front-ends use
-engine.api, which builds this from settings (`EngineConfig`).
+A turn is `TurnRequest` → the stages of engine/chat/stages (the tool loop, after the answer, route,
+recall, cascade, fallback, fit, prompt, store, generate) over explicit collaborators; every entry
+point below (send, an edit, a branch, regenerate, tool results) runs the same stages. Front-ends
+use engine.api, which builds this from settings (`EngineConfig`).
 """
 
 from __future__ import annotations
