@@ -188,3 +188,9 @@ def test_a_target_is_asked_only_what_it_declares(fakes, make_assistant):
     assert echo.after == [done.message_id]
     row = a.transcript(cid)[-1]
     assert row["content"] == "hello there" and a.db.messages(cid)[-1]["token_ids"] is None  # no ids: none known
+
+
+def test_a_checked_request_carries_its_response_format_into_the_models_params():
+    fmt = {"type": "json_object"}
+    request = TurnRequest(conversation_id=1, text="hi", response_format=fmt, params=GenerateParams(think=True)).checked()
+    assert request.params.response_format == fmt and request.params.think is False  # constrained: no thinking

@@ -89,10 +89,10 @@ class TurnRequest:
                 raise InputError(str(exc)) from exc
             if self.params.tools is not None or self.tools is not None:
                 raise InputError("response_format and tools cannot be combined: a call is JSON of its own")
-        if self.tools is not None and self.params.tools is not None:
-            raise InputError("a turn's tools are either run by the engine or by its caller, not both")
             # Thinking is free text: a constrained answer starts at once.
             request = replace(self, params=replace(self.params, response_format=fmt, think=False))
+        if self.tools is not None and self.params.tools is not None:
+            raise InputError("a turn's tools are either run by the engine or by its caller, not both")
         if self.kind in ("regenerate", "tool_results"):
             return request
         text = clean_text(self.text).strip()
