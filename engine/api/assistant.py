@@ -20,8 +20,8 @@ from engine.api.engine_config import CONFIG_SETTINGS, engine_config
 from engine.api.status import StatusPublisher
 from engine.chat import branches
 from engine.chat.core import AssistantCore, TurnDone
-from engine.chat.pipeline import TurnEvent
 from engine.chat.export import conversation_html, conversation_json, conversation_markdown
+from engine.chat.pipeline import TurnEvent
 from engine.chat.targets import InputError
 from engine.config.paths import db_path
 from engine.config.presets import Preset
@@ -29,8 +29,8 @@ from engine.config.settings import Settings
 from engine.docs.service import DocumentService
 from engine.inference.errors import ModelLoadError
 from engine.inference.events import GenerateParams
-from engine.inference.vocab import VocabTokenizer
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
+from engine.inference.vocab import VocabTokenizer
 from engine.memory.service import MemoryService
 from engine.models.catalog import ModelNotFound
 from engine.config.ownership import check_owner
