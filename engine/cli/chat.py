@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import os
 import signal
@@ -17,6 +16,7 @@ from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputEr
                         ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone,
                         reasoning_options)
 from engine.cli.docs import add_chat_flag, sources_text, use_documents
+from engine.cli import output
 from engine.cli.output import EXIT_FAILED, EXIT_MODEL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 
 log = logging.getLogger("assistant")
@@ -69,15 +69,10 @@ class Output:
         self.json = json_mode
 
     def event(self, **fields) -> None:
-        sys.stdout.write(json.dumps(fields, ensure_ascii=False) + "\n")
-        sys.stdout.flush()
+        output.print_json(fields)
 
     def error(self, message: str) -> None:
-        if self.json:
-            self.event(event="error", message=message)
-        else:
-            sys.stderr.write(f"error: {message}\n")
-            sys.stderr.flush()
+        output.error(message, EXIT_FAILED, self.json)  # the command returns its own exit code
 
     def notice(self, kind: str, text: str, **fields) -> None:
         """A non-error event: `{"event": kind, ...}` in JSON mode, else `text` for a human."""
