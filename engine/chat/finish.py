@@ -11,6 +11,7 @@ from engine.chat.conversation import StableBlock, TurnDone
 from engine.chat.memory_recall import MemoryRecall, memories_used
 from engine.chat.session import Message
 from engine.chat.stats import Retrieval, TurnStats
+from engine.chat.target import token_owner
 from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
 from engine.routing.confidence import geometric_mean_prob
@@ -28,20 +29,20 @@ class Finish:
         """`done` (the model's answer, not yet stored) as the stored answer `answer` is now."""
         assert answer.id is not None and done.stats is not None
         target, conv = turn.target, turn.conv
-        keeps = target.capabilities.tokens and target.identity is not None
+        owner = token_owner(target)
         answer.content = done.text
         answer.tool_calls = done.tool_calls or None
         thinks = bool(done.reasoning or done.reasoning_ids)
         answer.reasoning = done.reasoning if thinks else None
-        if keeps and target.identity is not None:
-            answer.ids = {target.identity: done.token_ids}
-            answer.reasoning_ids = {target.identity: done.reasoning_ids} if thinks else {}
+        if owner is not None:
+            answer.ids = {owner: done.token_ids}
+            answer.reasoning_ids = {owner: done.reasoning_ids} if thinks else {}
             self.tiers.warm[conv.id] = target.level
         stats = self.stats(turn, done)
-        self.db.update_message(answer.id, content=done.text, token_ids=done.token_ids if keeps else None,
+        self.db.update_message(answer.id, content=done.text, token_ids=done.token_ids if owner is not None else None,
                                logprobs=done.logprobs, status="done", stats=stats.as_json(),
                                reasoning=answer.reasoning,
-                               reasoning_ids=done.reasoning_ids if thinks and keeps else None,
+                               reasoning_ids=done.reasoning_ids if thinks and owner is not None else None,
                                tool_calls=done.tool_calls)
         stored = replace(done, message_id=answer.id, stats=stats, route_reason=turn.route.reason,
                          fallback=stats.fallback, confidence=geometric_mean_prob(done.logprobs))

@@ -78,3 +78,9 @@ class Target(Protocol):
         """The answer is stored: what the target does while the user reads (a local model
         checkpoints the chat's KV to its cold file)."""
         ...
+
+
+def token_owner(target: Target) -> str | None:
+    """The identity an answer's token ids are stored under; None when the target's ids are not
+    known (nothing is stored for them)."""
+    return target.identity if target.capabilities.tokens else None

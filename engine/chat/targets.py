@@ -67,7 +67,7 @@ class LocalTarget:
 
     @property
     def capabilities(self) -> Capabilities:
-        entry = self.worker.model.entry
+        entry = self.entry
         # tools: unless the catalog says it cannot (an unknown file may: its template decides)
         return Capabilities(tools=entry is None or entry.tools is not False,
                             reasoning=self.worker.template.reasoning is not None, tokens=True,

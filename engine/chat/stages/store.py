@@ -8,6 +8,7 @@ import time
 from engine.chat.finish import Finish
 from engine.chat.pipeline import Events, Rest, TurnEvent, relay
 from engine.chat.session import Message
+from engine.chat.target import token_owner
 from engine.chat.turn import Turn
 from engine.inference.events import Chunk, ReasoningChunk
 from engine.inference.remote import RemoteError
@@ -54,9 +55,9 @@ class Store:
         conv, target, old = turn.conv, turn.target, turn.supersedes
         if old is not None:
             conv.messages = [m for m in conv.messages if m.id != old.message_id]
-        keeps = target.capabilities.tokens
         answer.id = self.db.add_message(conv.id, "assistant", "", model=target.model_id, level=target.level,
-                                        token_ids=[] if keeps else None, token_model=target.identity,
+                                        token_ids=[] if token_owner(target) is not None else None,
+                                        token_model=target.identity,
                                         status="streaming", parent_id=conv.messages[-1].id if conv.messages else None)
         if old is not None and old.message_id is not None:  # answered again: the turns after the old answer leave with it
             later = turn.request.replaces if not turn.commit_user else ()
@@ -66,15 +67,15 @@ class Store:
     def _save(self, turn: Turn, answer: Message, written: _Written, status: str | None = None,
               stats: dict[str, object] | None = None) -> None:
         assert answer.id is not None
-        keeps, identity = turn.target.capabilities.tokens, turn.target.identity
+        owner = token_owner(turn.target)
         answer.content = "".join(written.parts)
-        if keeps and identity is not None:
-            answer.ids = {identity: list(written.ids)}
+        if owner is not None:
+            answer.ids = {owner: list(written.ids)}
         if written.thought:
             # Its ids are not kept while it streams (the tags' tokens show no text): a turn after an
             # interrupted one re-evaluates from the thinking's start.
             answer.reasoning = "".join(written.thought).strip()
-        self.db.update_message(answer.id, content=answer.content, token_ids=written.ids if keeps else None,
+        self.db.update_message(answer.id, content=answer.content, token_ids=written.ids if owner is not None else None,
                                reasoning=answer.reasoning, status=status, stats=stats)
         written.flushed = time.monotonic()
 
