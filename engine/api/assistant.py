@@ -48,6 +48,7 @@ LIVE_SETTINGS = frozenset({
     "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
     # read anew each turn: reasoning_options (engine/api/engine_config.py) and the config's quick_no_think
     "reasoning.quick_off", "reasoning.think", "reasoning.budget_tokens", "reasoning.history",
+    "speculative.mode",
 })
 
 

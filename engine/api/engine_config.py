@@ -30,7 +30,7 @@ def engine_config(settings: Settings, *, remote: RemoteConfig | None, model: str
         kv_warm_mb=get("kv.warm_budget_mb") or None, kv_cold_mb=get("kv.cold_budget_mb"),
         warn_threshold=get("confidence.warn_threshold") or None,
         docs_allow_remote=get("docs.allow_remote"), retrieval_max_tokens=get("retrieval.max_tokens"),
-        quick_no_think=get("reasoning.quick_off"))
+        quick_no_think=get("reasoning.quick_off"), speculative=get("speculative.mode"))
 
 
 def reasoning_options(settings: Settings | None, *, think: bool | None = None,
@@ -53,4 +53,5 @@ CONFIG_SETTINGS = {
     "confidence.warn_threshold": ("warn_threshold", lambda v: float(v) or None),
     "cascade.enabled": ("cascade", bool), "cascade.threshold": ("cascade_threshold", lambda v: float(v) or None),
     "reasoning.quick_off": ("quick_no_think", bool),
+    "speculative.mode": ("speculative", str),
 }

@@ -40,6 +40,8 @@ class EngineConfig:
         retrieval_max_tokens: memories + document excerpts per user turn.
         quick_no_think: a message the router sends to L1 by its quick-request rules is answered
             without thinking (engine/routing/router.py `quick`).
+        speculative: speculative decoding, "auto" | "off" | "ngram" | "draft"
+            (engine/inference/speculation.py).
     """
 
     model: str | None = None
@@ -65,6 +67,7 @@ class EngineConfig:
     docs_allow_remote: bool = False
     retrieval_max_tokens: int = 256
     quick_no_think: bool = True
+    speculative: str = "auto"
 
     def tier_models(self) -> dict[str, str]:
         """Level → model for the local tiers."""

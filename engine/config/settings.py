@@ -64,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
                                      # thanks, short facts) is answered without thinking
     "reasoning.history": "template",  # earlier answers' thinking in the prompt: template (the model's own
                                      # rule: Qwen3 and R1 drop it) | keep | drop
+    "speculative.mode": "auto",      # speculative decoding: auto (drafts where they win, off where they lose) |
+                                     # off | ngram (drafts from the chat's own tokens, always) | draft (a draft
+                                     # model paired with the model in the catalog, always)
     "runtime.n_ctx": 4096,
     "runtime.n_ctx_max": 16384,      # a longer context a model loads with where it was trained for it and
                                      # it costs ≤ 1 GiB more RAM and no GPU layers; 0 = exactly runtime.n_ctx
@@ -267,6 +270,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ui.language": ("auto", "zh_CN", "en"),
     "ui.theme": ("system", "light", "dark"),
     "reasoning.history": ("template", "keep", "drop"),
+    "speculative.mode": ("auto", "off", "ngram", "draft"),
 }
 # Inclusive numeric ranges.
 RANGES: dict[str, tuple[float, float]] = {

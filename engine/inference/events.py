@@ -80,6 +80,14 @@ class GenerationStats:
     reasoning_ms: float = 0.0  # from the first thinking token to the answer's first
     # Why the engine closed the thinking block: "budget" (reasoning_budget or think off) | "loop"
     reasoning_closed: str | None = None
+    # Speculative decoding (engine/inference/speculation.py): tokens a draft proposed and the model
+    # verified, and how many of them it kept (OpenAI's accepted/rejected_prediction_tokens).
+    draft_tokens: int = 0
+    draft_accepted: int = 0
+    # How the answer was decoded: "ngram" | "draft" (a draft model) | None (one token a pass), and
+    # why speculation was on or off ("sliding-window cache", "auto: plain is faster here", ...).
+    speculation: str | None = None
+    speculation_note: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
