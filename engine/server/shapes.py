@@ -18,14 +18,20 @@ FINISH = {"stop": "stop", "stop_string": "stop", "repetition": "stop", "cancelle
 def usage(dones: list[TurnDone]) -> dict:
     """Token counts of every answer the request took (a cascade's re-ask included);
     cached_tokens: prompt tokens that came from the KV cache instead of being evaluated;
-    reasoning_tokens: of completion_tokens, a reasoning model's thinking."""
+    reasoning_tokens: of completion_tokens, a reasoning model's thinking;
+    accepted_prediction_tokens / rejected_prediction_tokens: speculative decoding's drafted tokens
+    the model kept / threw away (OpenAI's names, as LM Studio reports drafts; 0 without drafts).
+    Rejected drafts are not in completion_tokens: they were verified, never part of the answer."""
     prompt = sum(d.stats.prompt_tokens for d in dones)
     completion = sum(d.stats.completion_tokens for d in dones)
     cached = sum(d.stats.prompt_tokens_cached for d in dones)
     reasoning = sum(d.stats.reasoning_tokens for d in dones)
+    drafted = sum(d.stats.draft_tokens for d in dones)
+    accepted = sum(d.stats.draft_accepted for d in dones)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
-            "completion_tokens_details": {"reasoning_tokens": reasoning}}
+            "completion_tokens_details": {"reasoning_tokens": reasoning, "accepted_prediction_tokens": accepted,
+                                          "rejected_prediction_tokens": drafted - accepted}}
 
 
 def extensions(done: TurnDone | None, docs: bool) -> dict:
