@@ -25,6 +25,7 @@ from engine.inference.load_log import parse_memory_report
 
 ROOT = Path(__file__).resolve().parent.parent
 SEAM = ROOT / "engine" / "inference" / "llama_seam.py"
+SAMPLING = ROOT / "engine" / "inference" / "llama_sampling.py"  # the seam's sampling half, through its _C
 
 i32, u32, f32, size, ptr, boolean = ctypes.c_int32, ctypes.c_uint32, ctypes.c_float, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_bool
 SAMPLER = "LP_llama_sampler"  # struct types by name: the binding defines its own classes
@@ -113,7 +114,8 @@ _STRUCT_OF = {"params": "llama_model_params", "p": "llama_context_params", "batc
 def seam_uses() -> tuple[set[str], dict[str, set[str]]]:
     """(llama_cpp attributes the seam reads, struct fields it touches), from its source."""
     attrs, fields = set(), {s: set() for s in FIELDS}
-    for node in ast.walk(ast.parse(SEAM.read_text(encoding="utf-8"))):
+    nodes = [n for path in (SEAM, SAMPLING) for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))]
+    for node in nodes:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id in ("_C", "llama_cpp"):
                 attrs.add(node.attr)

@@ -17,6 +17,7 @@ from engine.inference.events import Chunk, GenerateParams, GenerationStats, Reas
 from engine.inference.reasoning import ReasoningFormat, Splitter
 from engine.inference.repetition import RepetitionGuard
 from engine.inference.structured import response_grammar
+from engine.inference.tokens import Drafting, TokenSource
 from engine.inference.tool_calls import CallSplitter, call_grammar
 
 # With no budget asked for, thinking may take the answer's max_tokens but this share of it, so
@@ -58,7 +59,7 @@ class _Thinking:
 
 class Answer:
     def __init__(self, backend: Backend, params: GenerateParams, reasoning: ReasoningFormat | None = None,
-                 inside: bool = False):
+                 inside: bool = False, drafting: Drafting = Drafting()):
         self.backend, self.params = backend, params
         self.max_tokens = params.max_tokens
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -84,8 +85,9 @@ class Answer:
         # once its opening marker is written (from the first token when a call is required).
         self.use = params.tools if params.tools is not None and params.tools.offered() else None
         self.calls = CallSplitter(self.use.offered()) if self.use else None
-        self.sampler = None
+        self.source: TokenSource | None = None
         self.constrained = False
+        self.drafting = drafting
 
     @property
     def tool_calls(self) -> list:
@@ -100,51 +102,50 @@ class Answer:
         return self.think.text.strip() if self.think else ""
 
     def stream(self, prompt: list[int], cancel: StopFlag | None) -> Iterator[Chunk | ReasoningChunk]:
-        """Sample token by token until the answer ends; yield the text as it may be shown."""
+        """Take tokens from the source until the answer ends; yield the text as it may be shown."""
         backend = self.backend
         grammar = response_grammar(self.params.response_format)
         if self.use is not None and self.use.forced:
             grammar, self.constrained = call_grammar(self.use, with_open=True), True
-        self.sampler = sampler = (backend.make_sampler(self.params.sampling, grammar=grammar) if grammar
-                                  else backend.make_sampler(self.params.sampling))
+        sampler = (backend.make_sampler(self.params.sampling, grammar=grammar) if grammar
+                   else backend.make_sampler(self.params.sampling))
+        self.source = source = TokenSource(backend, sampler, prompt, drafting=self.drafting)
         max_tokens = min(self.max_tokens, backend.n_ctx - len(prompt))
-        pending: list[int] = []  # sampled (or put in by the engine), not yet evaluated
-        while len(self.ids) + len(self.reasoning_ids) < max_tokens:
-            if cancel is not None and cancel.is_set():
-                self.finish = "cancelled"
-                break
-            if self.think is not None and self.think.over():
-                yield from self._close_block(pending)
-                continue
-            if pending:
-                backend.eval(pending)
-                pending = []
-            token, logprob = backend.sample(sampler)
-            self.t_last = time.perf_counter()
-            self.n_sampled += 1
-            if self.t_first is None:
-                self.t_first = self.t_last
-            if backend.is_eog(token):
-                self.finish = "stop"
-                break
-            pending = [token]
-            if (yield from self._add(token, logprob)):
-                break
-        else:
-            if len(self.ids) + len(self.reasoning_ids) >= backend.n_ctx - len(prompt):
-                self.finish = "context_full"
+        try:
+            while (taken := len(self.ids) + len(self.reasoning_ids)) < max_tokens:
+                if cancel is not None and cancel.is_set():
+                    self.finish = "cancelled"
+                    break
+                if self.think is not None and self.think.over():
+                    yield from self._close_block(source)
+                    continue
+                step = source.next(max_tokens - taken)
+                self.t_last = time.perf_counter()
+                self.n_sampled += 1
+                if self.t_first is None:
+                    self.t_first = self.t_last
+                if backend.is_eog(step.token):
+                    self.finish = "stop"
+                    break
+                if (yield from self._add(step.token, step.logprob)):
+                    break
+            else:
+                if len(self.ids) + len(self.reasoning_ids) >= backend.n_ctx - len(prompt):
+                    self.finish = "context_full"
+        finally:
+            source.finish()
         yield from self._flush()
         if self.tool_calls and self.finish in ("stop", "length", "context_full"):
             self.finish = "tool_calls"
 
-    def _close_block(self, pending: list[int]) -> Iterator[ReasoningChunk | Chunk]:
+    def _close_block(self, source: TokenSource) -> Iterator[ReasoningChunk | Chunk]:
         """End the thinking where it is (its budget is spent, or it loops): the closing tag goes in
         as if sampled, evaluated with the next token, and the answer starts after it."""
         think = self.think
         think.closed = "loop" if think.looped else "budget"
         closing_text = think.fmt.closing_text()
         closing = self.backend.tokenize_control(closing_text)
-        pending.extend(closing)
+        source.put(closing)
         think.ids.extend(closing)
         text = self.decoder.decode(b"", final=True) + closing_text
         self.decoder.reset()
@@ -211,10 +212,10 @@ class Answer:
         if was == "text" and calls.state == "call" and not self.constrained:
             past = calls.body + calls.held  # text past the marker, within this token
             written = self.backend.tokenize(past, special=False) if past else []
-            self.constrained = self.backend.constrain(self.sampler, call_grammar(self.use), written)
+            self.constrained = self.source.constrain(call_grammar(self.use), written)
         ended = len(calls.calls) + len(calls.errors) > done
         if ended and self.constrained:
-            self.backend.constrain(self.sampler, None)
+            self.source.constrain(None)
             self.constrained = False
         inside = calls.state == "call" or ended
         stop = yield from self._add_answer(token, logprob, shown, guard=not inside)
@@ -287,4 +288,8 @@ class Answer:
             reasoning_tokens=len(self.reasoning_ids),
             reasoning_ms=thinking_ms,
             reasoning_closed=think.closed if think else None,
+            draft_tokens=self.source.drafted if self.source else 0,
+            draft_accepted=self.source.accepted if self.source else 0,
+            speculation=self.source.speculation if self.source else None,
+            speculation_note=self.source.why if self.source else "",
         )

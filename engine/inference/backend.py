@@ -396,6 +396,34 @@ class Backend:
                 self._policy.end()
         return done
 
+    @owned
+    def eval_rows(self, tokens: list[int], rows_from: int) -> None:
+        """Evaluate `tokens` (at most n_batch) after the KV contents in one decode, with logits for
+        every token from index `rows_from` on: a speculative draft verified in one pass, each
+        row then sampled by `sample(sampler, row)`. Stop does not interrupt it: a draft is a few
+        tokens, one decode long (engine/inference/tokens.py).
+
+        Raises:
+            ContextFull, DecodeError: as `eval`; nothing of `tokens` is then in the cache.
+        """
+        if len(self._kv) + len(tokens) > self.n_ctx:
+            raise ContextFull(len(self._kv) + len(tokens), self.n_ctx)
+        if len(tokens) > self._ctx.n_batch:
+            raise ValueError(f"{len(tokens)} tokens in one decode; the batch holds {self._ctx.n_batch}")
+        self._steer()
+        try:
+            self._ctx.decode(tokens, len(self._kv), rows_from)
+        except llama.DecodeFailed as exc:
+            self._resync()
+            raise DecodeError(f"llama.cpp could not evaluate the tokens ({exc})") from exc
+        except BaseException:
+            self._resync()
+            raise
+        finally:
+            if self._policy is not None:
+                self._policy.end()
+        self._kv.extend(tokens)
+
     def _steer(self) -> None:
         # Between pieces, never inside one: the thread counts apply from the next llama_decode.
         if self._policy is None:  # calibrating
@@ -439,11 +467,12 @@ class Backend:
         return True
 
     @owned
-    def sample(self, sampler: llama.Sampler) -> tuple[int, float]:
-        """Sample the next token from the last evaluated position; return (token, its log-probability
-        under the model's raw distribution). Only the last logits row is read: no logits_all."""
-        token = sampler.sample()
-        ptr = self._ctx.last_logits()
+    def sample(self, sampler: llama.Sampler, row: int = -1) -> tuple[int, float]:
+        """Sample the next token from the last decode's token `row` (-1: the last evaluated); return
+        (token, its log-probability under the model's raw distribution). Only that logits row is
+        read: no logits_all."""
+        token = sampler.sample(row)
+        ptr = self._ctx.logits(row)
         row = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
         peak = float(row.max())
         buf = self._lse_buf

@@ -14,6 +14,7 @@ from engine.inference.backend import Backend
 from engine.inference.errors import ContextFull
 from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, StopFlag, TurnResult
 from engine.inference.reasoning import ReasoningFormat, tag_tail
+from engine.inference.tokens import Drafting
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -57,13 +58,14 @@ def prefill(backend: Backend, prompt: list[int], stop: Callable[[], bool] | None
 def generate(
     backend: Backend, prompt: list[int], params: GenerateParams = GenerateParams(),
     cancel: StopFlag | None = None, piece: int | None = None, *,
-    reasoning: ReasoningFormat | None = None, inside: bool = False,
+    reasoning: ReasoningFormat | None = None, inside: bool = False, drafting: Drafting = Drafting(),
 ) -> Iterator[Chunk | ReasoningChunk | TurnResult]:
     """Stream an answer to `prompt` (the full token sequence of the conversation so far).
 
     `cancel` is checked between prompt pieces of `piece` tokens (default n_batch) and between
     decoded tokens. `reasoning`: the model thinks in this format (`inside`: the prompt opened the
-    block), so its thinking streams as `ReasoningChunk`s, apart from the answer.
+    block), so its thinking streams as `ReasoningChunk`s, apart from the answer. `drafting`: what the
+    answer may draft with (engine/inference/tokens.py); none: one token a pass.
 
     Raises:
         ContextFull: the prompt alone does not fit the context.
@@ -77,7 +79,7 @@ def generate(
         yield TurnResult([], "", [], GenerationStats(len(prompt), n_eval, cached, 0, ms, 0.0, 0.0, "cancelled",
                                                mode, prompt_ms=ms))
         return
-    answer = Answer(backend, params, reasoning, inside)
+    answer = Answer(backend, params, reasoning, inside, drafting)
     yield from answer.stream(prompt, cancel)
     thought = answer.reasoning_ids
     if inside and thought:  # the block's opening tag is the prompt's: its ids start the thinking's
