@@ -81,6 +81,16 @@ class TensorInfo:
         return n
 
 
+@dataclass(frozen=True)
+class ArraySpan:
+    """Where a metadata array's elements lie in the file (after its type and count)."""
+
+    itype: int  # GGUF value type of the elements (8 = string)
+    count: int
+    start: int  # file offset of the first element
+    end: int  # file offset just past the last one
+
+
 @dataclass
 class GGUFInfo:
     path: Path
@@ -90,6 +100,7 @@ class GGUFInfo:
     file_size: int = 0
     data_end: int = 0  # bytes the tensor data needs, from tensor offsets and sizes
     tensors: list[TensorInfo] = field(default_factory=list)
+    arrays: dict[str, ArraySpan] = field(default_factory=dict)  # metadata key -> where its array lies
 
     @property
     def arch(self) -> str:
@@ -106,6 +117,7 @@ class GGUFInfo:
 class _Reader:
     def __init__(self, fh: BinaryIO, size: int):
         self.fh, self.size = fh, size
+        self.span: ArraySpan | None = None  # where the last array read lies in the file
 
     def read(self, n: int) -> bytes:
         data = self.fh.read(n)
@@ -132,10 +144,14 @@ class _Reader:
             itype, count = self.scalar(4), self.scalar(10)
             if count > self.size:
                 raise GGUFError("corrupt metadata array length")
+            start = self.fh.tell()
             if count > _MAX_KEPT_ARRAY:
                 self._skip_array(itype, count)
-                return _SkippedArray(count)
-            return [self.value(itype) for _ in range(count)]
+                value: Any = _SkippedArray(count)
+            else:
+                value = [self.value(itype) for _ in range(count)]
+            self.span = ArraySpan(itype, count, start, self.fh.tell())
+            return value
         return self.scalar(vtype)
 
     def _skip_array(self, itype: int, count: int) -> None:
@@ -235,7 +251,10 @@ def _read(path: Path, size: int) -> GGUFInfo:
         info = GGUFInfo(path, version, n_tensors, file_size=size)
         for _ in range(n_kv):
             key = r.string()
-            info.metadata[key] = r.value(r.scalar(4))
+            vtype = r.scalar(4)
+            info.metadata[key] = r.value(vtype)
+            if vtype == _ARRAY and r.span is not None:
+                info.arrays[key] = r.span
         max_end = 0
         for _ in range(n_tensors):
             name = r.string()
@@ -255,3 +274,27 @@ def _read(path: Path, size: int) -> GGUFInfo:
                 f"{path.name} is truncated: its tensors need at least {info.data_end} bytes, the file has {size}"
             )
     return info
+
+
+def array_bytes(info: GGUFInfo, key: str) -> tuple[ArraySpan, bytes]:
+    """A metadata array's elements as stored (strings: a u64 length, then the UTF-8 bytes), read
+    again from the file. read_gguf skips long arrays; two vocabularies compare byte for byte this
+    way (engine/models/draft_pair.py) without building 150k Python strings for each.
+
+    Raises:
+        GGUFError: the file has no such array, or changed or went away since it was read.
+    """
+    span = info.arrays.get(key)
+    if span is None:
+        raise GGUFError(f"{info.path.name} has no {key}")
+    try:
+        with info.path.open("rb") as fh:
+            if fh.seek(0, 2) != info.file_size:
+                raise GGUFError(f"{info.path.name} changed while it was being read")
+            fh.seek(span.start)
+            data = fh.read(span.end - span.start)
+    except OSError as exc:
+        raise GGUFError(f"cannot read {info.path}: {exc.strerror or exc}") from exc
+    if len(data) != span.end - span.start:
+        raise GGUFError(f"{info.path.name} is truncated inside {key}")
+    return span, data
