@@ -45,7 +45,7 @@ def test_every_real_entry_has_a_q4_k_m_file_sizes_and_both_hubs(entry):
 
 def test_each_size_class_has_a_cpu_and_a_gpu_pick():
     for size_class, _ in SIZE_CLASSES:
-        tiers = {e.tier for e in REAL if e.size_class == size_class}
+        tiers = {e.tier for e in REAL if e.size_class == size_class and not CATALOG.draft_only(e)}
         assert tiers == {"L1", "L2"}, size_class
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.config.paths import catalog_path, find_model_file, models_dir
+
+log = logging.getLogger(__name__)
 
 
 class ModelNotFound(LookupError):
@@ -73,6 +76,9 @@ class ModelEntry:
     sizes: dict[str, int] = field(default_factory=dict)  # quant -> bytes (approximate unless size_checked)
     size_checked: bool = False  # sizes compared with the hub's listing (else estimates)
     speed_note: str = ""
+    # The catalog id of a small model of the same family that drafts for this one (speculative
+    # decoding, issue 40): it guesses a few tokens, this model checks them in one step. "" = none.
+    draft: str = ""
 
     def __post_init__(self):
         # The default file must be the files table's entry for the default quant, or a download
@@ -178,6 +184,18 @@ class Catalog:
     def default(self) -> ModelEntry:
         return next(e for e in self.entries if e.demo)
 
+    def draft_of(self, entry: ModelEntry) -> ModelEntry | None:
+        """The catalog entry `entry` names as its draft model, if any."""
+        return self.get(entry.draft) if entry.draft else None
+
+    def targets_of(self, entry: ModelEntry) -> list[ModelEntry]:
+        """The entries `entry` drafts for."""
+        return [e for e in self.entries if e.draft and e.draft == entry.id]
+
+    def draft_only(self, entry: ModelEntry) -> bool:
+        """A draft model without a tier of its own: it is offered beside its targets, never as a chat tier."""
+        return not entry.tier and bool(self.targets_of(entry))
+
 
 # Catalogs read, by file (with its mtime and size): every turn resolves its models, and parsing
 # the TOML took ~15 ms a time (twice a turn: ~30 ms of each answer's time to first token). The
@@ -231,3 +249,28 @@ def resolve_model(name_or_path: str | None, catalog: Catalog | None = None) -> R
         return ResolvedModel(path.stem, path.resolve(), None)
     known = ", ".join(e.id for e in catalog.entries)
     raise ModelNotFound(f"unknown model '{name_or_path}'; known models: {known} (or give a path to a .gguf file)")
+
+
+def resolve_draft(target: ResolvedModel, catalog: Catalog | None = None) -> tuple[ResolvedModel | None, str]:
+    """The draft model the catalog pairs with `target`, when its file is downloaded.
+
+    Whether the two vocabularies agree is a separate question, asked of the files:
+    engine.models.draft_pair.vocab_mismatch.
+
+    Returns:
+        (the draft, "") or (None, why not, in words for the user): an imported file or a model
+        without a draft in the catalog, or a draft that is not downloaded.
+    """
+    if target.entry is None:
+        return None, f"{target.path.name} is not a catalog model, so it has no draft model"
+    if not target.entry.draft:
+        return None, f"{target.entry.name} has no draft model in the catalog"
+    catalog = catalog or load_catalog()
+    draft = catalog.draft_of(target.entry)
+    if draft is None or draft.id == target.entry.id:
+        log.error("catalog entry %s names %r as its draft: no such other entry", target.entry.id, target.entry.draft)
+        return None, f"the catalog names no usable draft model for {target.entry.name}"
+    path = draft.path()
+    if not path.is_file():
+        return None, f"the draft model {draft.name} is not downloaded; Models downloads it"
+    return ResolvedModel(draft.id, path, draft), ""

@@ -97,8 +97,10 @@ def cpu_name() -> str:
 
 
 def candidates(catalog: Catalog) -> list[ModelEntry]:
-    """Instruct, non-demo entries, largest first (parameters, then file size)."""
-    usable = [e for e in catalog.entries if not e.demo and getattr(e, "instruct", True) and e.size_bytes > 0]
+    """Instruct, non-demo entries, largest first (parameters, then file size); a draft model
+    without a tier comes with its target, never as a pick of its own."""
+    usable = [e for e in catalog.entries if not e.demo and getattr(e, "instruct", True) and e.size_bytes > 0
+              and not catalog.draft_only(e)]
     return sorted(usable, key=lambda e: (getattr(e, "params_b", 0.0) or 0.0, e.size_bytes), reverse=True)
 
 
