@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from engine.models import kv_math
 from engine.models.catalog import Catalog, ModelEntry, load_catalog, resolve_model
 from engine.models.devices import default_vram_budget_mb, snapshot
+from engine.models.draft_plan import DraftPlan, place_draft
 from engine.models.gguf_info import read_gguf
 from engine.models.kv_math import MIB, ModelFacts
 
@@ -50,7 +51,7 @@ class Plan:
     weights_bytes_gpu: int
     weights_bytes_total: int  # GPU + CPU (a tied output offloaded to the GPU is a second copy)
     compute_buffer_bytes_estimate: int  # ESTIMATE (see kv_math.compute_buffer_estimate); on GPU if offloading
-    gpu_bytes_total: int  # weights + KV + compute on the GPU: never above budget_bytes
+    gpu_bytes_total: int  # the target's weights + KV + compute on the GPU: never above budget_bytes
     fits: bool  # the whole model, its KV cache and compute buffer are on the GPU
     offload: str  # "full" | "partial" | "cpu"
     mha_ratio: float  # KV of the same model with n_kv_heads = n_heads, over this one's
@@ -61,6 +62,9 @@ class Plan:
     # vocabulary, held twice (the model's, and the tokenizer other threads use).
     host_compute_bytes_estimate: int = 0
     vocab_bytes_estimate: int = 0
+    # The draft model planned beside this one (plan(draft=...), engine/models/draft_plan.py): on
+    # the GPU only within what gpu_bytes_total leaves of budget_bytes. None: planned without one.
+    draft: DraftPlan | None = None
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -117,7 +121,7 @@ def _gpu_bytes(f: ModelFacts, t: _Try, n_ubatch: int, swa_full: bool) -> tuple[i
 def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX, *,
          kv_type: str | None = None, n_ubatch: int = DEFAULT_N_UBATCH, swa_full: bool = False,
          catalog: Catalog | None = None, n_gpu_layers: int | None = None,
-         layers_reason: str = "set by the user") -> Plan:
+         layers_reason: str = "set by the user", draft: str | Path | ModelEntry | ModelFacts | None = None) -> Plan:
     """Plan a load of `model` into a VRAM budget.
 
     Args:
@@ -130,6 +134,9 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
         n_gpu_layers: the user's layer count (-1 = all), instead of searching the budget; the plan
             then says what it costs, even beyond the budget.
         layers_reason: why n_gpu_layers was given, for the explanation.
+        draft: a draft model to place beside it (catalog.resolve_draft's path or entry): the target
+            is planned as without one, then the draft goes to the GPU if it fits in what is left of
+            the budget, else to the CPU (engine/models/draft_plan.py); `Plan.draft` says where.
 
     Raises:
         PlanError: budget or context not usable numbers. ModelNotFound, GGUFError: see load_facts.
@@ -166,6 +173,10 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
     else:
         choice = _search(f, n_ctx, kvs, fa_for, fits, steps)
     result = _make_plan(f, choice, asked, budget, n_ubatch, swa_full, steps)
+    if draft is not None:
+        d = place_draft(load_facts(draft, catalog), left_bytes=budget - result.gpu_bytes_total, n_ctx=result.n_ctx,
+                        kv=result.type_k, flash_attn=result.flash_attn, n_ubatch=n_ubatch, swa_full=swa_full)
+        result = replace(result, draft=d, explanation=f"{result.explanation} {d.explanation}")
     log.debug("plan for %s: %s", f.name, result.explanation)
     return result
 
@@ -272,7 +283,8 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
 
 def ram_bytes(p: Plan) -> int:
     """Host memory a planned load takes at a full context: weights and KV left on the CPU, the CPU
-    compute pages a turn touches, and the vocabulary's two copies. Within 10 % of the peak RSS of
-    both demo models and a synthetic Qwen2.5-1.5B on a CPU load (bench/real_size.py --only rss)."""
+    compute pages a turn touches, and the vocabulary's two copies; and its draft model's. Within 10 %
+    of the peak RSS of both demo models and a synthetic Qwen2.5-1.5B on a CPU load (bench/real_size.py
+    --only rss; without a draft)."""
     return ((p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu)
-            + p.host_compute_bytes_estimate + p.vocab_bytes_estimate)
+            + p.host_compute_bytes_estimate + p.vocab_bytes_estimate + (p.draft.host_bytes if p.draft else 0))
