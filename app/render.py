@@ -86,6 +86,9 @@ def meta_line(stats: dict, level: str = "", model: str = "") -> str:
         parts.append(tr("{ms:.0f} ms to first token").format(ms=stats["ttft_ms"]))
     if stats.get("decode_tps"):
         parts.append(f"{stats['decode_tps']:.1f} tok/s")
+    if stats.get("draft_tokens"):
+        parts.append(tr("drafted {accepted}/{drafted} accepted").format(accepted=stats.get("draft_accepted", 0),
+                                                                       drafted=stats["draft_tokens"]))
     if stats.get("reasoning_tokens"):
         parts.append(tr("thought {n} tokens in {s:.1f} s").format(n=stats["reasoning_tokens"],
                                                                    s=stats.get("reasoning_ms", 0) / 1000))
@@ -104,6 +107,17 @@ def meta_line(stats: dict, level: str = "", model: str = "") -> str:
     elif stats.get("finish_reason") == "length":
         parts.append(tr("cut at the length limit"))
     return " · ".join(p for p in parts if p)
+
+
+def meta_tip(stats: dict) -> str:
+    """The line's tooltip: how the answer was decoded and why (speculative decoding's own words,
+    "auto: plain is faster here"); empty for an answer that says nothing about it (L3, older rows)."""
+    kind, note = stats.get("speculation"), stats.get("speculation_note") or ""
+    if not (kind or note or stats.get("draft_tokens")):
+        return ""
+    how = {"ngram": tr("n-gram drafts"), "draft": tr("a draft model")}.get(kind or "", tr("off"))
+    text = tr("Speculative decoding: {how}").format(how=how)
+    return f"{text} ({note})" if note else text
 
 
 def model_label(spec: str) -> str:
@@ -229,7 +243,10 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
     tail = "" if streaming else citations_html(stats, COLOURS["meta"])  # [n] → the documents cited
-    tail += (f"<div style='color:{COLOURS['meta']};font-size:small'>{html.escape(meta)}</div>" if meta else "")
+    tip = meta_tip(stats)
+    # Qt's HTML reader takes an attribute's value as written (no entities): only its quote must go.
+    title = ' title="{}"'.format(tip.replace('"', "'")) if tip else ""
+    tail += (f"<div style='color:{COLOURS['meta']};font-size:small'{title}>{html.escape(meta)}</div>" if meta else "")
     tail += notices_html(stats) + actions
     return ("<table width='100%' cellspacing='0' cellpadding='8'><tr>"
             f"<td style='background:{COLOURS['assistant']}'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")

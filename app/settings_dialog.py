@@ -1,6 +1,7 @@
 """Settings, persisted in the data dir's settings.json (engine/config/settings.py): VRAM budget with a
 live planner preview, models per tier, the optional L3 endpoint, routing, cascade, memory, KV
-budgets, summary interval, theme and language, and the local API server (app/api_server_settings.py).
+budgets, summary interval, reasoning (app/reasoning_settings.py), speculative decoding
+(app/speculative_settings.py), theme and language, and the local API server (app/api_server_settings.py).
 Changes that need a restart of the engine say so."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from app.api_server_settings import ApiServerSection
 from app.i18n import tr
 from app.model_parts import entry_label
 from app.reasoning_settings import ReasoningSettings
+from app.speculative_settings import SpeculativeSettings
 from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,9 @@ class SettingsDialog(QDialog):
         content = QWidget()  # the sections scroll: together they are taller than many screens
         layout = QVBoxLayout(content)
         self.reasoning = ReasoningSettings(self.settings)
-        for box in (self._models_box(), self._l3_box(), self._behaviour_box(), self.reasoning, self._appearance_box()):
+        self.speculative = SpeculativeSettings(self.settings)
+        for box in (self._models_box(), self._l3_box(), self._behaviour_box(), self.reasoning, self.speculative,
+                    self._appearance_box()):
             layout.addWidget(box)
         self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
         layout.addWidget(self.api_server)
@@ -289,5 +293,6 @@ class SettingsDialog(QDialog):
         s.set("ui.theme", self.theme.currentData())
         s.set("ui.language", self.language.currentData())
         self.reasoning.save(s)
+        self.speculative.save(s)
         self.api_server.save(s)
         self.accept()
