@@ -1,5 +1,6 @@
 """`assistant chat`'s in-session commands on the fake backend: /pin and /unpin keep a chat at the
-top of /list (the window's order), in text and JSON; a bad id is an error that leaves the rest."""
+top of /list (the window's order), in text and JSON; a bad id is an error that leaves the rest. The
+line after an answer says how many drafted tokens were kept."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import pytest
 
 from engine.cli.main import ChatLoop, Output, build_parser
+from tests.drafting import drafting
 from tests.fake_backend import fakes, make_assistant  # noqa: F401
 
 
@@ -37,3 +39,15 @@ def test_pin_and_unpin_order_the_list(capsys, fakes, make_assistant, json_mode):
         assert "pinned  Older chat" in first[0] and first[1].startswith("*") and "pinned" not in first[1]
         errors = err.splitlines()
     assert len(errors) == 2 and "99999" in errors[0] and "usage: /pin [ID]" in errors[1]
+
+
+@pytest.mark.parametrize("drafted", [True, False])
+def test_the_answer_line_says_how_many_drafted_tokens_were_kept(capsys, fakes, make_assistant, drafted):
+    """Beside the decode speed, as the window's line: only for an answer that was drafted."""
+    a = make_assistant(str(fakes.model_file("m")))
+    if drafted:
+        a = drafting(a, drafted=16, accepted=12)
+    loop = ChatLoop(a, build_parser().parse_args(["chat"]), Output(False), a.new_conversation())
+    assert loop.run(iter(["Hello"]), interactive=False) == 0
+    meta = next(line for line in capsys.readouterr().out.splitlines() if "tok/s" in line)
+    assert meta.endswith(" tok/s · drafted 12/16 accepted]" if drafted else " tok/s]"), meta

@@ -284,7 +284,8 @@ class ChatLoop:
                 f"{s.prompt_tokens_cached} cached"
                 + (f" (restored from {s.restored_from} in {s.restore_ms:.0f} ms)"
                    if s.restored_from in ("warm", "cold") else "")
-                + f" · {s.decode_tps:.1f} tok/s]")
+                + f" · {s.decode_tps:.1f} tok/s"
+                + (f" · drafted {s.draft_accepted}/{s.draft_tokens} accepted" if s.draft_tokens else "") + "]")
         report = s.confidence or {}
         if report.get("low") and not item.superseded:
             meta += "\n[可能不准确 / may be inaccurate: confidence %.2f]" % report["geo_mean_prob"]
