@@ -5,10 +5,11 @@ budget, else the CPU). Fast: catalog facts and the demo GGUFs' headers, nothing 
 import pytest
 
 from engine.models.catalog import Catalog, ModelEntry, ResolvedModel, load_catalog, resolve_draft, resolve_model
+from engine.models.devices import DeviceSnapshot, GPUInfo, default_vram_budget_mb
 from engine.models.draft_pair import vocab_mismatch
 from engine.models.kv_math import MIB, facts_from_catalog, kv_bytes
 from engine.models.planner import plan, ram_bytes
-from engine.models.recommend import candidates
+from engine.models.recommend import N_CTX, candidates, recommend_models
 from tests.conftest import MODELS
 
 CATALOG = load_catalog()
@@ -116,3 +117,16 @@ def test_the_pair_never_exceeds_the_budget(budget):
 def test_a_draft_with_a_shorter_training_context_says_so():
     p = plan("gemma-3-12b-it", 24000, 65536, draft="gemma-3-270m-it")
     assert p.draft.n_ctx == p.n_ctx == 65536 and "training context is shorter" in p.draft.explanation
+
+
+def test_the_recommendation_counts_the_draft_that_comes_with_a_pick():
+    gib = 1 << 30
+    gpu = GPUInfo(0, "RTX", "nvidia", int(8.5 * gib), 8 * gib, gib // 2, backend="cuda", device="CUDA0", kind="gpu",
+                  memory_from="nvml")
+    snap = DeviceSnapshot(0.0, 8, 4, 32 * gib, 24 * gib, 200 << 20, gpus=(gpu,))
+    rec = recommend_models(snap, CATALOG)
+    draft = CATALOG.draft_of(rec.l2.entry)
+    assert (rec.l2.id, draft.id) == ("qwen3-8b", "qwen3-0.6b")
+    p = plan(rec.l2.entry, default_vram_budget_mb(snap, want="CUDA0"), N_CTX, draft=draft)
+    assert p.draft.placement == "gpu" and rec.l2.vram_bytes == p.gpu_bytes_total + p.draft.gpu_bytes
+    assert rec.l2.ram_bytes == ram_bytes(p)

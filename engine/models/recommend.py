@@ -1,8 +1,9 @@
 """A first L1/L2 pair for this machine, from the catalog, the planner and a device snapshot.
 
 Only instruction-tuned, non-demo catalog entries are candidates. Memory needs come from the planner
-(`plan` + `ram_bytes`, catalog facts when the file is not downloaded); a model without the facts to
-plan is costed by `fit.unplanned_need` (its file size plus 15 % and 300 MiB).
+(`plan` + `ram_bytes`, catalog facts when the file is not downloaded; a model's draft, which is
+downloaded with it, counted beside it); a model without the facts to plan is costed by
+`fit.unplanned_need` (its file size plus 15 % and 300 MiB).
 
 Speed class (a rule of thumb, shown to the user as "fast" / "usable" / "slow"): decoding one token
 reads every weight once, so tokens/s ≈ memory bandwidth ÷ bytes of weights. Bandwidth is taken as
@@ -109,16 +110,17 @@ def _for(pool: list[ModelEntry], tier: str) -> list[ModelEntry]:
     return [e for e in pool if e.tier == tier] + [e for e in pool if e.tier != tier]
 
 
-def _needs(entry: ModelEntry, vram_budget_mb: float) -> tuple[int, int, str]:
-    """(RAM, VRAM, offload) of a load with this budget (0 = CPU only)."""
+def _needs(entry: ModelEntry, vram_budget_mb: float, draft: ModelEntry | None = None) -> tuple[int, int, str]:
+    """(RAM, VRAM, offload) of a load with this budget (0 = CPU only), with the draft model the
+    catalog pairs with it (it is downloaded with it); offload is the target's."""
     try:
-        p = plan(entry, vram_budget_mb, N_CTX)
+        p = plan(entry, vram_budget_mb, N_CTX, draft=draft)
     except (PlanError, ValueError, OSError) as exc:  # a catalog row without the facts (a PlanError now)
         log.debug("no plan for %s (%s): sized from its file", entry.id, exc)
         need = int(unplanned_need(entry.size_bytes))
         return (need, 0, "cpu") if vram_budget_mb <= 0 else (0, need, "full" if need <= vram_budget_mb * 2**20
                                                             else "partial")
-    return ram_bytes(p), p.gpu_bytes_total, p.offload
+    return ram_bytes(p), p.gpu_bytes_total + (p.draft.gpu_bytes if p.draft else 0), p.offload
 
 
 def _pick(entry: ModelEntry, ram: int, vram: int, gpu: GPUInfo | None, why: str) -> Pick:
@@ -144,7 +146,7 @@ def recommend_models(snapshot_: DeviceSnapshot | None = None, catalog: Catalog |
     l1 = None
     for floor in (FAST_TOKS, USABLE_TOKS):  # a fast model if one fits, else the largest usable one
         for e in _for(pool, "L1"):
-            need, _, _ = _needs(e, 0)
+            need, _, _ = _needs(e, 0, catalog.draft_of(e))
             pick = _pick(e, need, 0, None, "")
             if need <= ram * L1_RAM_SHARE and pick.tok_s >= floor:
                 l1 = _pick(e, need, 0, None, f"the largest model that answers at a {pick.speed} speed on this "
@@ -163,7 +165,7 @@ def recommend_models(snapshot_: DeviceSnapshot | None = None, catalog: Catalog |
         for e in _for(pool, "L2"):
             if l1 is not None and e.size_bytes <= l1.entry.size_bytes:
                 continue  # no upgrade on L1
-            need, vram, offload = _needs(e, budget)
+            need, vram, offload = _needs(e, budget, catalog.draft_of(e))
             if offload == "full" and need <= ram_left:
                 l2 = _pick(e, need, vram, gpu, f"the largest model that fits whole in the free memory of "
                                                f"{gpu.name} ({gpu.free_bytes / GB:.1f} GB)")
@@ -175,7 +177,7 @@ def recommend_models(snapshot_: DeviceSnapshot | None = None, catalog: Catalog |
         for e in _for(pool, "L1"):
             if e.id == l1.id or e.size_bytes <= l1.entry.size_bytes or (getattr(e, "params_b", 0.0) or 0.0) < floor:
                 continue
-            need, _, _ = _needs(e, 0)
+            need, _, _ = _needs(e, 0, catalog.draft_of(e))
             pick = _pick(e, need, 0, None, "")
             if need <= ram_left and pick.tok_s >= MIN_TOKS:
                 l2 = _pick(e, need, 0, None, "no usable GPU: a larger model on the CPU, slower but better "
