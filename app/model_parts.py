@@ -25,6 +25,29 @@ def entry_label(e: ModelEntry) -> str:
     return e.name + (tr(" (demo)") if e.demo else "") + ("" if e.instruct else tr(" (base model)"))
 
 
+def draft_size(e: ModelEntry) -> str:
+    """A draft model's size as its family names it: "0.5B", "0.6B", "270M"."""
+    return f"{e.params_b * 1000:.0f}M" if e.params_b < 0.4 else f"{e.params_b:.1f}B"
+
+
+def pair_label(e: ModelEntry, catalog) -> str:
+    """entry_label, and the draft model the catalog (engine Catalog) pairs with it:
+    "Qwen2.5 7B Instruct · with 0.5B draft (faster answers)"."""
+    draft = catalog.draft_of(e)
+    return entry_label(e) + (tr(" · with {size} draft (faster answers)").format(size=draft_size(draft))
+                             if draft is not None else "")
+
+
+def draft_note(e: ModelEntry, catalog) -> str:
+    """What a draft model is for, in one sentence, for a row's tooltip ("" for other models)."""
+    targets = catalog.targets_of(e)
+    if not targets:
+        return ""
+    return tr("A draft model: it guesses a few words ahead and {targets} checks them in one step, so answers come "
+              "faster and read the same. It is downloaded with its model and is not a chat model here.").format(
+        targets=" / ".join(t.name for t in targets))
+
+
 def _badge(word: str) -> str:
     """The engine's fit word (engine/models/fit.py) as the tables show it."""
     return {"gpu": tr("fits on the GPU"), "partial": tr("partly on the GPU"), "cpu": tr("runs on the CPU"),

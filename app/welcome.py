@@ -1,7 +1,7 @@
 """The welcome on first start: this machine (CPU, RAM, GPUs and their free memory), an L1/L2 pair
 that fits it (`engine.api.recommend_models`), the hub to download from, and two ways on: "Download
-and use" (both files, one after the other, with progress and Cancel, then the tiers switch) or "Try
-the demo models". It takes the empty chat's place until dismissed, and never comes back once it
+and use" (both files, and the draft model the catalog pairs with either, one after the other, with
+progress and Cancel, then the tiers switch) or "Try the demo models". It takes the empty chat's place until dismissed, and never comes back once it
 was dismissed or real models exist. The machine check and the downloads are `Task`s on its Runner (app/background.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (QFrame, QGroupBox, QHBoxLayout, QLabel, QProgress
 
 from app.background import Runner
 from app.i18n import tr
-from app.model_parts import Task, hub_combo
+from app.model_parts import Task, draft_size, hub_combo, pair_label
 from engine.api import Settings, download, load_catalog, recommend_models
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,9 @@ class WelcomePanel(QFrame):
         self.task: Task | None = None
         self.runner = Runner("welcome", self)  # the machine check, then the downloads
         self.queue: list = []  # entries left to download
+        self.queued = 0  # how many the download started with
         self.picks: list = []
+        self.catalog = load_catalog()  # the draft models paired with the picks
 
         title = QLabel(tr("Welcome"))
         title.setStyleSheet("font-size:20px;font-weight:600")
@@ -166,7 +168,8 @@ class WelcomePanel(QFrame):
         for row, (tier, p) in enumerate(self.picks):
             needs = tr("RAM {n} GB").format(n=f"{p.ram_bytes / GB:.1f}") + (
                 tr(" · VRAM {n} GB").format(n=f"{p.vram_bytes / GB:.1f}") if p.vram_bytes else "")
-            for col, text in enumerate((where[tier], p.entry.name, f"{p.entry.size_bytes / GB:.1f} GB", needs,
+            size = sum(e.size_bytes for e in self._files(p.entry))  # its draft comes with it
+            for col, text in enumerate((where[tier], pair_label(p.entry, self.catalog), f"{size / GB:.1f} GB", needs,
                                         _speed_text(p.speed, p.tok_s))):
                 item = QTableWidgetItem(text)
                 item.setToolTip(p.why)
@@ -186,18 +189,32 @@ class WelcomePanel(QFrame):
                 gpu=rec.gpu.name))
         else:
             why.append(tr("Without a usable GPU, L2 is a larger model on the CPU: slower, better at harder questions."))
+        for p in {p.entry.id: p for _tier, p in self.picks}.values():  # once if L1 and L2 are one model
+            draft = self.catalog.draft_of(p.entry)
+            if draft is not None:
+                why.append(tr("{name} comes with a {size} draft model of its family: it guesses a few words ahead "
+                              "and {name} checks them in one step, so answers come faster and read the same.").format(
+                    name=p.entry.name, size=draft_size(draft)))
         self.why.setText(" ".join(why))
         self.download_button.setEnabled(True)
 
     # ---- actions
+    def _files(self, entry) -> list:
+        """What choosing `entry` downloads: it, and the draft model the catalog pairs with it. The
+        draft is a tenth of its size and does nothing alone, so it comes without a question."""
+        draft = self.catalog.draft_of(entry)
+        return [entry] + ([draft] if draft is not None and not draft.pypi_wheels else [])
+
     def download_and_use(self) -> None:
         if not self.picks or self.busy():
             return
         seen, self.queue = set(), []
         for _tier, p in self.picks:
-            if p.entry.id not in seen and not p.entry.present():
-                seen.add(p.entry.id)
-                self.queue.append(p.entry)
+            for e in self._files(p.entry):
+                if e.id not in seen and not e.present():
+                    seen.add(e.id)
+                    self.queue.append(e)
+        self.queued = len(self.queue)
         self.download_button.setEnabled(False)
         self.demo_button.setEnabled(False)
         self.cancel_button.show()
@@ -209,11 +226,10 @@ class WelcomePanel(QFrame):
             self._use_picks()
             return
         entry, hub_id = self.queue[0], self.hub.currentData()
-        total = len({p.entry.id for _t, p in self.picks})
         self.bar.setValue(0)
         self.bar.show()
         self.message.setText(tr("Downloading {name} ({i} of {n})…").format(
-            name=entry.name, i=total - len(self.queue) + 1, n=total))
+            name=entry.name, i=self.queued - len(self.queue) + 1, n=self.queued))
         self._start(Task(lambda t: download(entry, t.report, t.cancel, hub=hub_id), self._on_downloaded))
 
     def _on_progress(self, done: int, total: int) -> None:

@@ -43,3 +43,44 @@ def test_badges_download_delete_and_import(qtbot, assistant_home, model_paths, t
     finally:
         dialog.done(0)
         hub.stop()
+
+
+def test_a_model_with_a_draft_downloads_it_too_and_the_draft_is_never_a_tier(qtbot, assistant_home, model_paths,
+                                                                            tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path / "models"))
+    target, draft = "qwen2.5-7b-instruct-q4_k_m", "qwen2.5-0.5b-instruct"
+    hub = HubServer({"bartowski/Qwen2.5-7B-Instruct-GGUF/Qwen2.5-7B-Instruct-Q4_K_M.gguf": model_paths["demo-small"],
+                     "Qwen/Qwen2.5-0.5B-Instruct-GGUF/qwen2.5-0.5b-instruct-q4_k_m.gguf": model_paths["demo-small"]})
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    settings = Settings(assistant_home / "settings.json")
+    dialog = ModelManagerDialog(settings)
+    qtbot.addWidget(dialog)
+    row = {e.id: i for i, e in enumerate(dialog.entries)}
+    try:
+        # The pair shows: the target's name says it has a draft, the draft's tier says what it is.
+        assert dialog.table.item(row[target], 0).text() == "Qwen2.5 7B Instruct Q4_K_M · with 0.5B draft (faster answers)"
+        assert dialog.table.item(row[draft], 1).text() == "draft"
+        assert "Qwen2.5 7B Instruct Q4_K_M checks them" in dialog.table.item(row[draft], 0).toolTip()
+        # One Download fetches the model, then its draft.
+        dialog.table.selectRow(row[target])
+        dialog.download_selected()
+        qtbot.waitUntil(lambda: dialog.message.text() == "Downloaded.", timeout=60_000)
+        assert dialog.status(target) == dialog.status(draft) == "downloaded"
+        assert ("GET", "/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/qwen2.5-0.5b-instruct-q4_k_m.gguf") in hub.requests
+        # The draft alone: the tier buttons are off, and asking anyway says why.
+        dialog.table.selectRow(row[draft])
+        assert not dialog.use_l1.isEnabled() and not dialog.use_l2.isEnabled()
+        dialog.use_selected("L2")
+        assert dialog.message.text() == ("Qwen2.5 0.5B Instruct is a draft model: it makes Qwen2.5 7B Instruct Q4_K_M "
+                                         "answer faster and is not offered as a tier.")
+        assert settings.get("tier.L2") != draft
+        # Deleted, the draft comes back with Download on its model, which is still there.
+        dialog.delete_selected(confirmed=True)
+        assert dialog.status(draft) == "not downloaded" and dialog.status(target) == "downloaded"
+        dialog.table.selectRow(row[target])
+        assert dialog.use_l1.isEnabled()
+        dialog.download_selected()
+        qtbot.waitUntil(lambda: dialog.status(draft) == "downloaded", timeout=60_000)
+    finally:
+        dialog.done(0)
+        hub.stop()

@@ -1,6 +1,6 @@
 """The first-start welcome: shown on an empty data dir with demo tiers, "Try the demo models" dismisses it
-for good, "Download and use" fetches the recommended pair from a local fake hub and switches the
-running engine's tiers, errors read as plain words, and the hub defaults to one reachable from
+for good, "Download and use" fetches the recommended pair (and the draft model the catalog pairs with
+one of them) from a local fake hub and switches the running engine's tiers, errors read as plain words, and the hub defaults to one reachable from
 mainland China under zh_CN. Screenshots: ASSISTANT_SCREENSHOTS=docs/screenshots to refresh them."""
 
 import dataclasses
@@ -48,10 +48,12 @@ def two_real_entries():
 
 
 def serve_pair(monkeypatch, model_paths, throttle_bytes_per_s: float):
-    """Two real catalog entries served by a fake Hugging Face hub (the demo model's bytes under their
-    names) and recommended as the pair; (l1, l2, hub)."""
+    """Two real catalog entries and their draft models served by a fake Hugging Face hub (the demo
+    model's bytes under their names) and recommended as the pair; (l1, l2, hub)."""
     l1, l2 = two_real_entries()
-    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in (l1, l2)},
+    catalog = load_catalog()
+    files = [e for e in (l1, l2, catalog.draft_of(l1), catalog.draft_of(l2)) if e is not None]
+    hub = HubServer({f"{e.repo_for('huggingface')}/{e.file}": model_paths["demo-small"] for e in files},
                     throttle_bytes_per_s=throttle_bytes_per_s)
     monkeypatch.setenv("ASSISTANT_HUB_HUGGINGFACE", hub.url)
     monkeypatch.setenv("ASSISTANT_MODELS_HUB", "huggingface")  # settings: models.hub
@@ -99,15 +101,23 @@ def test_download_and_use_switches_the_tiers_in_two_clicks(qtbot, assistant_home
         qtbot.waitUntil(button.isEnabled, timeout=30_000)
         assert panel.findChild(QWidget, "hubEndpoint").currentData() == "huggingface"
         table = panel.findChild(QWidget, "recommendedModels")
-        assert [table.item(r, 1).text() for r in range(2)] == [l1.name, l2.name]
+        # The 7B comes with its draft: the row says so, its size counts it, the reason explains it.
+        draft = load_catalog().draft_of(l2)
+        assert (l1.id, l2.id, draft.id) == ("qwen2.5-1.5b-instruct-q4_k_m", "qwen2.5-7b-instruct-q4_k_m",
+                                            "qwen2.5-0.5b-instruct")
+        assert [table.item(r, 1).text() for r in range(2)] == [l1.name, f"{l2.name} · with 0.5B draft (faster answers)"]
+        assert table.item(1, 2).text() == f"{(l2.size_bytes + draft.size_bytes) / 1e9:.1f} GB"
+        assert "comes with a 0.5B draft model of its family" in panel.why.text()
         qtbot.mouseClick(button, Qt.LeftButton)  # click one
+        message = panel.findChild(QWidget, "welcomeMessage")
+        qtbot.waitUntil(lambda: "(1 of 3)" in message.text(), timeout=30_000)
         bar = panel.findChild(QWidget, "welcomeProgress")
         qtbot.waitUntil(lambda: bar.isVisible() and bar.value() > 0, timeout=30_000)  # progress shows
         qtbot.waitUntil(panel.isHidden, timeout=120_000)
         settings = Settings(assistant_home / "settings.json")
         assert (settings.get("tier.L1"), settings.get("tier.L2"), settings.get("ui.welcome_done")) == \
             (l1.id, l2.id, True)
-        for e in (l1, l2):
+        for e in (l1, l2, draft):
             assert (models_dir / e.file).read_bytes() == model_paths["demo-small"].read_bytes()
         # The running engine took the new tiers: the next answer (click two) comes from one of them.
         qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
