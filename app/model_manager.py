@@ -3,9 +3,10 @@ for this machine; download (progress, cancel, resume) from the chosen hub, delet
 GGUF, and choose the model of each tier. A model the catalog pairs with a draft model (speculative
 decoding) says so in its name, and Download fetches the draft after it: the draft is a tenth of its
 size and does nothing alone, so a user who picks the model should not have to find it. The draft
-keeps a row of its own (its status, Delete: drafting stops) but is never offered as a tier. A search box lists GGUF repositories on the hub, a file per
-quant with its size and a fit badge, and downloads any of them. Searches and downloads run on
-a "models" Runner (`app.model_parts.Task`, app/background.py); only the GUI thread touches the widgets."""
+keeps a row of its own (its status, Delete: drafting stops) but is never offered as a tier. A search
+box lists GGUF repositories on the hub, a file per quant with its size and a fit badge, and downloads
+any of them. Searches and downloads run on a "models" Runner (`app.model_parts.Task`,
+app/background.py); only the GUI thread touches the widgets."""
 
 from __future__ import annotations
 

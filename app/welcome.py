@@ -1,8 +1,9 @@
 """The welcome on first start: this machine (CPU, RAM, GPUs and their free memory), an L1/L2 pair
 that fits it (`engine.api.recommend_models`), the hub to download from, and two ways on: "Download
 and use" (both files, and the draft model the catalog pairs with either, one after the other, with
-progress and Cancel, then the tiers switch) or "Try the demo models". It takes the empty chat's place until dismissed, and never comes back once it
-was dismissed or real models exist. The machine check and the downloads are `Task`s on its Runner (app/background.py)."""
+progress and Cancel, then the tiers switch) or "Try the demo models". It takes the empty chat's
+place until dismissed, and never comes back once it was dismissed or real models exist. The machine
+check and the downloads are `Task`s on its Runner (app/background.py)."""
 
 from __future__ import annotations
 

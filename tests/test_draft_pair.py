@@ -84,7 +84,8 @@ def test_a_different_token_text_is_named_and_the_first_ids_are_not_compared(tmp_
     # a short vocabulary (kept as a list by read_gguf) is compared the same way
     short = vocab_gguf(tmp_path / "short.gguf", words(100))
     assert vocab_mismatch(short, short) is None
-    assert "token 50 is 'x'" in vocab_mismatch(short, vocab_gguf(tmp_path / "s2.gguf", words(50) + ["x"] + words(100)[51:]))
+    other = vocab_gguf(tmp_path / "s2.gguf", words(50) + ["x"] + words(100)[51:])
+    assert "token 50 is 'x'" in vocab_mismatch(short, other)
 
 
 def test_special_tokens_and_the_tokenizer_type_must_agree(tmp_path):

@@ -58,7 +58,8 @@ def test_a_model_with_a_draft_downloads_it_too_and_the_draft_is_never_a_tier(qtb
     row = {e.id: i for i, e in enumerate(dialog.entries)}
     try:
         # The pair shows: the target's name says it has a draft, the draft's tier says what it is.
-        assert dialog.table.item(row[target], 0).text() == "Qwen2.5 7B Instruct Q4_K_M · with 0.5B draft (faster answers)"
+        assert dialog.table.item(row[target], 0).text() == \
+            "Qwen2.5 7B Instruct Q4_K_M · with 0.5B draft (faster answers)"
         assert dialog.table.item(row[draft], 1).text() == "draft"
         assert "Qwen2.5 7B Instruct Q4_K_M checks them" in dialog.table.item(row[draft], 0).toolTip()
         # One Download fetches the model, then its draft.
@@ -66,7 +67,8 @@ def test_a_model_with_a_draft_downloads_it_too_and_the_draft_is_never_a_tier(qtb
         dialog.download_selected()
         qtbot.waitUntil(lambda: dialog.message.text() == "Downloaded.", timeout=60_000)
         assert dialog.status(target) == dialog.status(draft) == "downloaded"
-        assert ("GET", "/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/qwen2.5-0.5b-instruct-q4_k_m.gguf") in hub.requests
+        fetched = "/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/qwen2.5-0.5b-instruct-q4_k_m.gguf"
+        assert ("GET", fetched) in hub.requests
         # The draft alone: the tier buttons are off, and asking anyway says why.
         dialog.table.selectRow(row[draft])
         assert not dialog.use_l1.isEnabled() and not dialog.use_l2.isEnabled()

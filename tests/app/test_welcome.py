@@ -1,7 +1,7 @@
 """The first-start welcome: shown on an empty data dir with demo tiers, "Try the demo models" dismisses it
 for good, "Download and use" fetches the recommended pair (and the draft model the catalog pairs with
-one of them) from a local fake hub and switches the running engine's tiers, errors read as plain words, and the hub defaults to one reachable from
-mainland China under zh_CN. Screenshots: ASSISTANT_SCREENSHOTS=docs/screenshots to refresh them."""
+one of them) from a local fake hub and switches the running engine's tiers, errors read as plain
+words, and the hub defaults to one reachable from mainland China under zh_CN. Screenshots: ASSISTANT_SCREENSHOTS=docs/screenshots to refresh them."""
 
 import dataclasses
 
@@ -105,7 +105,8 @@ def test_download_and_use_switches_the_tiers_in_two_clicks(qtbot, assistant_home
         draft = load_catalog().draft_of(l2)
         assert (l1.id, l2.id, draft.id) == ("qwen2.5-1.5b-instruct-q4_k_m", "qwen2.5-7b-instruct-q4_k_m",
                                             "qwen2.5-0.5b-instruct")
-        assert [table.item(r, 1).text() for r in range(2)] == [l1.name, f"{l2.name} · with 0.5B draft (faster answers)"]
+        assert [table.item(r, 1).text() for r in range(2)] == \
+            [l1.name, f"{l2.name} · with 0.5B draft (faster answers)"]
         assert table.item(1, 2).text() == f"{(l2.size_bytes + draft.size_bytes) / 1e9:.1f} GB"
         assert "comes with a 0.5B draft model of its family" in panel.why.text()
         qtbot.mouseClick(button, Qt.LeftButton)  # click one
