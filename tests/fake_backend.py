@@ -319,6 +319,15 @@ class FakeBackend:
         self.calls.append(("eval", len(tokens), done))
         return done
 
+    @owned
+    def eval_rows(self, tokens: list[int], rows_from: int) -> None:
+        """A speculative pass: the scripted answer is what it is, so each row samples the script."""
+        if len(self._kv) + len(tokens) > self.n_ctx:
+            raise ContextFull(len(self._kv) + len(tokens), self.n_ctx)
+        self._kv.extend(tokens)
+        self.history.append(list(tokens))
+        self.calls.append(("eval_rows", len(tokens), rows_from))
+
     # ---- sampling
     @owned
     def make_sampler(self, p: SamplingParams, grammar: str | None = None) -> _Sampler:
@@ -335,7 +344,7 @@ class FakeBackend:
         return True
 
     @owned
-    def sample(self, sampler: _Sampler) -> tuple[int, float]:
+    def sample(self, sampler: _Sampler, row: int = -1) -> tuple[int, float]:
         for hook in list(self.on_sample):
             hook(self, sampler.n)
         if self.decode_s_per_token:

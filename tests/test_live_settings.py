@@ -3,7 +3,7 @@ each turn must not be reported as waiting for a restart (the window's status lin
 
 from engine.api.assistant import LIVE_SETTINGS
 from engine.api.engine_config import CONFIG_SETTINGS, engine_config, reasoning_options
-from engine.config.settings import DEFAULTS, Settings
+from engine.config.settings import CHOICES, DEFAULTS, Settings
 
 # CONFIG_SETTINGS keys that deliberately wait for a restart, each with its reason. None today.
 NOT_LIVE: dict[str, str] = {}
@@ -12,6 +12,8 @@ NOT_LIVE: dict[str, str] = {}
 def changed(key):
     """A valid value other than the default, of the default's type."""
     default = DEFAULTS[key]
+    if key in CHOICES:
+        return next(choice for choice in CHOICES[key] if choice != default)
     if isinstance(default, bool):
         return not default
     if default:

@@ -18,7 +18,7 @@ STAGES = ["tools", "after", "route", "recall", "cascade", "fallback", "fit", "pr
 JSON_KEYS = {"prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "completion_tokens", "ttft_ms",
              "prompt_tps", "decode_tps", "finish_reason", "cache_mode", "prompt_ms", "decode_ms",
              "tokens_estimated", "context_shift", "restored_from", "restore_ms", "park_ms", "dropped_tokens",
-             "read_ahead", "reasoning_tokens", "reasoning_ms", "reasoning_closed", "level", "route_reason", "fallback", "offload", "confidence", "context",
+             "read_ahead", "reasoning_tokens", "reasoning_ms", "reasoning_closed", "draft_tokens", "draft_accepted", "speculation", "speculation_note", "level", "route_reason", "fallback", "offload", "confidence", "context",
              "summary_used", "risk", "memories_used", "memory", "sources", "documents", "retrieval"}
 
 

@@ -40,8 +40,9 @@ def post(server, body: dict) -> httpx.Response:
                       timeout=30)
 
 
-def test_a_call_comes_back_as_tool_calls_and_its_result_continues_the_same_kv(serve, fakes):
-    server = serve()
+def test_a_call_comes_back_as_tool_calls_and_its_result_continues_the_same_kv(serve, fakes, make_assistant):
+    # Plain decoding: speculation also evaluates the drafts it rejects (tests/test_speculation_fake.py)
+    server = serve(make_assistant(str(fakes.model_file("m")), speculative="off"))
     fake = fakes.backend("m")
     fakes.script("m").enqueue(Answer(call_text("get_weather", {"city": "Paris"})), Answer("It is sunny in Paris."))
     c = client(server)

@@ -26,7 +26,8 @@ def tokens(fake, text: str) -> list[int]:
 # ---- KV bookkeeping
 
 def test_each_turn_evaluates_only_its_new_tokens(fakes, make_assistant):
-    a = make_assistant(str(fakes.model_file("m")))
+    # Plain decoding: speculation also evaluates the drafts it rejects (tests/test_speculation_fake.py)
+    a = make_assistant(str(fakes.model_file("m")), speculative="off")
     fake = fakes.backend("m")
     cid = a.new_conversation("Be brief.")
     texts = ["hi", "how are you?", "tell me more about that", "ok thanks"]

@@ -18,6 +18,7 @@ from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, appl
 from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, TurnResult
 from engine.inference.generate import common_prefix, generate
 from engine.inference.reasoning import opens_block
+from engine.inference.tokens import Drafting
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
 from engine.inference.runtime import BACKGROUND, FOREGROUND, Job, ModelUnloaded, Worker
@@ -218,7 +219,10 @@ class LocalTarget:
                 shift = "kv" if apply_shift(worker.backend, prompt) else "reeval"
             try:
                 piece = worker.prefill_piece()
-                for item in generate(worker.backend, prompt, params, job.cancel, piece, reasoning=fmt, inside=inside):
+                mode = params.speculative or "off"
+                drafting = Drafting(mode, worker.speculation.tuner(conversation_id, mode), worker.draft)
+                for item in generate(worker.backend, prompt, params, job.cancel, piece, reasoning=fmt, inside=inside,
+                                     drafting=drafting):
                     if isinstance(item, TurnResult):
                         if read_ahead:  # before the end is told: a client's next request finds it done
                             item.stats.read_ahead = self._read_ahead(worker, job, history, user, item, params)

@@ -34,6 +34,9 @@ class GenerateParams:
     # Tools the answer may call (engine/inference/tool_calls.py): calls come back in
     # TurnResult.tool_calls, apart from the text; None: no tools.
     tools: ToolUse | None = None
+    # Speculative decoding: "auto" | "off" | "ngram" | "draft" (engine/inference/speculation.py);
+    # None: the engine's setting (EngineConfig.speculative), filled in by the turn's Fit stage.
+    speculative: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from engine.inference.backend import Backend, LoadParams
+from engine.inference.draft_model import DraftModel
 from engine.inference.errors import ModelLoadError
+from engine.inference.speculation import Speculation
 from engine.models.catalog import ResolvedModel
 from engine.inference.templates import ChatTemplate, ChatTemplateError, template_for
 from engine.config import threads
@@ -189,6 +191,10 @@ class Worker:
         # tiers keep the context's conversation state).
         self.before_close: Callable[["Worker"], None] | None = None
         self.view = ContextView(self.backend.identity, self.backend.n_ctx, ())
+        # Speculative decoding's measured costs and per-chat tuners (engine/inference/speculation.py),
+        # and a draft model where the catalog pairs one (its backend is this thread's too).
+        self.speculation = Speculation()
+        self.draft: DraftModel | None = None
         self.vocab = self.backend.vocab  # any thread: a tokenizer of its own, not the context's
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         hand_over(self.backend, self._thread)  # from here on only jobs touch it

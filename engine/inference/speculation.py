@@ -1,14 +1,16 @@
 """When to speculate, and how far: measured per model and per chat, so nobody has to tune it.
 
 A verification pass of k draft tokens costs more than one plain step and yields 1 to k + 1 tokens.
-Whether it wins depends on the machine (on two CPU cores a 4-token pass costs 2.8 plain steps for
-a 135M model; on a GPU a 7B model's costs nearly one) and on the text (a quote is copied, open
-chat is not). So both are measured as the answer goes:
-- `Costs` (per model): a plain step's time, and what each draft token adds to a pass, as moving
-  averages, a pass's draft time included (a draft model's own steps);
-- `Tuner` (per chat): how often each kind of draft is accepted, token by token.
-Each pass then verifies the draft length k that maximises expected tokens per second,
-    E(k) / cost(k),  E(k) = 1 + a + a^2 + ... + a^k  (a: the acceptance of that kind of draft),
+Whether it wins depends on the machine and on the text. On two CPU cores a pass of n tokens costs
+about n^0.73 plain steps for a 135M model (2: 1.8, 4: 2.8, 8: 4.6, 16: 7.5); on a GPU a 7B model's
+costs nearly one. A quote is copied; open chat is not. So both are measured as the answer goes:
+- `Costs` (per model): a plain step's time, and a pass's cost by its size, in plain steps, as
+  moving averages (a draft model's own steps are part of its pass);
+- `Tuner` (per chat): how often each kind of draft is accepted, token by token. A kind is the
+  match that proposed it ("ngram3") and whether the last pass was accepted whole ("ngram3+"): a
+  copy in progress goes on far more often than one starts.
+Each pass verifies the draft length k that maximises expected tokens per second,
+    E(k) / cost(k + 1),  E(k) = 1 + a + a^2 + ... + a^k  (a: that kind's acceptance),
 and none where one plain step is faster. Auto probes a kind it has written off again every
 PROBE_EVERY drafts, so a chat that turns to quoting gets the speed-up back. The modes "ngram" and
 "draft" always verify (at least one token), for whoever asks for them.
@@ -16,6 +18,7 @@ PROBE_EVERY drafts, so a chat that turns to quoting gets the speed-up back. The 
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -24,11 +27,13 @@ from engine.inference.ngram import NgramIndex
 
 MODES = ("auto", "off", "ngram", "draft")
 MAX_DRAFT = 16  # tokens verified in one pass at most: Stop waits for one pass
-PRIOR_ACCEPT = 0.5  # a kind of draft not yet measured in this chat
-PRIOR_EXTRA = 0.7  # a draft token's cost, in plain steps, before a pass is measured (2 CPU cores, 135M)
-PROBE_EVERY = 24  # drafts auto lets go unverified before it tries that kind again
-PROBE_LEN = 4
+PRIOR_ACCEPT = 0.6  # a kind of draft not yet measured in this chat
+PRIOR_ACCEPT_RUN = 0.9  # the same after a pass accepted whole
+PRIOR_EXPONENT = 0.75  # a pass of n tokens costs n^this plain steps, until one is measured (2 CPU cores)
+PROBE_EVERY = 16  # drafts auto lets go unverified before it tries that kind again
+PROBE_LEN = 8
 SMOOTH = 0.2  # weight of the newest reading in the moving averages
+ACCEPT_SMOOTH = 0.15  # per judged draft token
 CHATS_KEPT = 32  # per-chat state (acceptance, the n-gram index) for this many recent chats
 
 
@@ -38,23 +43,42 @@ def _ema(old: float | None, new: float, weight: float = SMOOTH) -> float:
 
 @dataclass
 class Costs:
-    """A model's measured decode costs: seconds per plain step, and per draft token in a pass
-    (by kind: an n-gram draft costs its verification; a draft model's, its own steps too)."""
+    """A model's measured decode costs: seconds per plain step, and by kind of draft what a pass of
+    n tokens (the pending one and n - 1 draft tokens) costs in plain steps, by n. A size not yet
+    measured is read off its measured neighbours (log-log), or the prior curve n^PRIOR_EXPONENT:
+    the curve is no power law (the marginal token gets cheaper as n grows), so no one exponent
+    fitted to short passes may price long ones."""
 
     step_s: float | None = None
-    extra_s: dict[str, float] = field(default_factory=dict)
+    ratio: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def note_step(self, seconds: float) -> None:
         self.step_s = _ema(self.step_s, seconds)
 
     def note_pass(self, kind: str, k: int, seconds: float) -> None:
-        if self.step_s is None or k <= 0:
+        if self.step_s is None or k <= 0 or seconds <= 0:
             return
-        self.extra_s[kind] = _ema(self.extra_s.get(kind), max(0.0, seconds - self.step_s) / k)
+        table = self.ratio.setdefault(kind, {})
+        table[k + 1] = _ema(table.get(k + 1), seconds / self.step_s)
 
     def of_pass(self, kind: str, k: int) -> float:
-        step = self.step_s or 1.0
-        return step + k * self.extra_s.get(kind, PRIOR_EXTRA * step)
+        """A pass of k draft tokens, in plain steps (k 0: one plain step)."""
+        n = k + 1
+        if n == 1:
+            return 1.0
+        table = self.ratio.get(kind, {})
+        if n in table:
+            return table[n]
+        below = max((m for m in table if m < n), default=None)
+        above = min((m for m in table if m > n), default=None)
+        if below is not None and above is not None:
+            w = math.log(n / below) / math.log(above / below)
+            return math.exp((1 - w) * math.log(table[below]) + w * math.log(table[above]))
+        if below is not None:
+            return table[below] * (n / below) ** PRIOR_EXPONENT
+        if above is not None:
+            return table[above] * (n / above) ** PRIOR_EXPONENT
+        return n ** PRIOR_EXPONENT
 
 
 def expected_tokens(accept: float, k: int) -> float:
@@ -73,14 +97,15 @@ class Tuner:
     skipped: dict[str, int] = field(default_factory=dict)  # drafts let go since that kind's last pass
     index: NgramIndex = field(default_factory=NgramIndex)
     note: str = ""  # why it is on or off, as last decided
+    run: bool = False  # the last pass was accepted whole: a copy is in progress
 
     def length(self, key: str, kind: str, available: int) -> int:
         """How many of `available` draft tokens (of match kind `key`) to verify: 0 = a plain step."""
         if available <= 0:
             return 0
         available = min(available, MAX_DRAFT)
-        a = self.accept.get(key, PRIOR_ACCEPT)
-        best_k, best_rate = 0, 1.0 / self.costs.of_pass(kind, 0)
+        a = self.accept.get(key, PRIOR_ACCEPT_RUN if key.endswith("+") else PRIOR_ACCEPT)
+        best_k, best_rate = 0, 1.0
         for k in range(1, available + 1):
             rate = expected_tokens(a, k) / self.costs.of_pass(kind, k)
             if rate > best_rate:
@@ -89,8 +114,7 @@ class Tuner:
             self.note = f"{self.mode}: on (asked for in Settings)"
             return max(1, best_k)
         if best_k:
-            gain = best_rate * self.costs.of_pass(kind, 0)
-            self.note = f"auto: on ({key} drafts {a:.0%} accepted, {gain:.2f}× plain expected)"
+            self.note = f"auto: on ({key} drafts {a:.0%} accepted, {best_rate:.2f}× plain expected)"
             self.skipped[key] = 0
             return best_k
         skipped = self.skipped.get(key, 0) + 1
@@ -104,38 +128,29 @@ class Tuner:
     def judged(self, key: str, accepted: int, drafted: int) -> None:
         """A pass's outcome: the first `accepted` of `drafted` tokens were kept. Positions after the
         first rejected one were never judged, so they teach nothing."""
-        a = self.accept.get(key, PRIOR_ACCEPT)
+        a = self.accept.get(key, PRIOR_ACCEPT_RUN if key.endswith("+") else PRIOR_ACCEPT)
         for i in range(min(drafted, accepted + 1)):
-            a = _ema(a, 1.0 if i < accepted else 0.0, 0.1)
+            a = _ema(a, 1.0 if i < accepted else 0.0, ACCEPT_SMOOTH)
         self.accept[key] = a
+        self.run = accepted == drafted
 
 
 class Speculation:
-    """A model's speculation: its mode, its measured costs and its chats' tuners. Held by the
-    model's worker (engine/inference/runtime.py) and used on its thread; `mode` may be changed by
-    another (a live setting)."""
+    """A model's speculation: its measured costs and its chats' tuners. Held by the model's worker
+    (engine/inference/runtime.py); `drafting` is called on its thread, per answer."""
 
-    def __init__(self, mode: str = "auto"):
-        self.mode = mode
+    def __init__(self) -> None:
         self.costs = Costs()
         self._chats: OrderedDict[object, Tuner] = OrderedDict()
         self._lock = threading.Lock()
 
-    @property
-    def mode(self) -> str:
-        return self._mode
-
-    @mode.setter
-    def mode(self, mode: str) -> None:
+    def tuner(self, chat: object, mode: str) -> Tuner:
+        """The tuner of `chat` (a conversation id; None: one-off answers share one) in `mode`."""
         if mode not in MODES:
             raise ValueError(f"speculative mode must be one of {', '.join(MODES)}, not {mode!r}")
-        self._mode = mode
-
-    def tuner(self, chat: object) -> Tuner:
-        """The tuner of `chat` (a conversation id; None: one-off answers share one)."""
         with self._lock:
-            tuner = self._chats.pop(chat, None) or Tuner(self.costs, self.mode)
-            tuner.mode = self.mode
+            tuner = self._chats.pop(chat, None) or Tuner(self.costs, mode)
+            tuner.mode = mode
             self._chats[chat] = tuner
             while len(self._chats) > CHATS_KEPT:
                 self._chats.popitem(last=False)

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.inference.speculation import Speculation, Tuner
+from engine.inference.speculation import Tuner
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +49,26 @@ class Drafter(Protocol):
     def propose(self, sequence: list[int], k: int) -> list[int]: ...
 
 
-def no_speculation(backend, spec: Speculation | None) -> str:
-    """Why `backend` cannot speculate ("" where it can)."""
-    if spec is None or spec.mode == "off":
-        return "off in Settings" if spec is not None else ""
+@dataclass(frozen=True)
+class Drafting:
+    """What a source may draft with: its mode ("auto", "off", "ngram", "draft"), this chat's `Tuner`
+    (`Speculation.tuner`) and a draft model where one is paired and loaded."""
+
+    mode: str = "off"
+    tuner: Tuner | None = None
+    drafter: Drafter | None = None
+
+
+def no_speculation(backend, drafting: Drafting) -> str:
+    """Why `backend` cannot speculate as `drafting` asks ("" where it can)."""
+    if drafting.mode == "off" or drafting.tuner is None:
+        return "off in Settings" if drafting.mode == "off" else "off"
     if backend.n_swa > 0 and not backend.params.swa_full:
         # Sliding-window layers forget cells a rollback would need: no suffix can be dropped.
         return "sliding-window cache: a rejected draft could not be rolled back"
+    if drafting.mode == "draft" and drafting.drafter is None:
+        return "draft: no draft model is paired with this model (or installed)"
     return ""
-
-
-@dataclass(frozen=True)
-class Drafting:
-    """What a source may draft with: the model's `Speculation` (None: it never drafts), this chat's
-    `Tuner` (`spec.tuner(conversation)`), and a draft model where one is paired and loaded."""
-
-    spec: Speculation | None = None
-    tuner: Tuner | None = None
-    drafter: Drafter | None = None
 
 
 class TokenSource:
@@ -83,15 +85,10 @@ class TokenSource:
         self.backend, self.sampler = backend, sampler
         self.pending: list[int] = []  # sampled or put in, not evaluated yet
         self.drafted = self.accepted = 0
-        spec = drafting.spec
-        self.note = no_speculation(backend, spec)
-        self.tuner = drafting.tuner if spec is not None and not self.note else None
-        mode = spec.mode if spec is not None else "off"
-        self.ngram = self.tuner is not None and mode in ("auto", "ngram")
-        self.drafter = drafting.drafter if self.tuner is not None and mode in ("auto", "draft") else None
-        if self.tuner is not None and mode == "draft" and self.drafter is None:
-            self.note = "draft: no draft model is paired with this model (or installed)"
-            self.tuner = None
+        self.note = no_speculation(backend, drafting)
+        self.tuner = None if self.note else drafting.tuner
+        self.ngram = self.tuner is not None and drafting.mode in ("auto", "ngram")
+        self.drafter = drafting.drafter if self.tuner is not None and drafting.mode in ("auto", "draft") else None
         self.kind: str | None = None  # the kind of the last draft verified
         if self.tuner is not None:
             self.tuner.index.sync(prompt)
@@ -130,9 +127,12 @@ class TokenSource:
         return self.backend.constrain(self.sampler, grammar, written)
 
     def finish(self) -> None:
-        """The answer ended: drop the rows of a pass the consumer did not take."""
-        if self._pass is not None:
-            self._end_pass()
+        """The answer ended: the cache keeps what plain decoding would have evaluated, the prompt and
+        every token taken but the last, so the next turn finds the same state whether or not this
+        answer was drafted. The rows the consumer did not take were never judged: no rejection."""
+        live = self._pass
+        if live is not None:
+            self._end_pass(keep=live.base + live.judged - 1, rejected=False)
 
     @property
     def speculation(self) -> str | None:
@@ -181,27 +181,30 @@ class TokenSource:
         if fits <= 0:
             return [], "", "", t
         if self.drafter is not None:
-            k = tuner.length("draft", self.drafter.kind, fits)
+            key = "draft" + ("+" if tuner.run else "")
+            k = tuner.length(key, self.drafter.kind, fits)
             if k:
                 proposal = self.drafter.propose(self._sequence, k)[:k]
                 if proposal:
-                    return proposal, "draft", self.drafter.kind, t
+                    return proposal, key, self.drafter.kind, t
         if self.ngram:
             found = tuner.index.draft(fits)
             if found is not None:
-                k = tuner.length(found.key, "ngram", len(found.tokens))
+                key = found.key + ("+" if tuner.run else "")
+                k = tuner.length(key, "ngram", len(found.tokens))
                 if k:
-                    return found.tokens[:k], found.key, "ngram", t
+                    return found.tokens[:k], key, "ngram", t
         return [], "", "", t
 
-    def _end_pass(self) -> None:
-        """Close the live pass: the cache keeps the pending tokens and the draft tokens accepted."""
+    def _end_pass(self, keep: int | None = None, rejected: bool = True) -> None:
+        """Close the live pass: the cache keeps the pending tokens and the draft tokens accepted
+        (or `keep` tokens)."""
         live, self._pass = self._pass, None
-        keep = live.base + live.judged
+        keep = live.base + live.judged if keep is None else keep
         if len(self.backend.kv_tokens) > keep and not self.backend.keep_prefix(keep):
             raise RuntimeError("the cache could not drop a rejected draft")  # ruled out by no_speculation
         if self.tuner is not None:
-            self.tuner.judged(live.key, live.judged, len(live.draft))
+            self.tuner.judged(live.key, live.judged, len(live.draft) if rejected else live.judged)
             self.tuner.costs.note_pass(live.kind, len(live.draft), time.perf_counter() - live.t)
 
     def _took(self, *tokens: int) -> None:

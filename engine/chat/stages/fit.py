@@ -36,6 +36,8 @@ class Fit:
                 and target.capabilities.reasoning):  # a quick request on a thinking L1
             params = replace(params, think=False)
             decision = replace(decision, reason=f"{decision.reason}; answered without thinking")
+        if params.speculative is None:  # the request left it to the engine's setting
+            params = replace(params, speculative=turn.config.speculative)
         if window is not None and window.max_answer is not None and window.max_answer < params.max_tokens:
             params = replace(params, max_tokens=window.max_answer)
         history = window.messages if window else turn.conv.history()
