@@ -86,11 +86,13 @@ FUNCTIONS = {
     "llama_sampler_apply": ([SAMPLER, "LP_llama_token_data_array"], None),
     "llama_sampler_accept": ([SAMPLER, i32], None),
     "llama_sampler_free": ([SAMPLER], None),
+    "llama_model_quantize_default_params": ([], "llama_model_quantize_params"),
+    "llama_model_quantize": ([ctypes.c_char_p, ctypes.c_char_p, "LP_llama_model_quantize_params"], ctypes.c_uint32),
 }
 # Other module attributes: enum values (ints) and the rest (the log callback type, the token type).
 CONSTANTS = ["GGML_TYPE_F16", "GGML_TYPE_Q8_0", "GGML_TYPE_Q4_0", "LLAMA_FLASH_ATTN_TYPE_ENABLED",
              "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_LOAD_MODE_MMAP",
-             "LLAMA_LOAD_MODE_NONE"]
+             "LLAMA_LOAD_MODE_NONE", "LLAMA_FTYPE_MOSTLY_F16", "LLAMA_FTYPE_MOSTLY_Q8_0"]
 OTHER = ["__version__", "__file__", "llama_log_callback", "ggml_abort_callback", "llama_token", "llama_token_data", "llama_token_data_array"]
 # struct: {field: type}; the seam names them `params` (model), `p` (context) and `batch`.
 FIELDS = {
@@ -104,10 +106,11 @@ FIELDS = {
                     "seq_id": ctypes.POINTER(ctypes.POINTER(i32)), "n_seq_id": ctypes.POINTER(i32),
                     "logits": ctypes.POINTER(ctypes.c_int8)},
     "llama_token_data": {"id": i32, "logit": f32, "p": f32},
+    "llama_model_quantize_params": {"ftype": ctypes.c_int, "allow_requantize": boolean, "nthread": ctypes.c_int},
     "llama_token_data_array": {"data": "LP_llama_token_data", "size": size, "selected": ctypes.c_int64,
                                "sorted": boolean},
 }
-_STRUCT_OF = {"params": "llama_model_params", "p": "llama_context_params", "batch": "llama_batch",
+_STRUCT_OF = {"qp": "llama_model_quantize_params", "params": "llama_model_params", "p": "llama_context_params", "batch": "llama_batch",
               "one": "llama_token_data", "array": "llama_token_data_array", "single": "llama_token_data_array"}
 
 

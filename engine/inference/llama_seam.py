@@ -166,6 +166,24 @@ class Model:
 
 
 # A llama_vocab handle (Model.vocab) is read-only: these may run on any thread.
+QUANT_TYPES = ("f16", "q8_0")
+
+
+def quantize(source: Path | str, target: Path | str, kind: str, n_threads: int = 0) -> None:
+    """Write `source` re-quantized as `kind` (QUANT_TYPES) to `target` with llama.cpp's quantizer
+    (bench/speculative.py builds a draft pair from one file this way).
+
+    Raises:
+        LoadFailed: llama.cpp could not.
+    """
+    init()
+    qp = _C.llama_model_quantize_default_params()
+    qp.ftype = {"f16": _C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": _C.LLAMA_FTYPE_MOSTLY_Q8_0}[kind]
+    qp.allow_requantize, qp.nthread = True, n_threads
+    if _C.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(qp)) != 0:
+        raise LoadFailed(f"llama.cpp could not quantize {source} to {kind}")
+
+
 def vocab_facts(vocab) -> dict:
     return {"n_vocab": int(_C.llama_vocab_n_tokens(vocab)), "bos_id": int(_C.llama_vocab_bos(vocab)),
             "eos_id": int(_C.llama_vocab_eos(vocab)), "add_bos": bool(_C.llama_vocab_get_add_bos(vocab))}
