@@ -11,13 +11,15 @@ import psutil
 from dataclasses import replace
 from typing import Callable
 
-from engine.inference.backend import LoadParams
+from engine.inference.backend import Backend, LoadParams
+from engine.inference.draft_model import DraftModel
 from engine.inference.errors import DeviceMemoryError, ModelLoadError
-from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_model
+from engine.models.catalog import Catalog, ModelNotFound, ResolvedModel, resolve_draft, resolve_model
+from engine.models.draft_pair import vocab_mismatch
 from engine.models.devices import DEFAULT_MARGIN_MB, MIB, DeviceSnapshot, GPUInfo, snapshot
 from engine.models.gguf_info import GGUFError
 from engine.models.planner import Plan, PlanError, plan, ram_bytes
-from engine.inference.runtime import BackendFactory, Worker
+from engine.inference.runtime import FOREGROUND, BackendFactory, Worker
 
 log = logging.getLogger(__name__)
 # Host memory a longer context may add to a load (runtime.n_ctx_max): 1 GiB, or a tenth of the
@@ -115,9 +117,10 @@ class ModelManager:
             else:
                 budget = max(0.0, device.free_bytes / MIB - DEFAULT_MARGIN_MB)
         layers = self.n_gpu_layers if device is not None else None
+        draft = self._draft_for(model)
         try:
             p = plan(model.path, budget, self.params.n_ctx, swa_full=self.params.swa_full,
-                     catalog=self.catalog, n_gpu_layers=layers)
+                     catalog=self.catalog, n_gpu_layers=layers, draft=draft.path if draft else None)
         except (GGUFError, PlanError, ValueError) as exc:
             # ValueError too: a GGUF without its architecture's metadata (no block_count) fails in
             # kv_math; as a ModelLoadError the turn falls back to another tier instead of crashing.
@@ -130,6 +133,40 @@ class ModelManager:
             note = (f"only {p.n_gpu_layers} of {p.n_layers + 1} layers fit on {_label(device)} "
                     f"({budget:.0f} MiB to use); the rest run on the CPU")
         return p, device, note
+
+    def _draft_for(self, model: ResolvedModel) -> ResolvedModel | None:
+        """The draft model the catalog pairs with `model`, downloaded and of the same vocabulary
+        (engine/models/draft_pair.py); None, with the reason logged, where there is none."""
+        draft, why = resolve_draft(model, self.catalog)
+        if draft is not None:
+            try:
+                why = vocab_mismatch(model.path, draft.path) or ""
+            except GGUFError as exc:
+                why = str(exc)
+        if why:
+            log.debug("no draft model for %s: %s", model.id, why)
+            return None
+        return draft
+
+    def _load_draft(self, worker: Worker, model: ResolvedModel, p: Plan) -> None:
+        """Load the plan's draft model on the target's thread, beside it (a token source drives
+        both on one thread: engine/inference/tokens.py); a draft that fails to load leaves plain
+        and n-gram decoding, with the reason in the log."""
+        draft = self._draft_for(model)
+        if draft is None or p.draft is None:
+            return
+        params = replace(self.params, **{k: v for k, v in p.draft.load_kwargs().items() if k != "n_batch"})
+        factory = self.backend_factory or Backend
+
+        def load(w: Worker, job) -> None:
+            w.draft = DraftModel(factory(draft.path, params, debug=self.debug), draft.id)
+
+        try:
+            for _ in worker.submit(load, FOREGROUND):
+                pass
+            log.info("loaded the draft model %s beside %s (%s)", draft.id, model.id, p.draft.placement)
+        except Exception as exc:  # noqa: BLE001 - drafting is an optimisation; the model answers without it
+            log.warning("could not load the draft model %s for %s: %s", draft.id, model.id, exc)
 
     def _longer(self, model: ResolvedModel, base: Plan, budget: float, layers: int | None) -> Plan:
         """The longest context up to n_ctx_max (halving down) that the model was trained for and
@@ -180,6 +217,7 @@ class ModelManager:
                 note = (f"less free memory on {_label(device)} than at the last load ({device.free_bytes // MIB} MiB "
                         f"free now): {p.n_gpu_layers} layers on the GPU instead of {last}")
             worker, p, fell_back = self._load_with_fallback(model, p, device)
+            self._load_draft(worker, model, p)
             note = fell_back or note
             worker.plan = p
             worker.load_note = note

@@ -311,6 +311,11 @@ class Worker:
                         self.before_close(self)
                     except Exception:  # noqa: BLE001 - unloading must go on
                         log.exception("before-close hook of %s failed", self.model.id)
+                if self.draft is not None:
+                    try:
+                        self.draft.close()  # beside its target, on the same thread
+                    except Exception:  # noqa: BLE001 - the target is closed either way
+                        log.exception("closing the draft model of %s failed", self.model.id)
                 try:
                     self.backend.close()  # freed by its owner, after its last job
                 except Exception:  # noqa: BLE001 - the thread ends either way

@@ -21,7 +21,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from engine.api import SamplingParams, ToolUse, parse_tools
+from engine.api import LoadParams, SamplingParams, ToolUse, parse_tools
 from engine.inference.draft_model import DraftModel
 from engine.inference.events import GenerateParams, TurnResult
 from engine.inference.generate import generate, prefill
@@ -265,3 +265,35 @@ def test_a_sliding_window_cache_never_speculates(model_paths):
         gemma.close()
     assert result.stats.speculation is None and result.stats.draft_tokens == 0
     assert "sliding-window" in result.stats.speculation_note
+
+
+def test_the_manager_loads_a_paired_draft_beside_its_target(tmp_path, monkeypatch, model_paths):
+    """A catalog pair whose files are downloaded (both the demo model's bytes here: the same
+    vocabulary) loads together: the draft on the target's thread, closed with it."""
+    from engine.inference.manager import ModelManager
+    from engine.inference.runtime import FOREGROUND
+    from engine.models.catalog import load_catalog
+
+    from .helpers import THREADS
+
+    catalog = load_catalog()
+    target, draft = catalog.get("qwen2.5-7b-instruct-q4_k_m"), catalog.get("qwen2.5-0.5b-instruct")
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path))
+    for entry in (target, draft):
+        (tmp_path / entry.file).symlink_to(model_paths["demo-small"])
+    manager = ModelManager(budget_bytes=4 << 30, params=LoadParams(n_ctx=1024, n_threads=THREADS), vram_budget_mb=0)
+    try:
+        worker = manager.get(target.id, gpu=False)
+        assert isinstance(worker.draft, DraftModel) and worker.draft.model_id == draft.id
+        assert worker.plan.draft is not None and worker.plan.draft.placement == "cpu"
+
+        def run(w, job):
+            prompt = w.backend.tokenize(OPEN, special=True)
+            how = Drafting("draft", w.speculation.tuner(1, "draft"), w.draft)
+            job.emit([r for r in generate(w.backend, prompt, GenerateParams(GREEDY, max_tokens=16), drafting=how)
+                      if isinstance(r, TurnResult)][-1])
+
+        (result,) = list(worker.submit(run, FOREGROUND))
+        assert result.stats.speculation == "draft" and result.stats.draft_accepted > 0, result.stats
+    finally:
+        manager.close()
