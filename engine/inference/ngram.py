@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MIN_N, MAX_N = 2, 4  # a 1-gram tail predicts little; longer tails are rarer and no better at copying
+LOOK_BACK = 4  # occurrences of a tail weighed when the latest one's continuation is short
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,21 @@ class NgramIndex:
 
     def draft(self, k: int) -> Draft | None:
         """Up to `k` tokens that followed the longest tail (MAX_N..MIN_N tokens) seen before; None
-        where no tail occurred earlier."""
+        where no tail occurred earlier.
+
+        Of the tail's occurrences the latest is taken, unless its continuation runs into the end of
+        the sequence within `k` (the answer is repeating what it just wrote): then the latest of the
+        last few whose continuation is longest. A continuation that reaches the end goes on with the
+        period it repeats (a list being counted out, a loop the repetition guard will cut)."""
         seq = self.tokens
         for n in range(min(MAX_N, len(seq)), MIN_N - 1, -1):
             places = self._after.get(tuple(seq[-n:]))
-            if places:
-                start = places[-1]
-                out = seq[start:start + k]
-                if out:
-                    return Draft(out, f"ngram{n}")
+            if not places:
+                continue
+            start = max(places[-LOOK_BACK:], key=lambda p: (min(len(seq) - p, k), p))
+            out = seq[start:start + k]
+            period = len(seq) - start
+            while len(out) < k:
+                out.append(out[len(out) - period] if len(out) >= period else seq[start + len(out)])
+            return Draft(out, f"ngram{n}")
         return None

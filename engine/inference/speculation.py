@@ -6,9 +6,10 @@ about n^0.73 plain steps for a 135M model (2: 1.8, 4: 2.8, 8: 4.6, 16: 7.5); on 
 costs nearly one. A quote is copied; open chat is not. So both are measured as the answer goes:
 - `Costs` (per model): a plain step's time, and a pass's cost by its size, in plain steps, as
   moving averages (a draft model's own steps are part of its pass);
-- `Tuner` (per chat): how often each kind of draft is accepted, token by token. A kind is the
-  match that proposed it ("ngram3") and whether the last pass was accepted whole ("ngram3+"): a
-  copy in progress goes on far more often than one starts.
+- `Tuner` (per chat, starting from what the model's other chats measured): how often each kind
+  of draft is accepted, token by token. A kind is the match that proposed it ("ngram3") and
+  whether the last pass was accepted whole ("ngram3+"): a copy in progress goes on far more often
+  than one starts.
 Each pass verifies the draft length k that maximises expected tokens per second,
     E(k) / cost(k + 1),  E(k) = 1 + a + a^2 + ... + a^k  (a: that kind's acceptance),
 and none where one plain step is faster. Auto probes a kind it has written off again every
@@ -93,6 +94,7 @@ class Tuner:
 
     costs: Costs
     mode: str
+    model_accept: dict[str, float] = field(default_factory=dict)  # the model's, over its chats: a new chat's start
     accept: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)  # drafts let go since that kind's last pass
     index: NgramIndex = field(default_factory=NgramIndex)
@@ -104,7 +106,7 @@ class Tuner:
         if available <= 0:
             return 0
         available = min(available, MAX_DRAFT)
-        a = self.accept.get(key, PRIOR_ACCEPT_RUN if key.endswith("+") else PRIOR_ACCEPT)
+        a = self._accept(key)
         best_k, best_rate = 0, 1.0
         for k in range(1, available + 1):
             rate = expected_tokens(a, k) / self.costs.of_pass(kind, k)
@@ -128,11 +130,18 @@ class Tuner:
     def judged(self, key: str, accepted: int, drafted: int) -> None:
         """A pass's outcome: the first `accepted` of `drafted` tokens were kept. Positions after the
         first rejected one were never judged, so they teach nothing."""
-        a = self.accept.get(key, PRIOR_ACCEPT_RUN if key.endswith("+") else PRIOR_ACCEPT)
+        a, m = self._accept(key), self.model_accept.get(key, self._accept(key))
         for i in range(min(drafted, accepted + 1)):
             a = _ema(a, 1.0 if i < accepted else 0.0, ACCEPT_SMOOTH)
-        self.accept[key] = a
+            m = _ema(m, 1.0 if i < accepted else 0.0, ACCEPT_SMOOTH / 4)
+        self.accept[key], self.model_accept[key] = a, m
         self.run = accepted == drafted
+
+    def _accept(self, key: str) -> float:
+        """This chat's acceptance of `key` drafts; in a new chat the model's, else a prior."""
+        if key in self.accept:
+            return self.accept[key]
+        return self.model_accept.get(key, PRIOR_ACCEPT_RUN if key.endswith("+") else PRIOR_ACCEPT)
 
 
 class Speculation:
@@ -141,6 +150,7 @@ class Speculation:
 
     def __init__(self) -> None:
         self.costs = Costs()
+        self.accept: dict[str, float] = {}  # acceptance by kind of draft over all chats
         self._chats: OrderedDict[object, Tuner] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -149,7 +159,7 @@ class Speculation:
         if mode not in MODES:
             raise ValueError(f"speculative mode must be one of {', '.join(MODES)}, not {mode!r}")
         with self._lock:
-            tuner = self._chats.pop(chat, None) or Tuner(self.costs, mode)
+            tuner = self._chats.pop(chat, None) or Tuner(self.costs, mode, self.accept)
             tuner.mode = mode
             self._chats[chat] = tuner
             while len(self._chats) > CHATS_KEPT:
