@@ -76,6 +76,13 @@ def test_auto_drafts_far_when_drafts_are_accepted_and_not_at_all_when_they_are_n
     assert cheap.length("ngram2", "ngram", MAX_DRAFT) >= 1
 
 
+def test_a_pass_stays_short_enough_for_stop():
+    slow = tuner(step=0.05)  # a big model on the CPU: 50 ms a step, a 16-token pass 0.38 s
+    slow.accept["ngram4+"] = 0.99
+    k = slow.length("ngram4+", "ngram", MAX_DRAFT)
+    assert 1 <= k and 0.05 * slow.costs.of_pass("ngram", k) <= 0.25
+
+
 def test_auto_probes_a_kind_it_wrote_off_and_a_mode_asked_for_always_drafts():
     t = tuner()
     t.accept["ngram2"] = 0.1

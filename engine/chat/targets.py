@@ -220,7 +220,8 @@ class LocalTarget:
             try:
                 piece = worker.prefill_piece()
                 mode = params.speculative or "off"
-                drafting = Drafting(mode, worker.speculation.tuner(conversation_id, mode), worker.draft)
+                drafting = Drafting(mode, worker.speculation.tuner(conversation_id, mode), worker.draft,
+                                    worker.draft_note)
                 for item in generate(worker.backend, prompt, params, job.cancel, piece, reasoning=fmt, inside=inside,
                                      drafting=drafting):
                     if isinstance(item, TurnResult):

@@ -117,7 +117,7 @@ class ModelManager:
             else:
                 budget = max(0.0, device.free_bytes / MIB - DEFAULT_MARGIN_MB)
         layers = self.n_gpu_layers if device is not None else None
-        draft = self._draft_for(model)
+        draft, _ = self._draft_for(model)
         try:
             p = plan(model.path, budget, self.params.n_ctx, swa_full=self.params.swa_full,
                      catalog=self.catalog, n_gpu_layers=layers, draft=draft.path if draft else None)
@@ -134,9 +134,9 @@ class ModelManager:
                     f"({budget:.0f} MiB to use); the rest run on the CPU")
         return p, device, note
 
-    def _draft_for(self, model: ResolvedModel) -> ResolvedModel | None:
+    def _draft_for(self, model: ResolvedModel) -> tuple[ResolvedModel | None, str]:
         """The draft model the catalog pairs with `model`, downloaded and of the same vocabulary
-        (engine/models/draft_pair.py); None, with the reason logged, where there is none."""
+        (engine/models/draft_pair.py), or None and why not, in words for the user."""
         draft, why = resolve_draft(model, self.catalog)
         if draft is not None:
             try:
@@ -145,15 +145,18 @@ class ModelManager:
                 why = str(exc)
         if why:
             log.debug("no draft model for %s: %s", model.id, why)
-            return None
-        return draft
+            return None, why
+        return draft, ""
 
     def _load_draft(self, worker: Worker, model: ResolvedModel, p: Plan) -> None:
         """Load the plan's draft model on the target's thread, beside it (a token source drives
         both on one thread: engine/inference/tokens.py); a draft that fails to load leaves plain
         and n-gram decoding, with the reason in the log."""
-        draft = self._draft_for(model)
-        if draft is None or p.draft is None:
+        draft, worker.draft_note = self._draft_for(model)
+        if draft is None:
+            return
+        if p.draft is None:
+            worker.draft_note = f"the plan for {model.id} placed no draft model"
             return
         params = replace(self.params, **{k: v for k, v in p.draft.load_kwargs().items() if k != "n_batch"})
         factory = self.backend_factory or Backend
@@ -167,6 +170,7 @@ class ModelManager:
             log.info("loaded the draft model %s beside %s (%s)", draft.id, model.id, p.draft.placement)
         except Exception as exc:  # noqa: BLE001 - drafting is an optimisation; the model answers without it
             log.warning("could not load the draft model %s for %s: %s", draft.id, model.id, exc)
+            worker.draft_note = f"the draft model {draft.id} could not be loaded: {exc}"
 
     def _longer(self, model: ResolvedModel, base: Plan, budget: float, layers: int | None) -> Plan:
         """The longest context up to n_ctx_max (halving down) that the model was trained for and

@@ -195,6 +195,7 @@ class Worker:
         # and a draft model where the catalog pairs one (its backend is this thread's too).
         self.speculation = Speculation()
         self.draft: DraftModel | None = None
+        self.draft_note = "no draft model is paired with this model"  # why `draft` is None
         self.vocab = self.backend.vocab  # any thread: a tokenizer of its own, not the context's
         self._thread = threading.Thread(target=self._run, name=f"model:{self.model.id}", daemon=True)
         hand_over(self.backend, self._thread)  # from here on only jobs touch it

@@ -31,6 +31,7 @@ MAX_DRAFT = 32  # tokens verified in one pass at most: Stop waits for one pass (
 PRIOR_ACCEPT = 0.6  # a kind of draft not yet measured in this chat
 PRIOR_ACCEPT_RUN = 0.9  # the same after a pass accepted whole
 PRIOR_EXPONENT = 0.75  # a pass of n tokens costs n^this plain steps, until one is measured (2 CPU cores)
+PASS_S = 0.25  # longest pass (seconds) worth its tokens: Stop waits for one (or two plain steps)
 PROBE_EVERY = 16  # drafts auto lets go unverified before it tries that kind again
 PROBE_LEN = 8
 SMOOTH = 0.2  # weight of the newest reading in the moving averages
@@ -108,8 +109,12 @@ class Tuner:
         available = min(available, MAX_DRAFT)
         a = self._accept(key)
         best_k, best_rate = 0, 1.0
+        step = self.costs.step_s
         for k in range(1, available + 1):
-            rate = expected_tokens(a, k) / self.costs.of_pass(kind, k)
+            cost = self.costs.of_pass(kind, k)
+            if k > 1 and step is not None and step * cost > max(PASS_S, 2 * step):
+                break  # Stop waits for a whole pass: keep it short
+            rate = expected_tokens(a, k) / cost
             if rate > best_rate:
                 best_k, best_rate = k, rate
         if self.mode != "auto":  # asked for: always verify, as far as pays most (at least 1)

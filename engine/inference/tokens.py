@@ -57,6 +57,7 @@ class Drafting:
     mode: str = "off"
     tuner: Tuner | None = None
     drafter: Drafter | None = None
+    no_drafter: str = "no draft model is paired with this model"  # why `drafter` is None
 
 
 def no_speculation(backend, drafting: Drafting) -> str:
@@ -67,7 +68,7 @@ def no_speculation(backend, drafting: Drafting) -> str:
         # Sliding-window layers forget cells a rollback would need: no suffix can be dropped.
         return "sliding-window cache: a rejected draft could not be rolled back"
     if drafting.mode == "draft" and drafting.drafter is None:
-        return "draft: no draft model is paired with this model (or installed)"
+        return f"draft: {drafting.no_drafter}"
     return ""
 
 
