@@ -222,6 +222,14 @@ def main() -> int:
         grounded = statistics.median(med[(t, mode)] / med[(t, "plain")] for t in GROUNDED)
         print(f"\n{mode}: median over the four grounded tasks {grounded:.2f}× plain; "
               f"open chat {med[('open chat', mode)] / med[('open chat', 'plain')]:.2f}×")
+    # What a pass cost here, as Auto measured it: the ceiling of any draft on this machine is a pass
+    # of n tokens all accepted, n / cost(n) × plain.
+    table = spec_small.costs.ratio.get("ngram", {})
+    if table:
+        print("\npass of n tokens (pending + n - 1 drafted) | cost in plain steps | ceiling at full acceptance")
+        print("|---:|---:|---:|")
+        for n in sorted(table):
+            print(f"| {n} | {table[n]:.2f} | {n / table[n]:.2f}× |")
     drafter.close()
     for b in (small, big):
         b.close()

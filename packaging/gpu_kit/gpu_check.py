@@ -313,12 +313,14 @@ class Check:
                 self.cuda.pause()  # the CPU is timed alone
             # The CPU reference for the demo shapes only: a 7-8B model on the CPU would eat the GPUs' time.
             demo = [m for m in models if not m.get("real_shape")]
-            self.report["backends"]["cpu"] = self.worker("cpu", ["speed"], demo, self.end - cuda_reserve - 30, profile)
+            self.report["backends"]["cpu"] = self.worker("cpu", ["speed", "passes"], demo, self.end - cuda_reserve - 30,
+                                                         profile)
             if self.cuda:
                 self.cuda.resume()
             self.save()
         if "vulkan" in backends and probe.get("device"):
-            result = self.worker("vulkan", ["speed", "vram", "kv"], models, self.end - cuda_reserve - 15, profile)
+            result = self.worker("vulkan", ["speed", "vram", "kv", "passes"], models, self.end - cuda_reserve - 15,
+                                 profile)
             result["probe_registry"] = probe.get("registry")
             self.report["backends"]["vulkan"] = result
             self.save()
@@ -330,7 +332,7 @@ class Check:
             if outcome["status"] == "built" and "cuda" in backends:
                 libs = [n for n, lib in self.manifest["libs"].items() if lib["role"] in ("core", "cpu")]
                 self.package("cuda", libs, [Path(outcome["module"])])
-                self.report["backends"]["cuda"] = self.worker("cuda", ["speed", "vram", "kv"], models,
+                self.report["backends"]["cuda"] = self.worker("cuda", ["speed", "vram", "kv", "passes"], models,
                                                               self.end - 15, profile)
             elif "cuda" in backends:
                 self.report["backends"]["cuda"] = {"skipped": outcome.get("reason")}

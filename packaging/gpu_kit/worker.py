@@ -336,6 +336,34 @@ class Run:
         out[tier].append(row)
         return list(backend.kv_tokens)
 
+    PASS_SIZES = (1, 2, 4, 8, 16, 33)
+
+    def passes(self, mid: str, path: Path, prof: dict) -> dict:
+        """Speculative decoding's cost on this device (issue 40): one decode of n tokens with logits
+        on every row, as a draft's verification pass, against one plain step. A pass of n all
+        accepted yields n tokens: n / ratio is the most any draft can gain here."""
+        p = plan(path, FULL_BUDGET_MB if self.result.get("device") else 0, prof["n_ctx"])
+        backend = self.load(path, p)
+        try:
+            prompt = self.prompts(backend, prof)["short"]
+            backend.eval(prompt)
+            base = len(backend.kv_tokens)
+            rows, sampler = {}, backend.make_sampler(GREEDY)
+            for n in self.PASS_SIZES:
+                times = []
+                for _ in range(7):
+                    t = time.perf_counter()
+                    backend.eval_rows((prompt * n)[:n], 0)
+                    backend.sample(sampler, n - 1)  # waits for the device
+                    times.append(time.perf_counter() - t)
+                    backend.keep_prefix(base)
+                rows[n] = statistics.median(times)
+            return {"ms": {n: round(v * 1000, 3) for n, v in rows.items()},
+                    "ratio": {n: round(v / rows[1], 3) for n, v in rows.items()},
+                    "ceiling": {n: round(n * rows[1] / v, 2) for n, v in rows.items()}}
+        finally:
+            backend.close()
+
     def run(self) -> None:
         try:
             self.result["device"] = self.pick_device()
