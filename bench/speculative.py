@@ -131,8 +131,10 @@ TASKS = {
         "and digital loans? Quote the sentences you use, word for word."),
     "rewrite a pasted paragraph": chat(
         f"Fix the spelling mistakes in this paragraph and return the whole corrected paragraph:\n\n{PARAGRAPH}"),
+    # Asked to rename a variable, demo-small describes the code instead; asked for type hints, it
+    # writes the code again, edited: the task this row is about.
     "edit a 60-line function": chat(
-        f"Rename the variable `report` to `rows` in this Python code and return the whole code:\n\n{FUNCTION}"),
+        f"```python\n{FUNCTION}```\n\nAdd type hints to this code. Show the complete updated code."),
     "summarise a tool result": chat(
         f"The weather tool returned:\n\n{TOOL_RESULT}\n\nTell me the forecast for each hour listed, with the "
         "temperature, condition and wind."),

@@ -197,6 +197,10 @@ class FakeBackend:
         return self.params.n_ctx
 
     @property
+    def n_kv(self) -> int:
+        return len(self._kv)
+
+    @property
     def evaluated(self) -> int:
         """Tokens evaluated since load (prompt pieces and decoded tokens alike)."""
         return sum(len(p) for p in self.history)

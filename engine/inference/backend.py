@@ -284,6 +284,12 @@ class Backend:
     def kv_tokens(self) -> list[int]:
         return list(self._kv)
 
+    @property
+    @owned
+    def n_kv(self) -> int:
+        """How many ids the KV cache holds (len(kv_tokens), without the copy)."""
+        return len(self._kv)
+
     @owned
     def reset(self) -> None:
         self._ctx.clear()
@@ -398,14 +404,12 @@ class Backend:
 
     @owned
     def eval_rows(self, tokens: list[int], rows_from: int) -> None:
-        """Evaluate `tokens` (at most n_batch) after the KV contents in one decode, with logits for
-        every token from index `rows_from` on: a speculative draft verified in one pass, each
-        row then sampled by `sample(sampler, row)`. Stop does not interrupt it: a draft is a few
-        tokens, one decode long (engine/inference/tokens.py).
+        """Evaluate `tokens` (≤ n_batch) in one decode, logits for every token from index `rows_from`
+        on: a draft verified in one pass, each row sampled by `sample(sampler, row)`. Stop waits
+        for it: a pass is kept short (engine/inference/speculation.py PASS_S).
 
         Raises:
-            ContextFull, DecodeError: as `eval`; nothing of `tokens` is then in the cache.
-        """
+            ContextFull, DecodeError: as `eval`; nothing of `tokens` is then in the cache."""
         if len(self._kv) + len(tokens) > self.n_ctx:
             raise ContextFull(len(self._kv) + len(tokens), self.n_ctx)
         if len(tokens) > self._ctx.n_batch:

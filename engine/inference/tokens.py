@@ -166,7 +166,7 @@ class TokenSource:
         backend.eval_rows(batch, len(self.pending) - 1)
         self.drafted += len(draft)
         self.kind = kind
-        self._pass = _Pass(draft, len(self.pending) - 1, len(backend.kv_tokens) - len(draft), key, kind, t)
+        self._pass = _Pass(draft, len(self.pending) - 1, backend.n_kv - len(draft), key, kind, t)
         self.pending = []
         return self.next(room)
 
@@ -177,7 +177,7 @@ class TokenSource:
         if tuner is None:
             return [], "", "", t
         # Within the answer's room and the context: the pass's last row may sample one more.
-        fits = min(room - 1, self.backend.n_ctx - len(self.backend.kv_tokens) - len(self.pending) - 1)
+        fits = min(room - 1, self.backend.n_ctx - self.backend.n_kv - len(self.pending) - 1)
         fits = min(fits, self.backend.params.n_batch - len(self.pending))
         if fits <= 0:
             return [], "", "", t
@@ -202,7 +202,7 @@ class TokenSource:
         (or `keep` tokens)."""
         live, self._pass = self._pass, None
         keep = live.base + live.judged if keep is None else keep
-        if len(self.backend.kv_tokens) > keep and not self.backend.keep_prefix(keep):
+        if self.backend.n_kv > keep and not self.backend.keep_prefix(keep):
             raise RuntimeError("the cache could not drop a rejected draft")  # ruled out by no_speculation
         if self.tuner is not None:
             self.tuner.judged(live.key, live.judged, len(live.draft) if rejected else live.judged)
