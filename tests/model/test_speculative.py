@@ -123,6 +123,7 @@ def test_rejected_drafts_leave_exactly_the_accepted_tokens_in_the_cache(small, f
     assert (cached, mode) == (len(prompt) + len(ids), "append")
 
 
+@pytest.mark.numerics
 def test_a_draft_model_drafts_and_the_answer_stays_the_targets(small, fresh, model_paths):
     prompt = small.tokenize(OPEN, special=True)
     draft = DraftModel(open_backend(str(model_paths["demo-small"])), "demo-small")
@@ -148,6 +149,7 @@ def chi2_sf(x: float, df: int) -> float:
     return max(0.0, 1 - math.exp(s * math.log(z) - z - math.lgamma(s)) * total)
 
 
+@pytest.mark.numerics
 def test_sampled_tokens_follow_the_plain_samplers_distribution(small):
     """The second and third tokens, drafted (the greedy continuation, verified by the rule) or
     sampled plainly, over disjoint seeds: a chi-square test of homogeneity does not reject."""
