@@ -6,7 +6,7 @@ import random
 import pytest
 
 from engine.inference.ngram import MAX_N, MIN_N, NgramIndex
-from engine.inference.speculation import MAX_DRAFT, PROBE_EVERY, PROBE_LEN, Costs, Speculation, expected_tokens
+from engine.inference.speculation import MAX_DRAFT, PROBE_EVERY, PROBE_LEN, PROBE_MAX, Costs, Speculation, expected_tokens
 
 
 def rebuilt(tokens: list[int]) -> NgramIndex:
@@ -88,6 +88,14 @@ def test_auto_probes_a_kind_it_wrote_off_and_a_mode_asked_for_always_drafts():
     t.accept["ngram2"] = 0.1
     lengths = [t.length("ngram2", "ngram", 10) for _ in range(PROBE_EVERY)]
     assert lengths[:-1] == [0] * (PROBE_EVERY - 1) and lengths[-1] == PROBE_LEN
+    # Each probe that leaves it off doubles the wait for the next, up to PROBE_MAX.
+    probes = [i for i in range(1, 4 * PROBE_MAX) if t.length("ngram2", "ngram", 10)]
+    gaps = [b - a for a, b in zip([0] + probes, probes)]
+    assert gaps[:3] == [2 * PROBE_EVERY, 4 * PROBE_EVERY, 8 * PROBE_EVERY] and max(gaps) == PROBE_MAX
+    t.accept["ngram2"] = 0.99  # a probe accepted: it is on, and when it is written off again the wait starts over
+    assert t.length("ngram2", "ngram", 10) >= 1
+    t.accept["ngram2"] = 0.1
+    assert [t.length("ngram2", "ngram", 10) for _ in range(PROBE_EVERY)][-1] == PROBE_LEN
     forced = tuner("ngram")
     forced.accept["ngram2"] = 0.1
     assert forced.length("ngram2", "ngram", 10) == 1 and "asked for" in forced.note

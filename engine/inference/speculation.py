@@ -12,9 +12,11 @@ costs nearly one. A quote is copied; open chat is not. So both are measured as t
   than one starts.
 Each pass verifies the draft length k that maximises expected tokens per second,
     E(k) / cost(k + 1),  E(k) = 1 + a + a^2 + ... + a^k  (a: that kind's acceptance),
-and none where one plain step is faster. Auto probes a kind it has written off again every
-PROBE_EVERY drafts, so a chat that turns to quoting gets the speed-up back. The modes "ngram" and
-"draft" always verify (at least one token), for whoever asks for them.
+and none where one plain step is faster. Auto probes a kind it has written off again after
+PROBE_EVERY drafts, so a chat that turns to quoting gets the speed-up back; each probe that leaves
+it off doubles the wait (up to PROBE_MAX), so open chat, where probes keep failing, pays for few
+(each one costs a pass of PROBE_LEN + 1 tokens for about one). The modes "ngram" and "draft" always
+verify (at least one token), for whoever asks for them.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ PRIOR_ACCEPT_RUN = 0.9  # the same after a pass accepted whole
 PRIOR_EXPONENT = 0.75  # a pass of n tokens costs n^this plain steps, until one is measured (2 CPU cores)
 PASS_S = 0.25  # longest pass (seconds) worth its tokens: Stop waits for one (or two plain steps)
 PROBE_EVERY = 16  # drafts auto lets go unverified before it tries that kind again
-PROBE_LEN = 8
+PROBE_MAX = 256  # the longest wait, after failed probes
+PROBE_LEN = 4  # a probe's draft tokens: the first rejection ends what it teaches
 SMOOTH = 0.2  # weight of the newest reading in the moving averages
 ACCEPT_SMOOTH = 0.15  # per judged draft token
 CHATS_KEPT = 32  # per-chat state (acceptance, the n-gram index) for this many recent chats
@@ -98,6 +101,7 @@ class Tuner:
     model_accept: dict[str, float] = field(default_factory=dict)  # the model's, over its chats: a new chat's start
     accept: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)  # drafts let go since that kind's last pass
+    wait: dict[str, int] = field(default_factory=dict)  # drafts to let go before probing that kind
     index: NgramIndex = field(default_factory=NgramIndex)
     note: str = ""  # why it is on or off, as last decided
     run: bool = False  # the last pass was accepted whole: a copy is in progress
@@ -122,11 +126,12 @@ class Tuner:
             return max(1, best_k)
         if best_k:
             self.note = f"auto: on ({key} drafts {a:.0%} accepted, {best_rate:.2f}× plain expected)"
-            self.skipped[key] = 0
+            self.skipped[key], self.wait[key] = 0, PROBE_EVERY
             return best_k
         skipped = self.skipped.get(key, 0) + 1
-        if skipped >= PROBE_EVERY:  # measure it again: the chat may have turned to quoting
-            self.skipped[key] = 0
+        wait = self.wait.get(key, PROBE_EVERY)
+        if skipped >= wait:  # measure it again: the chat may have turned to quoting
+            self.skipped[key], self.wait[key] = 0, min(2 * wait, PROBE_MAX)  # reset if the probe turns it on
             return min(available, PROBE_LEN)
         self.skipped[key] = skipped
         self.note = f"auto: off (plain is faster here: {key} drafts {a:.0%} accepted)"
