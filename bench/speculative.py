@@ -3,7 +3,11 @@ n-gram drafts (always, and Auto as a user gets it), ours with a draft model, and
 plain and with its `LlamaPromptLookupDecoding` at its recommended CPU setting (num_pred_tokens=2),
 on the same model, prompts and greedy sampling.
 
-    .venv/bin/python bench/speculative.py [--reps 3] [--tokens 200]
+    .venv/bin/python bench/speculative.py [--reps 3] [--tokens 200] [--weights q4_0] [--task open]
+
+`--weights` runs the plain, n-gram, Auto and llama-cpp-python rows on demo-small re-quantized by
+llama.cpp (q4_0, q8_0): weight types with batched CPU kernels, where a verification pass costs
+less than its tokens (bench/pass_cost.py measures how much less).
 
 Five tasks: four grounded in the input (a documents answer with quotes, rewriting a pasted
 paragraph, editing a 60-line function, summarising a tool result) and open chat. Each cell is the
@@ -163,14 +167,57 @@ def theirs(llm, text: str, tokens: int) -> float:
     return (n - 1) / (t_last - t_first) if n > 1 and t_last > t_first else 0.0
 
 
+def report(args, names: list[str], rates: dict, drafts: dict, spec_small: Speculation) -> None:
+    """The table (medians, × plain, drafted/accepted of the last run), the grounded medians and the
+    pass costs Auto measured."""
+    med = {key: statistics.median(v) for key, v in rates.items()}
+    print(f"demo-small (SmolLM2-135M {args.weights.upper()}), {THREADS} threads, greedy, {args.tokens} tokens, "
+          f"median of {args.reps}")
+    print("decode tok/s, and × ours plain (on the F16 rows: × F16 plain)\n")
+    print("| task | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
+    tasks = [t for t in TASKS if any(key[0] == t for key in rates)]
+    for task in tasks:
+        cells = []
+        for mode in names:
+            base = med[(task, "F16 target plain" if mode.startswith("F16") else "plain")]
+            cell = f"{med[(task, mode)]:.1f} ({med[(task, mode)] / base:.2f}×)"
+            d = drafts[(task, mode)][-1]
+            if d[0]:
+                cell += f" {d[1]}/{d[0]}"
+            cells.append(cell)
+        print(f"| {task} | " + " | ".join(cells) + " |")
+    for mode in ("n-gram (always)", "Auto", "llama-cpp-python prompt lookup"):
+        grounded = [med[(t, mode)] / med[(t, "plain")] for t in GROUNDED if t in tasks]
+        parts = [f"median over the grounded tasks {statistics.median(grounded):.2f}× plain"] if grounded else []
+        if "open chat" in tasks:
+            parts.append(f"open chat {med[('open chat', mode)] / med[('open chat', 'plain')]:.2f}×")
+        print(f"\n{mode}: " + "; ".join(parts))
+    # What a pass cost here, as Auto measured it: the ceiling of any draft on this machine is a pass
+    # of n tokens all accepted, n / cost(n) × plain.
+    table = spec_small.costs.ratio.get("ngram", {})
+    if table:
+        print("\npass of n tokens (pending + n - 1 drafted) | cost in plain steps | ceiling at full acceptance")
+        print("|---:|---:|---:|")
+        for n in sorted(table):
+            print(f"| {n} | {table[n]:.2f} | {n / table[n]:.2f}× |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--weights", choices=("q4_1", "q4_0", "q8_0"), default="q4_1",
+                    help="demo-small's weight type for the plain, n-gram, Auto and llama-cpp-python rows")
+    ap.add_argument("--task", default="", help="only the tasks whose name holds this (e.g. 'open')")
     args = ap.parse_args()
     load = LoadParams(n_ctx=4096, n_threads=THREADS)
-    small = Backend(MODEL, load)
     work = Path(tempfile.mkdtemp(prefix="spec-bench-"))
+    target = MODEL
+    if args.weights != "q4_1":
+        target = work / f"smollm2-135m-{args.weights}.gguf"
+        llama_seam.quantize(MODEL, target, args.weights)
+    small = Backend(target, load)
     big_path = work / "smollm2-135m-f16.gguf"
     llama_seam.quantize(MODEL, big_path, "f16")
     big = Backend(big_path, load)
@@ -178,10 +225,10 @@ def main() -> int:
     from llama_cpp import Llama, llama_speculative  # after the seam loaded ggml's backends
 
     kw = dict(n_ctx=4096, n_batch=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
-    bare = Llama(model_path=str(MODEL), **kw)
+    bare = Llama(model_path=str(target), **kw)
     # logits_all given too: Llama sizes its score rows by the argument, not by the draft model's
     # need, and a prompt past n_batch tokens would not fit them.
-    lookup = Llama(model_path=str(MODEL), draft_model=llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=2),
+    lookup = Llama(model_path=str(target), draft_model=llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=2),
                    logits_all=True, **kw)
     spec_small, spec_big = Speculation(), Speculation()  # per model, as each worker holds one
     modes = {
@@ -198,40 +245,15 @@ def main() -> int:
     drafts: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for rep in range(args.reps):
         for task, text in TASKS.items():
+            if args.task and args.task not in task:
+                continue
             prompt = small.tokenize(text, special=True)
             for mode, run in modes.items():
                 tps, drafted, accepted = run(prompt, args.tokens, task)
                 rates.setdefault((task, mode), []).append(tps)
                 drafts.setdefault((task, mode), []).append((drafted, accepted))
         print(f"repetition {rep + 1} of {args.reps} done", file=sys.stderr)
-    med = {key: statistics.median(v) for key, v in rates.items()}
-    print(f"demo-small (SmolLM2-135M Q4_1), {THREADS} threads, greedy, {args.tokens} tokens, median of {args.reps}")
-    print("decode tok/s, and × ours plain (on the F16 rows: × F16 plain)\n")
-    names = list(modes)
-    print("| task | " + " | ".join(names) + " |")
-    print("|---|" + "---:|" * len(names))
-    for task in TASKS:
-        cells = []
-        for mode in names:
-            base = med[(task, "F16 target plain" if mode.startswith("F16") else "plain")]
-            cell = f"{med[(task, mode)]:.1f} ({med[(task, mode)] / base:.2f}×)"
-            d = drafts[(task, mode)][-1]
-            if d[0]:
-                cell += f" {d[1]}/{d[0]}"
-            cells.append(cell)
-        print(f"| {task} | " + " | ".join(cells) + " |")
-    for mode in ("n-gram (always)", "Auto", "llama-cpp-python prompt lookup"):
-        grounded = statistics.median(med[(t, mode)] / med[(t, "plain")] for t in GROUNDED)
-        print(f"\n{mode}: median over the four grounded tasks {grounded:.2f}× plain; "
-              f"open chat {med[('open chat', mode)] / med[('open chat', 'plain')]:.2f}×")
-    # What a pass cost here, as Auto measured it: the ceiling of any draft on this machine is a pass
-    # of n tokens all accepted, n / cost(n) × plain.
-    table = spec_small.costs.ratio.get("ngram", {})
-    if table:
-        print("\npass of n tokens (pending + n - 1 drafted) | cost in plain steps | ceiling at full acceptance")
-        print("|---:|---:|---:|")
-        for n in sorted(table):
-            print(f"| {n} | {table[n]:.2f} | {n / table[n]:.2f}× |")
+    report(args, list(modes), rates, drafts, spec_small)
     drafter.close()
     for b in (small, big):
         b.close()

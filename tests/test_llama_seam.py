@@ -92,7 +92,8 @@ FUNCTIONS = {
 # Other module attributes: enum values (ints) and the rest (the log callback type, the token type).
 CONSTANTS = ["GGML_TYPE_F16", "GGML_TYPE_Q8_0", "GGML_TYPE_Q4_0", "LLAMA_FLASH_ATTN_TYPE_ENABLED",
              "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_LOAD_MODE_MMAP",
-             "LLAMA_LOAD_MODE_NONE", "LLAMA_FTYPE_MOSTLY_F16", "LLAMA_FTYPE_MOSTLY_Q8_0"]
+             "LLAMA_LOAD_MODE_NONE", "LLAMA_FTYPE_MOSTLY_F16", "LLAMA_FTYPE_MOSTLY_Q8_0",
+             "LLAMA_FTYPE_MOSTLY_Q4_0"]
 OTHER = ["__version__", "__file__", "llama_log_callback", "ggml_abort_callback", "llama_token", "llama_token_data", "llama_token_data_array"]
 # struct: {field: type}; the seam names them `params` (model), `p` (context) and `batch`.
 FIELDS = {

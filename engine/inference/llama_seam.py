@@ -166,7 +166,7 @@ class Model:
 
 
 # A llama_vocab handle (Model.vocab) is read-only: these may run on any thread.
-QUANT_TYPES = ("f16", "q8_0")
+QUANT_TYPES = ("f16", "q8_0", "q4_0")
 
 
 def quantize(source: Path | str, target: Path | str, kind: str, n_threads: int = 0) -> None:
@@ -178,7 +178,8 @@ def quantize(source: Path | str, target: Path | str, kind: str, n_threads: int =
     """
     init()
     qp = _C.llama_model_quantize_default_params()
-    qp.ftype = {"f16": _C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": _C.LLAMA_FTYPE_MOSTLY_Q8_0}[kind]
+    qp.ftype = {"f16": _C.LLAMA_FTYPE_MOSTLY_F16, "q8_0": _C.LLAMA_FTYPE_MOSTLY_Q8_0,
+                "q4_0": _C.LLAMA_FTYPE_MOSTLY_Q4_0}[kind]
     qp.allow_requantize, qp.nthread = True, n_threads
     if _C.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(qp)) != 0:
         raise LoadFailed(f"llama.cpp could not quantize {source} to {kind}")
