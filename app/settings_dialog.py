@@ -69,6 +69,8 @@ class SettingsDialog(QDialog):
         self.l1, self.l2 = QComboBox(), QComboBox()
         for combo, tier, key in ((self.l1, "L1", "tier.L1"), (self.l2, "L2", "tier.L2")):
             for e in catalog.entries:
+                if catalog.draft_only(e):  # a draft model helps its target and is never a tier of its own
+                    continue
                 label = entry_label(e) + ("" if e.present() else tr(" (not downloaded)"))
                 combo.addItem(label, e.id)
             current = self.settings.get(key)
