@@ -181,3 +181,16 @@ def test_the_cpu_threads_override_saves_runtime_n_threads(qtbot, assistant_home)
         dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
         qtbot.addWidget(dialog)
         assert dialog.n_threads.text() == "自动" and "其他程序繁忙时减少" in dialog.n_threads.toolTip()
+
+
+def test_the_tier_lists_leave_draft_models_out(qtbot, assistant_home):
+    from engine.api import load_catalog
+
+    catalog = load_catalog()
+    drafts = {e.id for e in catalog.entries if catalog.draft_only(e)}
+    assert drafts  # the catalog pairs draft models with their targets
+    dialog = SettingsDialog(Settings(assistant_home / "settings.json"))
+    qtbot.addWidget(dialog)
+    for combo in (dialog.l1, dialog.l2):
+        offered = {combo.itemData(i) for i in range(combo.count())}
+        assert offered and not offered & drafts
