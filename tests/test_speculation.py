@@ -113,3 +113,15 @@ def test_acceptance_is_learned_per_chat_from_the_models_start():
     assert second.accept["ngram3"] < second.model_accept["ngram3"] and not second.run
     with pytest.raises(ValueError):
         spec.tuner(3, "fast")
+
+
+def test_a_draft_stops_before_an_image():
+    from engine.inference.media import span_ids
+
+    index = NgramIndex()
+    image = span_ids("c" * 64, 4)
+    index.extend([7, 8, 9] + image + [7, 8])
+    draft = index.draft(6)  # the tail "7 8" was followed by 9, then the image
+    assert draft is not None and draft.tokens == [9]
+    index.extend([1, 2] + span_ids("d" * 64, 3) + [1, 2])
+    assert index.draft(4) is None  # "1 2" led only into an image: nothing to propose

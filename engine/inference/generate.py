@@ -13,18 +13,20 @@ from engine.inference.answer import Answer
 from engine.inference.backend import Backend
 from engine.inference.errors import ContextFull
 from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, StopFlag, TurnResult
+from engine.inference.media import whole_spans
 from engine.inference.reasoning import ReasoningFormat, tag_tail
 from engine.inference.tokens import Drafting
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading token ids `a` and `b` share."""
+    """How many leading token ids `a` and `b` share, images whole (engine/inference/media.py): a
+    prefix that would end inside an image ends before it."""
     n = 0
     for x, y in zip(a, b):
         if x != y:
             break
         n += 1
-    return n
+    return whole_spans(n, a, b)
 
 
 def prefill(backend: Backend, prompt: list[int], stop: Callable[[], bool] | None = None,

@@ -81,5 +81,9 @@ class NgramIndex:
             period = len(seq) - start
             while len(out) < k:
                 out.append(out[len(out) - period] if len(out) >= period else seq[start + len(out)])
+            if min(out) < 0:  # an image's media ids (engine/inference/media.py): no token to propose
+                out = out[:next(i for i, t in enumerate(out) if t < 0)]
+                if not out:
+                    continue
             return Draft(out, f"ngram{n}")
         return None
