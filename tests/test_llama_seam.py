@@ -40,6 +40,7 @@ FUNCTIONS = {
     "llama_model_size": ([ptr], ctypes.c_uint64),
     "llama_model_n_swa": ([ptr], i32),
     "llama_model_n_ctx_train": ([ptr], i32),
+    "llama_model_n_embd_inp": ([ptr], i32),
     "llama_vocab_n_tokens": ([ptr], i32),
     "llama_vocab_bos": ([ptr], i32),
     "llama_vocab_eos": ([ptr], i32),
@@ -94,7 +95,8 @@ CONSTANTS = ["GGML_TYPE_F16", "GGML_TYPE_Q8_0", "GGML_TYPE_Q4_0", "LLAMA_FLASH_A
              "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_LOAD_MODE_MMAP",
              "LLAMA_LOAD_MODE_NONE", "LLAMA_FTYPE_MOSTLY_F16", "LLAMA_FTYPE_MOSTLY_Q8_0",
              "LLAMA_FTYPE_MOSTLY_Q4_0"]
-OTHER = ["__version__", "__file__", "llama_log_callback", "ggml_abort_callback", "llama_token", "llama_token_data", "llama_token_data_array"]
+OTHER = ["__version__", "__file__", "llama_log_callback", "ggml_abort_callback", "llama_token", "llama_token_data", "llama_token_data_array",
+         "llama_pos"]
 # struct: {field: type}; the seam names them `params` (model), `p` (context) and `batch`.
 FIELDS = {
     "llama_model_params": {"n_gpu_layers": i32, "vocab_only": boolean, "load_mode": ctypes.c_int, "devices": ptr},

@@ -70,6 +70,27 @@ def init() -> None:
         _C = llama_cpp
 
 
+def mtmd():
+    """llama.cpp's mtmd bindings (images: engine/inference/llama_vision.py), imported on first use:
+    a process that never sees an image never loads libmtmd."""
+    init()
+    try:
+        from llama_cpp import mtmd_cpp
+    except (ImportError, OSError) as exc:  # a wheel built without LLAVA_BUILD has no libmtmd
+        raise LoadFailed(f"this build of llama.cpp has no image support (libmtmd): {exc}") from exc
+    return mtmd_cpp
+
+
+def position(value: int = 0):
+    """A llama_pos for an out-argument."""
+    return _C.llama_pos(value)
+
+
+def n_embd_inp(model: "Model") -> int:
+    """The width of the model's input embeddings (what an image token must be)."""
+    return int(_C.llama_model_n_embd_inp(model.ptr))
+
+
 def version() -> str:
     """llama-cpp-python's version (stored with KV snapshots, named in load errors)."""
     init()

@@ -78,7 +78,7 @@ def pack_llama(wheel: Path, out: Path) -> dict:
                 libs[by_digest[digest]]["aliases"].append(lib)
                 continue
             if lib.startswith("libmtmd"):
-                continue  # multimodal: the engine never loads it
+                continue  # images: no task of the kit reads one
             by_digest[digest] = lib
             role = ("vulkan" if "vulkan" in lib else "cpu" if lib.startswith("libggml-cpu") else "core")
             libs[lib] = {"bytes": len(data), "sha256": digest, "role": role, "aliases": []}

@@ -43,8 +43,8 @@ def pinned_version() -> str:
 
 
 def cmake_args(backend: str) -> list[str]:
-    args = ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON",
-            "-DLLAVA_BUILD=OFF"]          # no multimodal: the app never loads mtmd
+    # LLAVA_BUILD: libmtmd, llama.cpp's image (and audio) encoder library, for vision models (issue 41).
+    args = ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON", "-DLLAVA_BUILD=ON"]
     if backend == "vulkan":
         args.append("-DGGML_VULKAN=ON")
     elif backend == "cuda":
