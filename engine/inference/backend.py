@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,15 @@ from engine.config.ownership import adopt, owned
 from engine.config.paths import user_dir
 from engine.inference import llama_seam as llama
 from engine.inference.cpu_facts import LoadMeter, cpu_facts
-from engine.inference.errors import ContextFull, DecodeError, DeviceMemoryError, ModelLoadError
-from engine.inference.load_log import device_out_of_memory, parse_memory_report
+from engine.inference.errors import ContextFull, DecodeError, ModelLoadError
+from engine.inference.backend_load import ABORT_WATCH_THREAD  # noqa: F401 - tests name the watch's thread
+from engine.inference.backend_load import AbortWatch as _AbortWatch, load as _load
+from engine.inference.load_log import parse_memory_report
+from engine.inference.media import Pixels, next_run
 from engine.inference.placement import NoSuchDevice, device_list, offload_facts
 from engine.inference.thread_calibration import FILE as CALIBRATION_FILE, STORE, measure
 from engine.inference.thread_policy import ThreadPolicy, ThreadState
+from engine.inference.vision import Vision
 from engine.inference.vocab import VocabTokenizer, model_identity
 from engine.models.gguf_info import GGUFError, read_gguf
 
@@ -70,72 +73,6 @@ def _check(params: LoadParams) -> None:
             raise ModelLoadError(f"unsupported KV cache type '{name}' (use one of {', '.join(llama.KV_CACHE_TYPES)})")
     if params.type_v != "f16" and not params.flash_attn:
         raise ModelLoadError("a quantised V cache needs flash attention in llama.cpp (set flash_attn)")
-
-
-def _load(path: Path, params: LoadParams, devices: list[int] | None, arch: str, debug: bool):
-    """(model, context, llama.cpp's load log) for `params`; ModelLoadError, worded for the user."""
-    n_threads = params.n_threads or cpu_facts().top  # Backend sets the calibrated counts after the load
-    llama.init()  # here, not in the try below: a broken llama.cpp install says so, not "damaged file"
-    llama.set_verbose(debug)
-    with llama.LoadLog() as captured:
-        try:
-            # On the CPU llama.cpp repacks Q4_0/Q4_K/IQ4_NL weights into a layout of the CPU's own
-            # (AVX2, AVX-512, NEON), in anonymous memory; from a mapped file the originals it read
-            # stay resident beside the copy: 1.9 GB instead of 1.3 GB at 1.5B Q4_K_M (issue 25).
-            # Read into memory instead, each tensor lands once. A GPU plan keeps the mapping: the
-            # offloaded layers are copied to the device and need no copy in RAM.
-            model = llama.Model(path, n_gpu_layers=params.n_gpu_layers, devices=devices,
-                                mmap=params.n_gpu_layers > 0)
-            try:
-                ctx = llama.Context(
-                    model, n_ctx=params.n_ctx, n_batch=params.n_batch, n_threads=n_threads,
-                    type_k=params.type_k, type_v=params.type_v, flash_attn=params.flash_attn,
-                    swa_full=params.swa_full,
-                    # A CPU plan keeps work off any device: llama.cpp would otherwise copy weights to
-                    # a GPU for each big batch (a 374-token prompt: 49 s on a software Vulkan device).
-                    op_offload=params.n_gpu_layers > 0)
-            except BaseException:
-                model.close()
-                raise
-        except (ValueError, RuntimeError, OSError) as exc:
-            text = captured.text()
-            if params.n_gpu_layers > 0 and device_out_of_memory(text):
-                raise DeviceMemoryError(
-                    f"the GPU ({params.gpu_device or 'default device'}) could not hold {path.name} with "
-                    f"{params.n_gpu_layers} layers and a {params.n_ctx}-token context: out of device memory"
-                ) from exc
-            where = f" on {params.gpu_device or 'the GPU'}" if params.n_gpu_layers > 0 else ""
-            raise ModelLoadError(
-                f"llama.cpp could not load {path.name} (architecture '{arch or 'unknown'}'){where}: the file "
-                f"may be damaged or of an architecture this llama.cpp ({llama.version()}) does not support"
-            ) from exc
-    return model, ctx, captured.text()
-
-
-ABORT_POLL_S = 0.02  # how often a running prompt piece asks its stop()
-ABORT_WATCH_THREAD = "abort-watch"
-
-
-class _AbortWatch:
-    """Asks `stop()` every ABORT_POLL_S while a prompt is evaluated, and aborts the context's
-    running decode once it says so. A thread of its own: the model's thread is inside llama_decode."""
-
-    def __init__(self, ctx: llama.Context, stop: Callable[[], bool]):
-        self._ctx, self._stop = ctx, stop
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=ABORT_WATCH_THREAD, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._done.wait(ABORT_POLL_S):
-            if self._stop():
-                self._ctx.abort()
-                return
-
-    def close(self) -> None:
-        self._done.set()
-        self._thread.join()
-        self._ctx.clear_abort()  # a flag raised after the last piece must not abort the next decode
 
 
 class Backend:
@@ -186,6 +123,7 @@ class Backend:
         # never with this backend, whose context and caches are its owner's.
         self.vocab = VocabTokenizer.of_model(self.path, self._model)
         self._kv: list[int] = []  # exact ids in the KV cache, seq 0, positions 0..n-1: the one count
+        self.vision: Vision | None = None  # images, once a projector is loaded (load_projector)
         self._control_cache: dict[str, list[int]] = {}  # the owner's: other threads use `vocab`
         self._piece_cache: dict[int, bytes] = {}
         self._lse_buf = np.empty(self.n_vocab, dtype=np.float32)
@@ -277,6 +215,20 @@ class Backend:
     @owned
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    @owned
+    def load_projector(self, path: str | Path) -> None:
+        """Load a vision projector (mmproj) beside the model: prompts may then hold images. On the
+        GPU where the model's layers are."""
+        if self.vision is None:
+            self.vision = Vision(self._model, path, n_threads=self.threads.batch, use_gpu=self._on_device)
+
+    @owned
+    def tokenize_images(self, text: str, images: list[Pixels]) -> list[int]:
+        """`text` with one `vision.marker` per image into ids, each image tile a media span."""
+        if self.vision is None:
+            raise DecodeError("this model has no projector (mmproj) loaded: it cannot read images")
+        return self.vision.tokenize(text, images)
 
     # ---- KV cache
     @property
@@ -376,9 +328,12 @@ class Backend:
                 if stop is not None and stop():
                     break
                 self._steer()
-                part = tokens[done:done + step]
+                part = tokens[done:next_run(tokens, done, step)]
                 try:
-                    self._ctx.decode(part, len(self._kv))
+                    if part[0] < 0:  # an image (engine/inference/media.py): its embeddings
+                        self._image(part)
+                    else:
+                        self._ctx.decode(part, len(self._kv))
                     # On a GPU llama_decode only queues the work; it runs until the next logits read.
                     # Wait for it here, so a piece is a piece of work (Stop and pre-emption act between
                     # pieces, not after everything queued) and prompt timings measure the evaluation.
@@ -427,6 +382,11 @@ class Backend:
             if self._policy is not None:
                 self._policy.end()
         self._kv.extend(tokens)
+
+    def _image(self, span: list[int]) -> None:
+        if self.vision is None:
+            raise DecodeError("the prompt holds an image and this model has no projector (mmproj) loaded")
+        self.vision.decode(self._ctx, span, len(self._kv))
 
     def _steer(self) -> None:
         # Between pieces, never inside one: the thread counts apply from the next llama_decode.
@@ -496,4 +456,6 @@ class Backend:
     @owned
     def close(self) -> None:
         self.vocab.close()  # first: it waits for a call in progress on another thread, then refuses more
+        if self.vision is not None:
+            self.vision.close()  # its chunks, then the projector: before the model it reads
         self._model.close()  # its context first, then the weights
