@@ -109,5 +109,5 @@ def load_conversation(db: Database, conversation_id: int) -> Conversation:
                    else {})
         messages.append(Message(m["role"], m["content"], ids, m["id"], m["level"], m["model_text"],
                                 reasoning=m["reasoning"], reasoning_ids=thought, tool_calls=m["tool_calls"],
-                                tool_call_id=m["tool_call_id"]))
+                                tool_call_id=m["tool_call_id"], images=m.get("images")))
     return Conversation(conversation_id, row["system_prompt"], messages)

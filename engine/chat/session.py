@@ -7,8 +7,11 @@ storage in a new process is the one the KV cache held, token for token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from engine.inference.backend import Backend
+from engine.inference.errors import NoVision
+from engine.inference.media import IMAGE_TOKENS_ESTIMATE, Pixels, span_ids
 from engine.inference.reasoning import tag_tail
 from engine.inference.templates import ChatTemplate, Thought
 from engine.inference.tool_calls import (RESULT_CLOSE, RESULT_OPEN, Tool, ToolError, arguments_value, call_markup,
@@ -34,6 +37,9 @@ class Message:
     # tool result's call ("tool" messages).
     tool_calls: list[dict] | None = None
     tool_call_id: str | None = None
+    # Images sent with it, in order: [{"digest", "at"}], `at` the offset in `content` where each
+    # stands (engine/chat/image_store.py). Its ids then hold each image tile as media ids.
+    images: list[dict] | None = None
 
     @property
     def text_for_model(self) -> str:
@@ -55,8 +61,10 @@ class Session:
 
     def __init__(self, backend: Backend | VocabTokenizer, template: ChatTemplate,
                  messages: list[Message] | None = None, *, history: str = "template",
-                 think: bool | None = None, tools: tuple[Tool, ...] = ()):
+                 think: bool | None = None, tools: tuple[Tool, ...] = (),
+                 pixels: Callable[[str], Pixels] | None = None):
         self.backend = backend
+        self.pixels = pixels  # an image's pixels by digest (the image store), for a model with vision
         self.template = template
         self.messages: list[Message] = list(messages or [])
         # Tools the prompt shows: through the template's `tools` variable when it has one, else
@@ -111,10 +119,36 @@ class Session:
         An answer with tool calls and no sampled ids is tokenized each time, never stored as if
         sampled (its markup is the template's, or this engine's, to write)."""
         ids = message.ids.get(self.backend.identity)
+        if ids is None and message.images:
+            return self._with_images(message)
         if ids is None:
             ids = self.backend.tokenize(message.text_for_model, special=False)
             if not message.tool_calls:
                 message.ids[self.backend.identity] = ids
+        return ids
+
+    def _with_images(self, message: Message) -> list[int]:
+        """A message with images: its text with the model's marker where each image stands,
+        tokenized with the pixels by the model itself (on its thread), and kept. Counted anywhere
+        else (the tokenizer of another thread) as its text and IMAGE_TOKENS_ESTIMATE per image."""
+        images = message.images or []
+        if isinstance(self.backend, VocabTokenizer):
+            words = self.backend.tokenize(message.text_for_model, special=False)
+            return words + span_ids("0" * 64, IMAGE_TOKENS_ESTIMATE) * len(images)
+        vision = self.backend.vision
+        if vision is None:
+            raise NoVision("this model cannot read images: choose one with vision for a chat with images")
+        if self.pixels is None:
+            raise NoVision("this chat's images are not available to the model")
+        text = message.text_for_model
+        if message.model_text is None:  # each image where it stands in what the user wrote
+            for image in sorted(images, key=lambda i: i["at"], reverse=True):
+                at = max(0, min(len(text), int(image["at"])))
+                text = text[:at] + vision.marker + text[at:]
+        else:  # the text the model reads was rewritten: the images go first
+            text = vision.marker * len(images) + text
+        ids = self.backend.tokenize_images(text, [self.pixels(i["digest"]) for i in images])
+        message.ids[self.backend.identity] = ids
         return ids
 
     def _for_template(self, messages: list[Message]) -> list[Message]:

@@ -224,11 +224,12 @@ class Backend:
             self.vision = Vision(self._model, path, n_threads=self.threads.batch, use_gpu=self._on_device)
 
     @owned
-    def tokenize_images(self, text: str, images: list[Pixels]) -> list[int]:
-        """`text` with one `vision.marker` per image into ids, each image tile a media span."""
+    def tokenize_images(self, text: str, images: list[Pixels], special: bool = False) -> list[int]:
+        """`text` with one `vision.marker` per image into ids, each image tile a media span;
+        `special` as in `tokenize`."""
         if self.vision is None:
             raise DecodeError("this model has no projector (mmproj) loaded: it cannot read images")
-        return self.vision.tokenize(text, images)
+        return self.vision.tokenize(text, images, special)
 
     # ---- KV cache
     @property

@@ -21,3 +21,7 @@ class ContextFull(RuntimeError):
     def __init__(self, needed: int, n_ctx: int):
         super().__init__(f"the conversation needs {needed} tokens but the context holds {n_ctx}")
         self.needed, self.n_ctx = needed, n_ctx
+
+
+class NoVision(RuntimeError):
+    """A message holds images and the model that would read it has no vision projector."""

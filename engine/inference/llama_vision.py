@@ -55,9 +55,10 @@ class Projector:
         self._M = M
         model._contexts.append(self)  # freed before its model (mtmd reads the model's vocabulary)
 
-    def tokenize(self, text: str, images: list[Pixels]) -> Prompt:
-        """`text` with one `marker` per image, in order, into chunks (special tokens parsed, no BOS:
-        the template holds it)."""
+    def tokenize(self, text: str, images: list[Pixels], special: bool) -> Prompt:
+        """`text` with one `marker` per image, in order, into chunks; `special`: special tokens'
+        text parsed as them (a template's control text), or not (what a user wrote). No BOS: the
+        template holds it. The markers mtmd puts around each image are its own."""
         M = self._M
         if text.count(self.marker) != len(images):
             raise ValueError(f"{text.count(self.marker)} image markers for {len(images)} images")
@@ -72,7 +73,7 @@ class Projector:
                 M.mtmd_bitmap_set_id(bmp, f"{len(bitmaps) - 1}:{px.digest}".encode())  # tiles share it
             chunks = M.mtmd_input_chunks_init()
             raw = text.encode("utf-8")
-            inp = M.mtmd_input_text(raw, len(raw), False, True)
+            inp = M.mtmd_input_text(raw, len(raw), False, special)
             array = (M.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
             code = M.mtmd_tokenize(self.ptr, chunks, ctypes.byref(inp), array, len(bitmaps))
             if code != 0:

@@ -26,6 +26,9 @@ from typing import Sequence
 MEDIA_INDEX_BITS = 13  # positions in one span: 8192 (Qwen2.5-VL's 1280 × 1280 image is 2116)
 MEDIA_HASH_BITS = 31 - MEDIA_INDEX_BITS
 MAX_SPAN = 1 << MEDIA_INDEX_BITS
+# What an image is counted as before a vision model has tokenized it (a budget's estimate, never
+# evaluated): Gemma 3's fixed 256; SmolVLM's 512-px tiles are 64 each, Qwen2.5-VL's vary with size.
+IMAGE_TOKENS_ESTIMATE = 256
 
 
 def is_media(token: int) -> bool:

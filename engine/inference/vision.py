@@ -50,10 +50,10 @@ class Vision:
         self._embd: OrderedDict[int, np.ndarray] = OrderedDict()  # first media id -> embeddings
         self._embd_bytes = 0
 
-    def tokenize(self, text: str, images: list[Pixels]) -> list[int]:
+    def tokenize(self, text: str, images: list[Pixels], special: bool = False) -> list[int]:
         """`text` with one marker per image into ids: text ids, and a media span per image tile."""
         try:
-            prompt = self.projector.tokenize(text, images)
+            prompt = self.projector.tokenize(text, images, special)
         except llama_seam.DecodeFailed as exc:
             raise DecodeError(str(exc)) from exc
         ids: list[int] = []

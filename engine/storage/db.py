@@ -322,11 +322,12 @@ class Database:
     def add_message(self, conversation_id: int, role: str, content: str, *, model: str | None = None,
                     level: str | None = None, token_ids: list[int] | None = None, token_model: str | None = None,
                     status: str = "done", model_text: str | None = None, tool_calls: list[dict] | None = None,
-                    tool_call_id: str | None = None, parent_id: int | None = None) -> int:
+                    tool_call_id: str | None = None, parent_id: int | None = None,
+                    images: list[dict] | None = None) -> int:
         """Insert and commit a message (and touch the conversation); return its id.
         `model_text`: what the model read, when it differs from `content` (retrieved memories).
         `tool_calls`: an answer's calls (OpenAI-shaped); `tool_call_id`: a tool result's call.
-        `parent_id`: the message it follows (None: the chat's first)."""
+        `parent_id`: the message it follows (None: the chat's first). `images`: [{"digest", "at"}]."""
         now = _now()
         row = {"conversation_id": conversation_id, "role": role, "content": content, "created": now, "model": model,
                "level": level, "token_count": None if token_ids is None else len(token_ids), "status": status,
@@ -337,6 +338,8 @@ class Database:
             row["tool_calls"] = json.dumps(tool_calls, ensure_ascii=False)
         if tool_call_id is not None:
             row["tool_call_id"] = tool_call_id
+        if images:
+            row["images"] = json.dumps(images)
         with self.transaction():
             cur = self._conn.execute(f"INSERT INTO messages ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                                      tuple(row.values()))
@@ -417,7 +420,17 @@ class Database:
             row["reasoning_ids"] = decode_ids(row["reasoning_ids"])
             row["stats"] = json.loads(row["stats"]) if row["stats"] else None
             row["tool_calls"] = json.loads(row["tool_calls"]) if row["tool_calls"] else None
+            row["images"] = json.loads(row["images"]) if row.get("images") else None
         return rows
+
+    def images_in_use(self, digests: set[str]) -> set[str]:
+        """Which of `digests` a message still names (the rest can leave the image folder)."""
+        if not digests:
+            return set()
+        rows = self._q("SELECT DISTINCT j.value ->> 'digest' AS digest FROM messages m, json_each(m.images) j"
+                       " WHERE m.images IS NOT NULL AND j.value ->> 'digest' IN (SELECT value FROM json_each(?))",
+                       (json.dumps(sorted(digests)),))
+        return {r["digest"] for r in rows}
 
     # ---- summaries
     def add_summary(self, conversation_id: int, first_message_id: int, last_message_id: int, text: str,

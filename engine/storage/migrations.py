@@ -344,6 +344,13 @@ MIGRATIONS: list[tuple[str, str]] = [
              ORDER BY p.id DESC LIMIT 1);
         CREATE INDEX messages_parent ON messages (parent_id);
     """),
+    ("0016_message_images", """
+        -- Images sent with a message (issue 41): a JSON list of {"digest", "at"}, in order: the
+        -- sha256 of the image's decoded pixels (its file: images/<digest>.<ext> in the data
+        -- directory, engine/chat/image_store.py) and the character offset in `content` it stands
+        -- at. token_ids then hold each image as its media ids (engine/inference/media.py).
+        ALTER TABLE messages ADD COLUMN images TEXT;
+    """),
 ]
 
 

@@ -48,7 +48,7 @@ def test_an_image_chat_turn_two_evaluates_only_its_new_text_and_encodes_nothing(
     backend = vision_backend(pair)
     try:
         image = pixels(100, 80)
-        first = backend.tokenize_images(TURN_1.format(marker=backend.vision.marker), [image])
+        first = backend.tokenize_images(TURN_1.format(marker=backend.vision.marker), [image], special=True)
         tiles = spans(first)
         assert len(tiles) == 5 and sum(b - a for a, b in tiles) == 20  # 2 × 2 tiles + the overview, 4 ids each
         prefill(backend, first)
@@ -61,7 +61,7 @@ def test_an_image_chat_turn_two_evaluates_only_its_new_text_and_encodes_nothing(
         assert backend.vision.encodes == 5
         fresh = vision_backend(pair)
         try:
-            fresh.tokenize_images(TURN_1.format(marker=fresh.vision.marker), [image])  # its pixels, as a new chat
+            fresh.tokenize_images(TURN_1.format(marker=fresh.vision.marker), [image], special=True)  # a new chat
             ref = forced_logits(fresh, second, answer)
             assert fresh.vision.encodes == 5
             assert_logits_agree(ref, got, "image chat: turn 2 reused against the whole sequence")
@@ -76,8 +76,8 @@ def test_another_image_is_another_span_and_moves_the_logits(pair):
     backend = vision_backend(pair)
     try:
         marker = backend.vision.marker
-        a = backend.tokenize_images(TURN_1.format(marker=marker), [pixels(100, 80)])
-        b = backend.tokenize_images(TURN_1.format(marker=marker), [pixels(100, 80, shift=40)])
+        a = backend.tokenize_images(TURN_1.format(marker=marker), [pixels(100, 80)], special=True)
+        b = backend.tokenize_images(TURN_1.format(marker=marker), [pixels(100, 80, shift=40)], special=True)
         assert spans(a) == spans(b) and a != b
         prefill(backend, a)
         la = backend.first_logits()
@@ -91,7 +91,7 @@ def test_another_image_is_another_span_and_moves_the_logits(pair):
 def test_a_restored_image_chat_encodes_nothing(pair):
     backend = vision_backend(pair)
     try:
-        first = backend.tokenize_images(TURN_1.format(marker=backend.vision.marker), [pixels(64, 64)])
+        first = backend.tokenize_images(TURN_1.format(marker=backend.vision.marker), [pixels(64, 64)], special=True)
         prefill(backend, first)
         state, ids = backend.save_sequence()
     finally:
@@ -116,6 +116,11 @@ def test_bad_requests_get_clear_errors(pair):
     try:
         with pytest.raises(ValueError, match="markers"):
             backend.tokenize_images("no marker here", [pixels(10, 10)])
+        # What a user wrote is text, even where it spells a control token.
+        im_start = backend.tokenize_control("<|im_start|>")
+        assert len(im_start) == 1
+        typed = backend.tokenize_images(f"<|im_start|>system {backend.vision.marker}", [pixels(10, 10)])
+        assert im_start[0] not in typed
         with pytest.raises(ValueError, match="RGB"):
             Pixels(10, 10, b"\0" * 7, "x")
     finally:
@@ -138,3 +143,37 @@ def test_a_projector_made_for_another_model_is_refused(pair, model_paths):
         assert other.vision is None
     finally:
         other.close()
+
+
+def test_a_message_with_images_renders_through_the_session_and_keeps_its_ids(pair):
+    from engine.chat.session import Message, Session
+    from engine.inference.errors import NoVision
+    from engine.inference.templates import template_for
+
+    image = pixels(100, 80)
+    backend = vision_backend(pair)
+    try:
+        template = template_for(backend)
+        session = Session(backend, template, pixels={image.digest: image}.__getitem__)
+        user = Message("user", "What is this? And this?", images=[{"digest": image.digest, "at": 13},
+                                                                  {"digest": image.digest, "at": 23}])
+        prompt = session.prompt(user)
+        assert len(spans(prompt)) == 10 and backend.identity in user.ids  # two images of 5 tiles, kept
+        assert spans(prompt)[:5] != spans(prompt)[5:] and prompt[slice(*spans(prompt)[0])] == \
+            prompt[slice(*spans(prompt)[5])]  # the same picture twice: the same ids at two places
+        prefill(backend, prompt)
+        assert backend.vision.encodes == 5  # decoded at both places, encoded once
+        again = Session(backend, template, pixels=None).prompt(user)  # ids kept: no pixels needed
+        assert again == prompt
+        # Counted on another thread (the vocabulary alone): an estimate, not kept.
+        counted = Session(backend.vocab, template).prompt(Message("user", "x", images=[{"digest": image.digest,
+                                                                                         "at": 0}]))
+        assert len(counted) > 256
+        text_only = Backend(pair[0], LOAD)
+        try:
+            with pytest.raises(NoVision):
+                Session(text_only, template).prompt(Message("user", "x", images=[{"digest": image.digest, "at": 0}]))
+        finally:
+            text_only.close()
+    finally:
+        backend.close()

@@ -25,6 +25,7 @@ class Prompt:
                                           token_ids=user.ids.get(identity) if identity is not None else None,
                                           token_model=identity,
                                           model_text=user.model_text, tool_call_id=user.tool_call_id,
+                                          images=user.images,
                                           parent_id=conv.messages[-1].id if conv.messages else None)
             conv.messages.append(user)
             self.db.supersede(turn.request.replaces, user.id)  # an edit or a branch: the old turns leave
