@@ -128,13 +128,11 @@ class Gate:
 # ---- the backend
 
 class FakeBackend:
-    """Duck-types `Backend` for the engine. Counters are exact: `history` holds every piece
-    evaluated (one entry per decode call), `prompts` the KV contents each answer was sampled
-    from, `calls` every cache operation in order.
+    """Duck-types `Backend` for the engine. Counters are exact: `history` holds every piece evaluated
+    (one per decode call), `prompts` the KV each answer was sampled from, `calls` each cache operation.
 
-    Like a real backend it belongs to one thread (engine/config/ownership.py): the methods a `Backend`
-    guards raise WrongThread from any other while the check is on (the suite turns it on). A test
-    reads `kv` (the cache's ids), `text`, the counters, and tokenizes with `vocab`.
+    Like a real backend it belongs to one thread (engine/config/ownership.py): what a `Backend` guards
+    raises WrongThread from any other (the suite checks). A test reads `kv`, `text`, the counters.
 
     Args:
         path: the model file (its name and size make the identity, as for a real backend).
@@ -148,6 +146,8 @@ class FakeBackend:
             llama.cpp does when a device buffer cannot be allocated (None: any number fits).
         gpu_error: a GPU load (any layers) fails with this ModelLoadError (a broken driver).
     """
+
+    vision = None  # a text model: no projector
 
     def __init__(self, path: str | Path, params: LoadParams = LoadParams(), debug: bool = False, *,
                  script: Script | None = None, prompt_s_per_token: float = 0.0, decode_s_per_token: float = 0.0,

@@ -52,6 +52,7 @@ def test_a_message_names_its_images_and_the_ones_in_use_are_found(tmp_path):
     rows = db.messages(a)
     assert rows[0]["images"] == [{"digest": cat, "at": 0}, {"digest": dog, "at": 8}]
     assert db.messages(b)[1]["images"] is None
+    assert db.conversation_images(a) == {cat, dog} and db.conversation_images(b) == {cat}
     db.delete_conversation(a)
     assert db.images_in_use({cat, dog}) == {cat}  # the dog was only in the deleted chat
     assert db.images_in_use(set()) == set()

@@ -20,6 +20,7 @@ from engine.api.engine_config import CONFIG_SETTINGS, engine_config
 from engine.api.status import StatusPublisher
 from engine.chat import branches
 from engine.chat.core import AssistantCore, TurnDone
+from engine.chat.image_store import image_store
 from engine.chat.export import conversation_html, conversation_json, conversation_markdown
 from engine.chat.pipeline import TurnEvent
 from engine.chat.targets import InputError
@@ -29,6 +30,7 @@ from engine.config.settings import Settings
 from engine.docs.service import DocumentService
 from engine.inference.errors import ModelLoadError
 from engine.inference.events import GenerateParams
+from engine.inference.images import ImageError
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
 from engine.inference.vocab import VocabTokenizer
 from engine.memory.service import MemoryService
@@ -209,14 +211,32 @@ class Assistant(AssistantCore, DocumentsApi):
         another branch), "tool_calls" (an answer's calls, OpenAI-shaped, else None), "tool_call_id"
         (a tool result's, else None), "parent_id" (the message it follows), "branches" (every
         message at its place, oldest first, when it has siblings: answers given again, messages
-        edited; else None)}."""
+        edited; else None), "images" (a message's images: [{"digest", "at"}], else None)}."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
         rows = self.db.messages(conversation_id)
         siblings = branches.siblings(rows)
         return [{"id": r["id"], "role": r["role"], "content": r["content"], "reasoning": r["reasoning"],
                  "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None,
                  "tool_calls": r["tool_calls"], "tool_call_id": r["tool_call_id"], "parent_id": r["parent_id"],
-                 "branches": siblings.get(r["id"])} for r in rows]
+                 "branches": siblings.get(r["id"]), "images": r["images"]} for r in rows]
+
+    def add_image(self, data: bytes, name: str = "the image") -> dict:
+        """Keep an image for a message: {"digest" (for `send(..., images=[...])`), "width",
+        "height", "format", "frames" (> 1: an animation, its first frame used), "scaled_from"}.
+
+        Raises:
+            InputError: not an image this app reads, damaged, or too large, in words.
+        """
+        try:
+            d = image_store().add(data, name)
+        except ImageError as exc:
+            raise InputError(str(exc)) from exc
+        return {"digest": d.pixels.digest, "width": d.pixels.width, "height": d.pixels.height,
+                "format": d.format, "frames": d.frames, "scaled_from": d.scaled_from}
+
+    def image_path(self, digest: str):
+        """Where a sent image's file is kept (a thumbnail's source), or None."""
+        return image_store().path(digest)
 
     def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:
         """The conversation as Markdown, JSON or HTML text (a page of its own, every text escaped).

@@ -17,11 +17,13 @@ import psutil
 
 from engine.chat.branches import Branches, forked, on_path
 from engine.chat.config import EngineConfig
+from engine.chat.chat_switches import ChatSwitches
+from engine.chat.image_store import image_store
 from engine.chat.conversation import Conversation, ConversationNotFound, StableBlock, TurnDone, load_conversation
 from engine.chat.doc_recall import DocumentRecall
 from engine.chat.memory_recall import MemoryRecall
 from engine.chat.pipeline import TurnEvent, compose, stage_names
-from engine.chat.request import ROUTES, TurnRequest
+from engine.chat.request import TurnRequest
 from engine.chat.session import Message, Session
 from engine.chat.stages import Parts, turn_stages
 from engine.chat.stages.cascade import cascade_threshold
@@ -51,7 +53,7 @@ __all__ = ["AssistantCore", "Conversation", "ConversationNotFound", "EngineConfi
            "MAX_MESSAGE_CHARS", "StableBlock", "TurnDone", "TurnRequest"]
 
 
-class AssistantCore:
+class AssistantCore(ChatSwitches):
     """Routed chat over local tiers (L1/L2) and an optional remote L3, with SQLite persistence.
 
     Args:
@@ -256,7 +258,8 @@ class AssistantCore:
         conv = self.conversation(conversation_id)
         if after is None and replacing is None:
             request = TurnRequest(conversation_id=conversation_id, text=text, params=params, **options).checked()
-            yield from self._pipeline(Turn(request, self.config, conv, Message("user", request.text)))
+            user = Message("user", request.text, images=list(request.images) or None)
+            yield from self._pipeline(Turn(request, self.config, conv, user))
             return
         if replacing is not None:
             at = on_path(conv, replacing)
@@ -384,9 +387,11 @@ class AssistantCore:
         self.db.set_pinned(conversation_id, pinned)
 
     def delete_conversation(self, conversation_id: int) -> None:
-        """Delete a conversation everywhere: its rows, its memory chunks, its KV snapshots."""
+        """Delete a conversation everywhere: its rows, its memory chunks, its KV snapshots, its images."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
+        digests = self.db.conversation_images(conversation_id)
         message_ids = self.db.delete_conversation(conversation_id)
+        image_store().remove(digests - self.db.images_in_use(digests))  # no other chat's
         # Every per-conversation map lets go: the API server deletes one conversation per request.
         self._conversations.pop(conversation_id, None)
         self.tier_set.forget(conversation_id)
@@ -411,65 +416,6 @@ class AssistantCore:
     def _next_prefix(self, conv: Conversation) -> list[int]:
         """The L1 model's tokens for the chat and the markers that open its next user turn."""
         return Session(self.vocab, self.template, conv.history()).next_prefix()
-
-    def set_conversation_route(self, conversation_id: int, route: str) -> None:
-        """Force a level for every message of a conversation ("auto" lets the router decide)."""
-        if route not in ROUTES:
-            raise InputError(f"route must be auto, L1, L2 or L3, not {route!r}")
-        self.conversation(conversation_id)
-        self.db.update_conversation(conversation_id, route=route)
-
-    def set_conversation_docs(self, conversation_id: int, docs: bool | str | None) -> None:
-        """Answer this conversation's messages from the documents: True (every collection), a
-        collection name, or False/None (off)."""
-        self.conversation(conversation_id)
-        if isinstance(docs, str) and not docs.strip():
-            raise InputError("the collection name is empty")
-        value = "*" if docs is True else (docs.strip() if isinstance(docs, str) else None)
-        self.db.update_conversation(conversation_id, docs=value)
-
-    def _row(self, conversation_id: int) -> dict:
-        """The conversation's stored row (its per-chat switches), read fresh."""
-        row = self.db.conversation(conversation_id)
-        if row is None:
-            raise ConversationNotFound(f"no conversation with id {conversation_id}")
-        return row
-
-    def conversation_route(self, conversation_id: int) -> str:
-        """The chat's route: "auto" (the router chooses per message) or the level that answers it."""
-        return self._row(conversation_id).get("route") or "auto"
-
-    def conversation_docs(self, conversation_id: int) -> str | None:
-        """None (off), "*" (every collection) or a collection name."""
-        return self._row(conversation_id).get("docs")
-
-    def set_conversation_system_prompt(self, conversation_id: int, text: str) -> None:
-        """A chat's system prompt from now on (a preset chosen for it): the next turn reads it; the
-        KV state keeps what came before the prompt's first changed token."""
-        text = clean_text(text).strip()
-        if len(text) > MAX_MESSAGE_CHARS:
-            raise InputError(f"a system prompt may hold at most {MAX_MESSAGE_CHARS} characters")
-        conv = self.conversation(conversation_id)
-        self.db.update_conversation(conversation_id, system_prompt=text)
-        conv.system_prompt = text
-
-    def set_conversation_preset(self, conversation_id: int, preset_id: str | None) -> None:
-        self.conversation(conversation_id)
-        self.db.update_conversation(conversation_id, preset=preset_id)
-
-    def conversation_preset(self, conversation_id: int) -> str | None:
-        """The id of the preset the chat was given (None: made before presets, or none chosen)."""
-        return self._row(conversation_id).get("preset")
-
-    def set_conversation_think(self, conversation_id: int, think: bool | None) -> None:
-        """A chat's Think switch for reasoning models: on, off, or None (the reasoning.think setting)."""
-        self.conversation(conversation_id)
-        self.db.update_conversation(conversation_id, think=None if think is None else int(bool(think)))
-
-    def conversation_think(self, conversation_id: int) -> bool | None:
-        """The chat's Think switch (None: never set, the setting applies)."""
-        row = self._row(conversation_id)
-        return None if row.get("think") is None else bool(row["think"])
 
     def map_sizes(self) -> dict[str, int]:
         """Entries in each per-conversation map (engine/api/footprint.py)."""

@@ -13,7 +13,9 @@ import os
 import re
 from pathlib import Path
 
+from engine.config.paths import user_dir
 from engine.inference.images import Decoded, ImageError, decode_image
+from engine.inference.media import Pixels
 
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif", "MPO": "jpg"}
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -56,8 +58,16 @@ class ImageStore:
             raise ImageError(f"{path.name} changed on disk since it was sent")
         return decoded
 
+    def pixels(self, digest: str) -> Pixels:
+        return self.load(digest).pixels
+
     def remove(self, digests: set[str]) -> None:
         for digest in digests:
             path = self.path(digest)
             if path is not None:
                 path.unlink(missing_ok=True)
+
+
+def image_store() -> ImageStore:
+    """The user's image folder (beside the database and the KV files)."""
+    return ImageStore(user_dir() / "images")

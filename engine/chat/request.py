@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from engine.chat.targets import InputError
@@ -70,6 +72,7 @@ class TurnRequest:
     domain: str = WINDOW_DOMAIN
     response_format: dict[str, object] | None = None
     tools: TurnTools | None = None
+    images: tuple[dict[str, str | int], ...] = ()  # [{"digest", "at"}], kept by Assistant.add_image; `at`: offset in text
 
     def checked(self) -> "TurnRequest":
         """The request with its text cleaned, or InputError for what cannot be sent."""
@@ -96,8 +99,27 @@ class TurnRequest:
         if self.kind in ("regenerate", "tool_results"):
             return request
         text = clean_text(self.text).strip()
-        if not text:
+        if not text and not self.images:
             raise InputError("empty message")
         if len(text) > MAX_MESSAGE_CHARS:
             raise InputError(f"message too long ({len(text)} characters; at most {MAX_MESSAGE_CHARS})")
-        return replace(request, text=text)
+        return replace(request, text=text, images=checked_images(self.images, len(text)))
+
+
+MAX_IMAGES = 16  # per message: each is hundreds of tokens to a vision model
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def checked_images(images: Sequence[str | dict[str, str | int]], n_chars: int) -> tuple[dict[str, str | int], ...]:
+    """[{"digest", "at"}] (a bare digest: at the start), in text order, offsets within the text."""
+    if len(images) > MAX_IMAGES:
+        raise InputError(f"{len(images)} images in one message; at most {MAX_IMAGES}")
+    out: list[tuple[int, str]] = []
+    for image in images:
+        digest, at = (image, 0) if isinstance(image, str) else (image.get("digest"), image.get("at", 0))
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+            raise InputError("an image must be added first (Assistant.add_image) and sent by its digest")
+        if not isinstance(at, int) or isinstance(at, bool) or at < 0:
+            raise InputError("an image's place in the text must be a character offset of 0 or more")
+        out.append((min(at, n_chars), digest))
+    return tuple({"digest": digest, "at": at} for at, digest in sorted(out, key=lambda pair: pair[0]))

@@ -12,7 +12,8 @@ import threading
 from typing import Generator
 
 from engine.inference.backend import SamplingParams
-from engine.inference.errors import ContextFull, DecodeError
+from engine.inference.errors import ContextFull, DecodeError, NoVision
+from engine.inference.images import ImageError
 from engine.chat.window import (MARKER_ROOM, TooLong, Window, answer_floor, apply_shift, fit_window, group,
                                 session_counter)
 from engine.inference.events import Chunk, GenerateParams, GenerationStats, ReasoningChunk, TurnResult
@@ -22,6 +23,7 @@ from engine.inference.tokens import Drafting
 from engine.kv.tiers import WINDOW_DOMAIN, KVTiers
 from engine.inference.remote import RemoteClient, estimate_prompt, estimate_tokens
 from engine.inference.runtime import BACKGROUND, FOREGROUND, Job, ModelUnloaded, Worker
+from engine.chat.image_store import image_store
 from engine.chat.session import Message, Session
 from engine.chat.conversation import TurnDone
 from engine.chat.target import Capabilities
@@ -72,7 +74,8 @@ class LocalTarget:
         # tools: unless the catalog says it cannot (an unknown file may: its template decides)
         return Capabilities(tools=entry is None or entry.tools is not False,
                             reasoning=self.worker.template.reasoning is not None, tokens=True,
-                            checkpoint=self.kv is not None, offload=True, confidence=True)
+                            checkpoint=self.kv is not None, offload=True, confidence=True,
+                            vision=self.worker.backend.vision is not None)
 
     @property
     def model_id(self) -> str:
@@ -87,13 +90,18 @@ class LocalTarget:
     def identity(self) -> str:
         return self.worker.backend.identity
 
-    def session(self, history: list[Message], params: GenerateParams | None = None) -> Session:
-        """`history` rendered with the vocabulary alone: any thread, beside the model's decoding.
-        `params`: thinking on or off, and the rule for earlier thinking (default: the template's)."""
+    def session(self, history: list[Message], params: GenerateParams | None = None,
+                on_model: bool = False) -> Session:
+        """`history` rendered with the vocabulary alone: any thread, beside the model's decoding;
+        `on_model` (in a job, on the model's thread): with the backend itself, which alone can
+        tokenize images. `params`: thinking on or off, and the rule for earlier thinking (default:
+        the template's)."""
+        tokenizer = self.worker.backend if on_model else self.worker.vocab
+        pixels = image_store().pixels if on_model else None
         if params is None:
-            return Session(self.worker.vocab, self.worker.template, history)
-        return Session(self.worker.vocab, self.worker.template, history, history=params.reasoning_history,
-                       think=params.think, tools=params.tools.tools if params.tools is not None else ())
+            return Session(tokenizer, self.worker.template, history, pixels=pixels)
+        return Session(tokenizer, self.worker.template, history, history=params.reasoning_history, think=params.think,
+                       tools=params.tools.tools if params.tools is not None else (), pixels=pixels)
 
     def fit(self, system: list[Message], turns: list[Message], user: Message, params: GenerateParams,
             first_kept: int = 0) -> Window:
@@ -207,8 +215,11 @@ class LocalTarget:
         answer is out, evaluate the markers that open the next user turn (see `_read_ahead`).
         `domain`: the turn's trust domain (`KVTiers.prepare`)."""
         def run(worker: Worker, job: Job) -> None:
-            session = self.session(history, params)
-            prompt = session.prompt(user)
+            session = self.session(history, params, on_model=True)
+            try:
+                prompt = session.prompt(user)
+            except (NoVision, ImageError) as exc:
+                raise InputError(str(exc)) from exc
             fmt = worker.template.reasoning
             inside = fmt is not None and opens_block(session.generation_text, fmt)
             # Another conversation in the context: park it, bring this one's state from RAM or disk.
@@ -267,7 +278,8 @@ class LocalTarget:
             return 0
         answer = answer_message(result, backend.identity)
         # After calls, a tool's result comes next (the client runs the tool meanwhile).
-        ahead = self.session(history + [user, answer], params).next_prefix("tool" if result.tool_calls else "user")
+        session = self.session(history + [user, answer], params, on_model=True)
+        ahead = session.next_prefix("tool" if result.tool_calls else "user")
         kv = backend.kv_tokens
         rest = ahead[len(kv):]
         if ahead[:len(kv)] != kv or not 0 < len(rest) <= READ_AHEAD_MAX or len(ahead) >= backend.n_ctx:

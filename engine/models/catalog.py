@@ -223,6 +223,17 @@ class ResolvedModel:
     id: str
     path: Path
     entry: ModelEntry | None
+    projector: Path | None = None  # a vision model's mmproj file (find_projector)
+
+
+def find_projector(model: Path) -> Path | None:
+    """A vision model's projector beside it, named as llama.cpp's converter and the hubs name it
+    for one model: `mmproj-<model>.gguf` or `<model>.mmproj.gguf`."""
+    for name in (f"mmproj-{model.stem}.gguf", f"{model.stem}.mmproj.gguf"):
+        candidate = model.with_name(name)
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def resolve_model(name_or_path: str | None, catalog: Catalog | None = None) -> ResolvedModel:
@@ -241,12 +252,12 @@ def resolve_model(name_or_path: str | None, catalog: Catalog | None = None) -> R
         if not path.is_file():
             hint = "run `make models` (or `assistant fetch`)" if entry.demo else f"download it from {entry.url or entry.source_repo}"
             raise ModelNotFound(f"model '{entry.id}' is not downloaded: {path} is missing; {hint}")
-        return ResolvedModel(entry.id, path, entry)
+        return ResolvedModel(entry.id, path, entry, find_projector(path))
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() == ".gguf" or path.exists() or "/" in name_or_path:
         if not path.is_file():
             raise ModelNotFound(f"model file not found: {path}")
-        return ResolvedModel(path.stem, path.resolve(), None)
+        return ResolvedModel(path.stem, path.resolve(), None, find_projector(path.resolve()))
     known = ", ".join(e.id for e in catalog.entries)
     raise ModelNotFound(f"unknown model '{name_or_path}'; known models: {known} (or give a path to a .gguf file)")
 

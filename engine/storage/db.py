@@ -423,6 +423,12 @@ class Database:
             row["images"] = json.loads(row["images"]) if row.get("images") else None
         return rows
 
+    def conversation_images(self, conversation_id: int) -> set[str]:
+        """The digests of the images a conversation's messages name."""
+        rows = self._q("SELECT DISTINCT j.value ->> 'digest' AS digest FROM messages m, json_each(m.images) j"
+                       " WHERE m.conversation_id = ? AND m.images IS NOT NULL", (conversation_id,))
+        return {r["digest"] for r in rows}
+
     def images_in_use(self, digests: set[str]) -> set[str]:
         """Which of `digests` a message still names (the rest can leave the image folder)."""
         if not digests:

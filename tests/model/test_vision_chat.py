@@ -1,0 +1,91 @@
+"""An image chat through engine.api on the synthetic SmolVLM pair (tests/vision_model.py, found
+beside its model as mmproj-<model>.gguf): the image is kept by digest, turn 2 evaluates only its
+new text and encodes nothing, a restart restores the chat from the cold tier and encodes nothing,
+and deleting the chat deletes its image. A model without vision says so."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from engine.api import Assistant, EngineConfig, InputError, TurnDone
+from engine.config.paths import db_path
+from engine.inference.backend import LoadParams
+from engine.storage import Database
+from tests import vision_model as vm
+from tests.model.helpers import greedy, on_model
+from tests.model.test_kv_tiers import OVERHEAD, SYSTEM
+
+pytestmark = pytest.mark.model
+
+
+def open_vlm(model) -> Assistant:
+    return Assistant(Database(db_path()), EngineConfig(model=str(model), load=LoadParams(n_ctx=2048, n_threads=1)))
+
+
+def send(a: Assistant, cid: int, text: str, **options) -> TurnDone:
+    done = [e for e in a.send(cid, text, greedy(8), **options) if isinstance(e, TurnDone)]
+    assert done
+    return done[-1]
+
+
+def photo() -> bytes:
+    image = Image.linear_gradient("L").resize((100, 80)).convert("RGB")
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def encodes(a: Assistant) -> int:
+    return on_model(a, lambda backend: backend.vision.encodes)
+
+
+def test_an_image_chat_reuses_its_cache_across_turns_and_a_restart(assistant_home, model_paths):
+    model, _ = vm.vision_pair()
+    a = open_vlm(model)
+    try:
+        image = a.add_image(photo(), "gradient.jpg")
+        assert (image["width"], image["height"], image["format"]) == (100, 80, "JPEG")
+        assert a.image_path(image["digest"]).is_file()
+        cid = a.new_conversation(SYSTEM)
+        first = send(a, cid, "What is in this picture?", images=[image["digest"]])
+        assert encodes(a) == 5  # 2 × 2 tiles and the overview
+        assert first.stats.prompt_tokens_evaluated > 20  # the image's 20 embeddings among them
+        second = send(a, cid, "And its colours?")
+        new_text = len(a.vocab.tokenize("And its colours?", special=False))
+        assert second.stats.prompt_tokens_evaluated <= new_text + OVERHEAD
+        assert encodes(a) == 5
+        user = a.transcript(cid)[0]
+        assert user["images"] == [{"digest": image["digest"], "at": 0}]
+    finally:
+        a.close()
+        a.db.close()
+    b = open_vlm(model)  # a restart: the chat comes back from disk, its image inside the state
+    try:
+        third = send(b, cid, "Thanks!")
+        assert third.stats.restored_from == "cold"
+        assert third.stats.prompt_tokens_evaluated <= len(b.vocab.tokenize("Thanks!", special=False)) + OVERHEAD
+        assert encodes(b) == 0
+        b.delete_conversation(cid)
+        assert b.image_path(image["digest"]) is None  # no other chat named it
+    finally:
+        b.close()
+        b.db.close()
+
+
+def test_images_are_refused_in_words_where_they_cannot_be_read(assistant_home, model_paths):
+    a = Assistant(Database(db_path()), EngineConfig(model="demo-small", load=LoadParams(n_ctx=2048, n_threads=2)))
+    try:
+        with pytest.raises(InputError, match="SVG"):
+            a.add_image(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "logo.svg")
+        with pytest.raises(InputError, match="digest"):
+            list(a.send(a.new_conversation(), "look", greedy(4), images=["not-a-digest"]))
+        image = a.add_image(photo())
+        cid = a.new_conversation()
+        with pytest.raises(InputError, match="cannot read images"):
+            send(a, cid, "What is this?", images=[image["digest"]])
+    finally:
+        a.close()
+        a.db.close()
