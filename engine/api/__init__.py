@@ -59,6 +59,8 @@ _EXPORTS: dict[str, str] = {
     "LoadParams": "engine.inference.backend",
     "cpu_threads_report": "engine.api.cpu",  # `assistant devices`: CPUs, other programs' load, calibrations
     "MAX_MESSAGE_CHARS": "engine.storage",
+    "MAX_IMAGE_BYTES": "engine.inference.images",  # an image's file, before it is decoded
+    "MAX_IMAGES": "engine.chat.request",  # per message
     "EngineConfig": "engine.chat.config",  # what shapes an engine (tests and tools build one by hand)
     "TurnRequest": "engine.chat.request",
     "TurnStats": "engine.chat.stats",

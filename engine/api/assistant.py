@@ -254,8 +254,9 @@ class Assistant(AssistantCore, DocumentsApi):
     def new_conversation_from(self, messages: list[tuple], system_prompt: str = "") -> int:
         """A new conversation holding earlier turns that happened elsewhere (an API client's resent
         history): (role, content) or (role, content, fields) with role user, assistant or tool and
-        fields an answer's {"tool_calls": [...]} (OpenAI-shaped) or a result's {"tool_call_id"},
-        stored as they are; no model runs. The next `send` reads them like any stored turn
+        fields an answer's {"tool_calls": [...]} (OpenAI-shaped), a result's {"tool_call_id"} or a
+        user message's {"images": [{"digest", "at"}]} (kept by `add_image`), stored as they are; no
+        model runs. The next `send` reads them like any stored turn
         (tokenized then, since no ids were stored).
 
         Raises:
@@ -269,7 +270,8 @@ class Assistant(AssistantCore, DocumentsApi):
         for role, content, *rest in messages:
             fields = (rest[0] if rest else None) or {}
             parent = self.db.add_message(cid, role, clean_text(content).strip(), tool_calls=fields.get("tool_calls"),
-                                         tool_call_id=fields.get("tool_call_id"), parent_id=parent)
+                                         tool_call_id=fields.get("tool_call_id"), parent_id=parent,
+                                         images=fields.get("images"))
         return cid
 
     def delete_conversation(self, conversation_id: int) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from engine.inference.media import Pixels
 
-MAX_BYTES = 32 << 20
+MAX_IMAGE_BYTES = MAX_BYTES = 32 << 20
 MAX_PIXELS = 64_000_000  # 8000 × 8000; Pillow's own guard is 89 M, and an error only at twice that
 MAX_SIDE = 4096
 

@@ -90,7 +90,9 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
             if turn.history.tool_turn:  # results of the calls it made: the model goes on from them
                 items = assistant.send_tool_results(cid, turn.history.results, turn.params, **options)
             else:
-                items = assistant.send(cid, turn.history.text, turn.params, docs=turn.docs, **options)
+                images = [{"digest": assistant.add_image(image.data)["digest"], "at": at}
+                          for image, at in turn.history.new_images]
+                items = assistant.send(cid, turn.history.text, turn.params, docs=turn.docs, images=images, **options)
             for item in items:
                 if isinstance(item, TurnDone) and not item.superseded:
                     final = item

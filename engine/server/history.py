@@ -37,15 +37,34 @@ PENDING_FILE = "server_conversations.json"
 _owners = itertools.count()
 
 
-def digest(messages: list[tuple[str, str]], domain: str = "", extras: tuple[str, ...] = ()) -> str:
+def digest(messages: list[tuple[str, str]], domain: str = "", extras: tuple[str, ...] = (),
+           media: tuple[tuple[tuple["ApiImage", int], ...], ...] = ()) -> str:
     """A history's identity: (role, content) in order, content without surrounding whitespace
-    (clients trim answers differently), an answer's calls and a result's call id, within the
-    client's trust domain: a client that resends another's exact history (a guess) starts a
-    conversation of its own, never continues theirs."""
+    (clients trim answers differently), an answer's calls and a result's call id, a message's
+    images (the sha256 of each one's bytes, and its place), within the client's trust domain: a
+    client that resends another's exact history (a guess) starts a conversation of its own, never
+    continues theirs."""
     extras = extras or ("",) * len(messages)
-    data = json.dumps([domain, *((role, content.strip(), *((extra,) if extra else ()))
-                                 for (role, content), extra in zip(messages, extras))], ensure_ascii=False)
+    media = media or ((),) * len(messages)
+    rows = []
+    for (role, content), extra, images in zip(messages, extras, media):
+        row: list[object] = [role, content.strip()]
+        if extra:
+            row.append(extra)
+        if images:  # a text-only history's digest is what it was
+            row.append([[image.key, at] for image, at in images])
+        rows.append(row)
+    data = json.dumps([domain, *rows], ensure_ascii=False)
     return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ApiImage:
+    """An image from a request's image_url part: its bytes, and their sha256 (`key`), which
+    matches a resent history's image without decoding it again."""
+
+    data: bytes
+    key: str
 
 
 def calls_key(calls: list[dict]) -> str:
@@ -76,11 +95,16 @@ class History:
         new_from: index where the trailing user message(s), or tool results, start: the new turn.
         extras: per message (or none at all): an answer's tool calls (`calls_key`), a tool result's
             call id, else "".
+        media: per message (or none at all): its images, each with the offset in its text.
     """
 
     messages: tuple[tuple[str, str], ...]
     new_from: int
     extras: tuple[str, ...] = ()
+    media: tuple[tuple[tuple[ApiImage, int], ...], ...] = ()
+
+    def images(self, i: int) -> tuple[tuple[ApiImage, int], ...]:
+        return self.media[i] if self.media else ()
 
     def extra(self, i: int) -> str:
         return self.extras[i] if self.extras else ""
@@ -112,6 +136,8 @@ class History:
             fields = None
             if extra:
                 fields = {"tool_calls": calls_from_key(extra)} if role == "assistant" else {"tool_call_id": extra}
+            elif self.images(i):  # the engine thread keeps them and names them by digest (`open`)
+                fields = {"api_images": list(self.images(i))}
             if merged and merged[-1][0] == role and role != "tool" and not fields and not merged[-1][2]:
                 merged[-1] = (role, merged[-1][1] + "\n\n" + text, None)
             else:
@@ -119,16 +145,27 @@ class History:
         return merged
 
     @property
+    def new_images(self) -> list[tuple[ApiImage, int]]:
+        """The new user message's images, with their offsets in `text` (the messages joined)."""
+        out, start = [], 0
+        for i in range(self.new_from, len(self.messages)):
+            out += [(image, start + at) for image, at in self.images(i)]
+            start += len(self.messages[i][1]) + 2
+        return out
+
+    @property
     def text(self) -> str:
         """The new user message (several trailing user messages as one)."""
         return "\n\n".join(text for _, text in self.messages[self.new_from:])
 
     def prefix_digest(self, domain: str = "") -> str:
-        return digest(list(self.messages[:self.new_from]), domain, self.extras[:self.new_from])
+        return digest(list(self.messages[:self.new_from]), domain, self.extras[:self.new_from],
+                      self.media[:self.new_from])
 
     def answered_digest(self, answer: str, domain: str = "", calls: list[dict] | None = None) -> str:
         extras = (*(self.extras or ("",) * len(self.messages)), calls_key(calls) if calls else "")
-        return digest([*self.messages, ("assistant", answer)], domain, extras)
+        media = (*self.media, ()) if self.media else ()
+        return digest([*self.messages, ("assistant", answer)], domain, extras, media)
 
 
 class ApiConversations:
@@ -177,7 +214,8 @@ class ApiConversations:
                 self.reused += 1
                 return cid
             self._forget(assistant, cid)
-        cid = assistant.new_conversation_from(history.earlier, history.system)
+        earlier = [(role, text, kept_images(assistant, fields)) for role, text, fields in history.earlier]
+        cid = assistant.new_conversation_from(earlier, history.system)
         self.replayed += bool(history.earlier)
         if not self.store:
             self._alive.add(cid)
@@ -263,6 +301,14 @@ class ApiConversations:
                     self._pending.unlink(missing_ok=True)
         except OSError:
             log.warning("could not write %s", self._pending, exc_info=True)
+
+
+def kept_images(assistant, fields: dict | None) -> dict | None:
+    """An earlier message's fields, its request images kept by the engine and named by digest."""
+    if not fields or "api_images" not in fields:
+        return fields
+    return {"images": [{"digest": assistant.add_image(image.data)["digest"], "at": at}
+                       for image, at in fields["api_images"]]}
 
 
 def _owner_id() -> str:

@@ -8,15 +8,18 @@ hints (frequency_penalty, user-agent extras). Tools: engine/server/tools.py.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from engine.api import MAX_MESSAGE_CHARS, GenerateParams, SamplingParams, SchemaUnsupported, response_grammar
+from engine.api import (MAX_IMAGE_BYTES, MAX_IMAGES, MAX_MESSAGE_CHARS, GenerateParams, SamplingParams,
+                        SchemaUnsupported, response_grammar)
 from engine.server.fair_queue import Client
-from engine.server.history import History, calls_key
+from engine.server.history import ApiImage, History, calls_key
 from engine.server.tools import MAX_TOOL_TOKENS, message_calls, tool_use
 
 LEVELS = ("auto", "L1", "L2", "L3")
@@ -190,25 +193,60 @@ def thinking(body: dict) -> tuple[bool, int | None]:
     return True, budget
 
 
-def _content(message: dict, i: int) -> str:
+def _content(message: dict, i: int) -> tuple[str, tuple[tuple[ApiImage, int], ...]]:
+    """A message's text, and its images with the offset in that text each stands at: a string, or
+    OpenAI's content parts (text, and image_url in user messages) joined by newlines."""
     content = message.get("content")
     param = f"messages[{i}].content"
+    images: list[tuple[ApiImage, int]] = []
     if isinstance(content, str):
         text = content
     elif isinstance(content, list):
-        parts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise RequestError("only text content parts are supported", param)
-            parts.append(part["text"])
+        parts: list[str] = []
+        for k, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif kind == "image_url" and message.get("role") == "user":
+                at = len("\n".join(parts)) + (1 if parts else 0)
+                images.append((data_url_image(part.get("image_url"), f"{param}[{k}].image_url"), at))
+            elif kind == "image_url":
+                raise RequestError("images go in user messages", param)
+            else:
+                raise RequestError("content parts must be text, or image_url in a user message", param)
         text = "\n".join(parts)
     elif content is None and message.get("role") == "assistant" and message.get("tool_calls"):
         text = ""  # an answer that is only calls
     else:
-        raise RequestError("content must be a string or a list of text parts", param)
+        raise RequestError("content must be a string or a list of content parts", param)
     if len(text) > MAX_MESSAGE_CHARS:
         raise RequestError(f"a message may hold at most {MAX_MESSAGE_CHARS} characters", param)
-    return text
+    if len(images) > MAX_IMAGES:
+        raise RequestError(f"at most {MAX_IMAGES} images per message", param)
+    return text, tuple(images)
+
+
+def data_url_image(image_url: object, param: str) -> ApiImage:
+    """An image_url part's image: a `data:` URL (base64) only. This server never fetches a URL: it
+    is offline, and a fetch on a client's say-so would reach the user's network (SSRF)."""
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    if not isinstance(url, str):
+        raise RequestError("image_url.url must be a string", param)
+    if not url.startswith("data:"):
+        raise RequestError("image_url must be a data: URL (base64); this server is offline and fetches no URL",
+                           param)
+    head, _, payload = url.partition(",")
+    if not head.endswith(";base64") or not head[5:].startswith("image/"):
+        raise RequestError("image_url must be data:image/<type>;base64,<data>", param)
+    if len(payload) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+        raise RequestError(f"an image may be at most {MAX_IMAGE_BYTES >> 20} MB", param)
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise RequestError("image_url's data is not valid base64", param) from exc
+    if not data:
+        raise RequestError("image_url's data is empty", param)
+    return ApiImage(data, hashlib.sha256(data).hexdigest())
 
 
 def parse_history(body: dict, max_messages: int) -> History:
@@ -219,6 +257,7 @@ def parse_history(body: dict, max_messages: int) -> History:
         raise RequestError(f"at most {max_messages} messages per request (setting server.max_messages)", "messages")
     pairs: list[tuple[str, str]] = []
     extras: list[str] = []
+    media: list[tuple[tuple[ApiImage, int], ...]] = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise RequestError("each message must be an object", f"messages[{i}]")
@@ -238,10 +277,13 @@ def parse_history(body: dict, max_messages: int) -> History:
             extra = m.get("tool_call_id")
             if not isinstance(extra, str) or not extra:
                 raise RequestError("a tool message needs its call's tool_call_id", f"messages[{i}].tool_call_id")
-        pairs.append((role, _content(m, i)))
+        text, images = _content(m, i)
+        pairs.append((role, text))
         extras.append(extra)
-    history = History(tuple(pairs), _new_from(pairs, extras), tuple(extras) if any(extras) else ())
-    if not history.tool_turn and not history.text.strip():
+        media.append(images)
+    history = History(tuple(pairs), _new_from(pairs, extras), tuple(extras) if any(extras) else (),
+                      tuple(media) if any(media) else ())
+    if not history.tool_turn and not history.text.strip() and not history.new_images:
         raise RequestError("the user's message is empty", "messages")
     return history
 

@@ -89,3 +89,41 @@ def test_images_are_refused_in_words_where_they_cannot_be_read(assistant_home, m
     finally:
         a.close()
         a.db.close()
+
+
+def test_the_openai_client_sends_a_data_url_image_and_a_resent_history_reuses_it(assistant_home, model_paths):
+    import base64
+
+    from openai import BadRequestError, OpenAI
+
+    from engine.server import ApiServer, ServerConfig
+
+    model, _ = vm.vision_pair()
+    a = open_vlm(model)
+    vision = on_model(a, lambda backend: backend.vision)  # its counter, read while the server owns `a`
+    vision_vocab = a.vocab
+    server = ApiServer(a, ServerConfig(host="127.0.0.1", port=0, api_key="k" * 24)).start()
+    try:
+        c = OpenAI(base_url=server.url, api_key="k" * 24, max_retries=0, timeout=120)
+        url = "data:image/jpeg;base64," + base64.b64encode(photo()).decode()
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": [{"type": "text", "text": "What is in this picture?"},
+                                                 {"type": "image_url", "image_url": {"url": url}}]}]
+        r = c.chat.completions.create(model="L1", messages=messages, temperature=0, max_tokens=8)
+        assert vision.encodes == 5 and r.usage.prompt_tokens > 20
+        messages += [{"role": "assistant", "content": r.choices[0].message.content},
+                     {"role": "user", "content": "And its colours?"}]
+        r2 = c.chat.completions.create(model="L1", messages=messages, temperature=0, max_tokens=8)
+        evaluated = r2.usage.prompt_tokens - r2.usage.prompt_tokens_details.cached_tokens
+        assert evaluated <= len(vision_vocab.tokenize("And its colours?", special=False)) + OVERHEAD
+        assert vision.encodes == 5  # the resent image matched by its bytes: the same conversation
+        for bad, words in (({"url": "https://example.com/cat.png"}, "data: URL"),
+                           ({"url": "data:image/png;base64,!!!"}, "base64"),
+                           ({"url": "data:image/png;base64," + base64.b64encode(b"not a png").decode()}, "image")):
+            with pytest.raises(BadRequestError, match=words):
+                parts = [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": bad}]
+                c.chat.completions.create(model="L1", max_tokens=4, messages=[{"role": "user", "content": parts}])
+    finally:
+        server.stop()
+        a.close()
+        a.db.close()
