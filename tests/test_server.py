@@ -111,7 +111,12 @@ BAD = [  # (body, the parameter the error names)
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "late"}]}, "messages[1].role"),
     ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),  # more: test_server_tools
-    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content[0].image_url"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://10.0.0.1/"}}]}]},
+     "messages[0].content[0].image_url"),  # fetched by no one: offline, no SSRF
+    ({"messages": [{"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]},
+                   {"role": "user", "content": "hi"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "audio", "data": "x"}]}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}, "temperature"),
     ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, "max_tokens"),
