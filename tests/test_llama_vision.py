@@ -19,7 +19,7 @@ FUNCTIONS = {  # name: number of arguments
     "mtmd_input_chunk_get_id": 1, "mtmd_input_chunk_get_n_pos": 1, "mtmd_input_chunk_get_n_tokens": 1,
     "mtmd_input_chunk_get_tokens_text": 2, "mtmd_input_chunk_get_type": 1, "mtmd_input_chunks_free": 1,
     "mtmd_input_chunks_get": 2, "mtmd_input_chunks_init": 0, "mtmd_input_chunks_size": 1,
-    "mtmd_support_vision": 1, "mtmd_tokenize": 5,
+    "mtmd_support_vision": 1, "mtmd_tokenize": 5, "mtmd_log_set": 2, "mtmd_helper_log_set": 2,
 }
 TYPES = {"mtmd_bitmap_p_ctypes", "mtmd_helper_post_decode_callback"}
 STRUCTS = {"mtmd_context_params": {"use_gpu", "n_threads", "print_timings", "warmup"},

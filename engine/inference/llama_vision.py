@@ -40,6 +40,7 @@ class Projector:
 
     def __init__(self, model: llama_seam.Model, path, *, n_threads: int, use_gpu: bool = False):
         M = llama_seam.mtmd()
+        _route_log(M)
         p = M.mtmd_context_params_default()
         p.use_gpu, p.n_threads, p.print_timings, p.warmup = use_gpu, n_threads, False, False
         self.ptr = M.mtmd_init_from_file(str(path).encode("utf-8"), model.ptr, p)
@@ -88,6 +89,19 @@ class Projector:
         if getattr(self, "ptr", None):
             self._M.mtmd_free(self.ptr)
         self.ptr = None
+
+
+_log_routed = False
+
+
+def _route_log(M) -> None:
+    """mtmd's log (a line per image tile encoded) through llama.cpp's, which the seam keeps off
+    stderr unless asked (llama_seam.set_verbose); once per process."""
+    global _log_routed
+    if not _log_routed:
+        M.mtmd_log_set(llama_seam._log_callback, None)
+        M.mtmd_helper_log_set(llama_seam._log_callback, None)
+        _log_routed = True
 
 
 class Prompt:
