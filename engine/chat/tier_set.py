@@ -18,7 +18,7 @@ from engine.inference.errors import ModelLoadError
 from engine.inference.manager import ModelManager
 from engine.inference.remote import RemoteClient
 from engine.kv.tiers import KVTiers
-from engine.models.catalog import ModelNotFound, load_catalog
+from engine.models.catalog import ModelNotFound, load_catalog, resolve_model
 from engine.models.instruct import is_instruct
 from engine.routing.router import RouteDecision
 
@@ -104,6 +104,30 @@ class TierSet:
             return decision
         why = f"{decision.reason}; tools: {decision.level}'s model does not call tools → {other}"
         return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
+
+    def sees_images(self, level: str) -> bool | None:
+        """Whether `level`'s model reads images: a local model with a vision projector beside it
+        (None: no model, or not found). L3 does not pass images to its endpoint yet."""
+        if level == "L3":
+            return False
+        model = self.models.get(level)
+        if not model:
+            return None
+        try:
+            return resolve_model(model, self.manager.catalog or load_catalog()).projector is not None
+        except ModelNotFound:
+            return None
+
+    def vision_tier(self, decision: RouteDecision) -> RouteDecision:
+        """A turn with images, moved off a tier that cannot read them to a local tier whose model
+        can, the larger first (a user's own route stays theirs: the turn then says why)."""
+        if self.sees_images(decision.level) is not False:
+            return decision
+        for other in ("L2", "L1"):
+            if other != decision.level and self.sees_images(other):
+                why = f"{decision.reason}; images: {decision.level} cannot read them → {other}"
+                return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
+        return decision
 
     def targets(self, level: str, *, local_only: bool = False,
                 base_models: bool = False) -> Iterator[tuple[LocalTarget | RemoteTarget, str | None]]:

@@ -127,3 +127,19 @@ def test_the_openai_client_sends_a_data_url_image_and_a_resent_history_reuses_it
         server.stop()
         a.close()
         a.db.close()
+
+
+def test_an_image_turn_goes_to_the_tier_that_reads_images(assistant_home, model_paths):
+    model, _ = vm.vision_pair()
+    config = EngineConfig(tiers={"L1": str(model), "L2": "demo-small"}, load=LoadParams(n_ctx=2048, n_threads=1))
+    a = Assistant(Database(db_path()), config)
+    try:
+        image = a.add_image(photo())
+        # A complex question the router sends up (L3, else L2); its image sends it to L1, which reads it.
+        done = send(a, a.new_conversation(), "Explain step by step, in detail, how to analyse this chart "
+                    "and compare its trends over the years with a careful argument.", images=[image["digest"]],
+                    cascade=False)
+        assert done.level == "L1"
+    finally:
+        a.close()
+        a.db.close()

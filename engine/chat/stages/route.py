@@ -34,6 +34,8 @@ class Route:
         tools = req.params.tools
         if tools is not None and tools.offered() and not decision.reason.endswith("override"):
             decision = self.tiers.tool_tier(decision)  # a user's own route is theirs
+        if req.images and not decision.reason.endswith("override"):
+            decision = self.tiers.vision_tier(decision)
         if req.kind == "tool_results" and decision.reason == "user override":
             # send_tool_results routes to the model that called (kept there, as an override is, so
             # the results extend its KV): say so, not the user's override

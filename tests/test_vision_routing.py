@@ -1,0 +1,40 @@
+"""A turn with images goes to a local tier whose model has a vision projector beside it, off one
+whose model has none (and off L3, which does not pass images yet); a user's own route, and tiers
+without a model, are kept."""
+
+from types import SimpleNamespace
+
+from engine.chat.tier_set import TierSet
+from engine.models.catalog import Catalog
+from engine.routing.router import RouteDecision
+
+
+def tiers(tmp_path, l1_sees: bool, l2_sees: bool) -> TierSet:
+    models = {}
+    for level, sees in (("L1", l1_sees), ("L2", l2_sees)):
+        model = tmp_path / f"{level.lower()}-model.gguf"
+        model.write_bytes(b"GGUF")
+        if sees:
+            (tmp_path / f"mmproj-{model.stem}.gguf").write_bytes(b"GGUF")
+        models[level] = str(model)
+    return TierSet(manager=SimpleNamespace(catalog=Catalog([])), models=models, single_model=False, remote=None,
+                   kv=None)
+
+
+def test_an_image_turn_moves_to_the_tier_that_sees(tmp_path):
+    moved = tiers(tmp_path, False, True).vision_tier(RouteDecision("L1", "ordinary request", 0.0))
+    assert moved.level == "L2" and "images" in moved.reason and moved.wanted == "L1"
+    # L3 does not pass images on yet: a complex image turn goes to a local model that reads them.
+    local = tiers(tmp_path, False, True).vision_tier(RouteDecision("L3", "complex request", 0.0))
+    assert local.level == "L2" and local.wanted == "L3"
+
+
+def test_it_stays_where_both_or_neither_see_or_nothing_is_known(tmp_path):
+    for k, (l1, l2) in enumerate(((True, True), (False, False), (True, False))):
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        assert tiers(folder, l1, l2).vision_tier(RouteDecision("L1", "r", 0.0)).level == "L1"
+    nothing = TierSet(manager=SimpleNamespace(catalog=Catalog([])), models={}, single_model=False, remote=None,
+                      kv=None)
+    assert nothing.sees_images("L1") is None and nothing.sees_images("L3") is False
+    assert nothing.vision_tier(RouteDecision("L3", "r", 0.0)).level == "L3"  # nowhere better: it says so
