@@ -18,7 +18,7 @@ from engine.inference.images import Decoded, ImageError, decode_image
 from engine.inference.media import Pixels
 
 EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tif", "MPO": "jpg"}
-_DIGEST = re.compile(r"[0-9a-f]{64}")
+DIGEST = re.compile(r"[0-9a-f]{64}")  # an image's name: the hex sha256 of its pixels
 
 
 class ImageStore:
@@ -43,7 +43,7 @@ class ImageStore:
         return decoded
 
     def path(self, digest: str) -> Path | None:
-        if not _DIGEST.fullmatch(digest):
+        if not DIGEST.fullmatch(digest):
             raise ValueError(f"not an image digest: {digest!r}")
         found = sorted(self.root.glob(f"{digest}.*")) if self.root.is_dir() else []
         return found[0] if found else None

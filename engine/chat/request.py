@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from engine.chat.image_store import DIGEST
 from engine.chat.targets import InputError
 from engine.inference.events import GenerateParams
 from engine.inference.structured import SchemaUnsupported, response_grammar
@@ -72,7 +72,8 @@ class TurnRequest:
     domain: str = WINDOW_DOMAIN
     response_format: dict[str, object] | None = None
     tools: TurnTools | None = None
-    images: tuple[dict[str, str | int], ...] = ()  # [{"digest", "at"}], kept by Assistant.add_image; `at`: offset in text
+    # [{"digest", "at"}]: images kept by Assistant.add_image, each with its offset in `text`
+    images: tuple[dict[str, str | int], ...] = ()
 
     def checked(self) -> "TurnRequest":
         """The request with its text cleaned, or InputError for what cannot be sent."""
@@ -107,7 +108,6 @@ class TurnRequest:
 
 
 MAX_IMAGES = 16  # per message: each is hundreds of tokens to a vision model
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def checked_images(images: Sequence[str | dict[str, str | int]], n_chars: int) -> tuple[dict[str, str | int], ...]:
@@ -117,7 +117,7 @@ def checked_images(images: Sequence[str | dict[str, str | int]], n_chars: int) -
     out: list[tuple[int, str]] = []
     for image in images:
         digest, at = (image, 0) if isinstance(image, str) else (image.get("digest"), image.get("at", 0))
-        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
             raise InputError("an image must be added first (Assistant.add_image) and sent by its digest")
         if not isinstance(at, int) or isinstance(at, bool) or at < 0:
             raise InputError("an image's place in the text must be a character offset of 0 or more")

@@ -6,6 +6,7 @@ storage in a new process is the one the KV cache held, token for token.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -134,7 +135,7 @@ class Session:
         images = message.images or []
         if isinstance(self.backend, VocabTokenizer):
             words = self.backend.tokenize(message.text_for_model, special=False)
-            return words + span_ids("0" * 64, IMAGE_TOKENS_ESTIMATE) * len(images)
+            return words + _estimate_ids() * len(images)
         vision = self.backend.vision
         if vision is None:
             raise NoVision("this model cannot read images: choose one with vision for a chat with images")
@@ -266,6 +267,13 @@ class Session:
         """The full prompt for the next answer: history (+ the new user message) + assistant header."""
         history = self.messages + ([new_user] if new_user else [])
         return self.render(history, add_generation_prompt=True)
+
+
+@functools.cache
+def _estimate_ids() -> list[int]:
+    """An image as counted before its model has tokenized it: IMAGE_TOKENS_ESTIMATE media ids that
+    match no real image (made once: counting re-renders a chat many times)."""
+    return span_ids("0" * 64, IMAGE_TOKENS_ESTIMATE)
 
 
 def _template_call(call: dict) -> dict:

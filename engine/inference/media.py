@@ -73,7 +73,7 @@ def next_run(tokens: Sequence[int], start: int, step: int) -> int:
             end += 1
         return end
     end = min(start + step, len(tokens))
-    if tokens[end - 1] >= 0 and min(tokens[start:end]) >= 0:  # text only: the common case, one scan
+    if min(tokens[start:end]) >= 0:  # text only: the common case, one scan in C
         return end
     for i in range(start, end):
         if tokens[i] < 0:

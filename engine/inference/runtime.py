@@ -187,7 +187,6 @@ class Worker:
         self.plan = None  # the planner's Plan this model was loaded with, when planned
         self.plan_error: dict = {}  # plan vs llama.cpp's allocation, relative, by kind
         self.load_note: str | None = None  # why this load did not get the GPU it asked for
-        self.vision_note: str | None = None  # why its projector (mmproj) did not load
         # Run on the model's own thread after the last job, before the backend is freed (the KV
         # tiers keep the context's conversation state).
         self.before_close: Callable[["Worker"], None] | None = None
@@ -216,15 +215,12 @@ class Worker:
         """
         caller = threading.current_thread()
 
-        vision_note: list[str] = []
-
         def build() -> Backend:
             backend = (backend_factory or Backend)(model.path, params, debug=debug)
             if model.projector is not None:
-                try:  # a projector that does not fit leaves the model its words, and says why
+                try:  # a projector that does not fit leaves the model its words, and says why in the log
                     backend.load_projector(model.projector)
                 except ModelLoadError as exc:
-                    vision_note.append(str(exc))
                     log.warning("%s", exc)
             hand_over(backend, caller)  # the loader is done with it; the caller reads its template
             return backend
@@ -240,9 +236,7 @@ class Worker:
         except ChatTemplateError as exc:
             backend.close()
             raise ModelLoadError(f"{model.path.name} cannot be used: {exc}") from exc
-        worker = cls(model, backend, template)
-        worker.vision_note = vision_note[0] if vision_note else None
-        return worker
+        return cls(model, backend, template)
 
     @property
     def busy(self) -> bool:
