@@ -4,10 +4,12 @@ plain and with its `LlamaPromptLookupDecoding` at its recommended CPU setting (n
 on the same model, prompts and greedy sampling.
 
     .venv/bin/python bench/speculative.py [--reps 3] [--tokens 200] [--weights q4_0] [--task open]
+                                          [--model demo-small.gguf --gpu-layers 99 --threads 16]
 
 `--weights` runs the plain, n-gram, Auto and llama-cpp-python rows on demo-small re-quantized by
 llama.cpp (q4_0, q8_0): weight types with batched CPU kernels, where a verification pass costs
-less than its tokens (bench/pass_cost.py measures how much less).
+less than its tokens (bench/pass_cost.py measures how much less). `--gpu-layers` puts every model on
+the GPU (the GPU kit runs it so, packaging/gpu_kit/gpu_check.py `--speculative`).
 
 Five tasks: four grounded in the input (a documents answer with quotes, rewriting a pasted
 paragraph, editing a 60-line function, summarising a tool result) and open chat. Each cell is the
@@ -40,7 +42,7 @@ from engine.inference.tokens import Drafting  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-THREADS = 2
+THREADS = 2  # the CI machine's cores; --threads for another
 
 DOC = """Annual report of the Riverside Public Library, 2025.
 Visits rose to 412,000, up 18 percent on 2024, the highest in the library's history.
@@ -171,7 +173,8 @@ def report(args, names: list[str], rates: dict, drafts: dict, spec_small: Specul
     """The table (medians, × plain, drafted/accepted of the last run), the grounded medians and the
     pass costs Auto measured."""
     med = {key: statistics.median(v) for key, v in rates.items()}
-    print(f"demo-small (SmolLM2-135M {args.weights.upper()}), {THREADS} threads, greedy, {args.tokens} tokens, "
+    where = f"{args.gpu_layers} layers on the GPU" if args.gpu_layers else f"{args.threads} threads"
+    print(f"demo-small (SmolLM2-135M {args.weights.upper()}), {where}, greedy, {args.tokens} tokens, "
           f"median of {args.reps}")
     print("decode tok/s, and × ours plain (on the F16 rows: × F16 plain)\n")
     print("| task | " + " | ".join(names) + " |")
@@ -210,21 +213,25 @@ def main() -> int:
     ap.add_argument("--weights", choices=("q4_1", "q4_0", "q8_0"), default="q4_1",
                     help="demo-small's weight type for the plain, n-gram, Auto and llama-cpp-python rows")
     ap.add_argument("--task", default="", help="only the tasks whose name holds this (e.g. 'open')")
+    ap.add_argument("--model", type=Path, default=MODEL, help="demo-small's file, where it is elsewhere")
+    ap.add_argument("--threads", type=int, default=THREADS)
+    ap.add_argument("--gpu-layers", type=int, default=0, help="layers on the GPU, for every model of the run")
     args = ap.parse_args()
-    load = LoadParams(n_ctx=4096, n_threads=THREADS)
+    load = LoadParams(n_ctx=4096, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
     work = Path(tempfile.mkdtemp(prefix="spec-bench-"))
-    target = MODEL
+    target = model = args.model
     if args.weights != "q4_1":
         target = work / f"smollm2-135m-{args.weights}.gguf"
-        llama_seam.quantize(MODEL, target, args.weights)
+        llama_seam.quantize(model, target, args.weights)
     small = Backend(target, load)
     big_path = work / "smollm2-135m-f16.gguf"
-    llama_seam.quantize(MODEL, big_path, "f16")
+    llama_seam.quantize(model, big_path, "f16")
     big = Backend(big_path, load)
-    drafter = DraftModel(Backend(MODEL, load), "demo-small Q4_1")
+    drafter = DraftModel(Backend(model, load), "demo-small Q4_1")
     from llama_cpp import Llama, llama_speculative  # after the seam loaded ggml's backends
 
-    kw = dict(n_ctx=4096, n_batch=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    kw = dict(n_ctx=4096, n_batch=512, n_threads=args.threads, n_threads_batch=args.threads,
+              n_gpu_layers=args.gpu_layers, verbose=False)
     bare = Llama(model_path=str(target), **kw)
     # logits_all given too: Llama sizes its score rows by the argument, not by the draft model's
     # need, and a prompt past n_batch tokens would not fit them.

@@ -268,6 +268,33 @@ class Check:
                  f"errors: {result.get('errors') or 'none'}")
         return result
 
+    def speculative(self, backend: str, reserve: float) -> None:
+        """Issue 40 on this backend's GPU: bench/speculative.py side by side on the real demo-small
+        (`--speculative`, a file that travels apart from the kit: its 98 MB do not fit in one call),
+        every model of the bench on the device. Its table goes into the report and the output."""
+        if not self.args.speculative:
+            return
+        limit = min(self.args.spec_seconds, self.end - reserve - time.time())
+        if limit < 30:
+            self.report["notes"].append(f"speculative on {backend}: {limit:.0f} s left, not run")
+            return
+        cmd = [*self.python(), str(ROOT / "bench" / "speculative.py"), "--model", str(self.args.speculative),
+               "--gpu-layers", "999", "--threads", str(os.cpu_count()), "--reps", str(self.args.spec_reps),
+               "--tokens", str(self.args.spec_tokens)]
+        t = time.time()
+        try:
+            proc = subprocess.run(cmd, env=self.env(backend), capture_output=True, text=True, timeout=limit,
+                                  cwd=str(ROOT))
+            facts = {"exit": proc.returncode, "table": proc.stdout, "stderr_tail": proc.stderr[-3000:]}
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            facts = {"exit": "timeout", "table": out}
+        facts |= {"seconds": round(time.time() - t, 1), "command": " ".join(cmd[1:])}
+        self.report.setdefault("speculative", {})[backend] = facts
+        self.log(f"speculative on {backend}: exit {facts['exit']} in {facts['seconds']} s")
+        print(f"\n## speculative decoding on {backend}\n{facts['table']}", flush=True)
+        self.save()
+
     # ---- the run
     def start_cuda(self) -> None:
         if self.args.no_cuda:
@@ -318,12 +345,14 @@ class Check:
             if self.cuda:
                 self.cuda.resume()
             self.save()
+        spec = self.args.spec_seconds if self.args.speculative else 0
         if "vulkan" in backends and probe.get("device"):
-            result = self.worker("vulkan", ["speed", "vram", "kv", "passes"], models, self.end - cuda_reserve - 15,
-                                 profile)
+            result = self.worker("vulkan", ["speed", "vram", "kv", "passes"], models,
+                                 self.end - cuda_reserve - spec - 15, profile)
             result["probe_registry"] = probe.get("registry")
             self.report["backends"]["vulkan"] = result
             self.save()
+            self.speculative("vulkan", cuda_reserve)
         if self.cuda:
             self.log(f"waiting for the CUDA build (progress {self.cuda.progress()})")
             outcome = self.cuda.wait(self.end - cuda_reserve)
@@ -333,7 +362,8 @@ class Check:
                 libs = [n for n, lib in self.manifest["libs"].items() if lib["role"] in ("core", "cpu")]
                 self.package("cuda", libs, [Path(outcome["module"])])
                 self.report["backends"]["cuda"] = self.worker("cuda", ["speed", "vram", "kv", "passes"], models,
-                                                              self.end - 15, profile)
+                                                              self.end - spec - 15, profile)
+                self.speculative("cuda", 5)
             elif "cuda" in backends:
                 self.report["backends"]["cuda"] = {"skipped": outcome.get("reason")}
         self.report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -413,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-jobs", type=int, default=None)
     ap.add_argument("--cuda-no-fa", action="store_true", help="leave out flash-attention kernels (faster build)")
     ap.add_argument("--cuda-reserve", type=float, default=90, help="seconds kept for the CUDA measurements")
+    ap.add_argument("--speculative", type=Path, default=None,
+                    help="demo-small's real file: run bench/speculative.py on each GPU backend with it")
+    ap.add_argument("--spec-seconds", type=float, default=150, help="the most each speculative run may take")
+    ap.add_argument("--spec-reps", type=int, default=2)
+    ap.add_argument("--spec-tokens", type=int, default=200)
     args = ap.parse_args(argv)
     args.payload, args.work, args.out = args.payload.resolve(), args.work.resolve(), args.out.resolve()
     check = Check(args)

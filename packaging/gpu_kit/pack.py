@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_kit")
     ap.add_argument("--python", default="3.12", help="the box's Python (wheels are fetched for it)")
     ap.add_argument("--no-wheels", action="store_true", help="carry no Python packages (the box has them)")
+    ap.add_argument("--box-has", default="", type=lambda s: {n for n in s.split(",") if n},
+                    help="packages the box's Python has (KINDS.md): their wheels stay here, leaving room to carry more")
     ap.add_argument("--limit-mib", type=float, default=LIMIT_MIB)
     args = ap.parse_args(argv)
 
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     for mid in DEMO_MODELS:
         entry = catalog.get(mid)
         manifest["models"][mid] = synth.make_skeleton(entry.path(), out / "models" / f"{mid}.skel.xz")
-    manifest["wheels"] = [] if args.no_wheels else pack_wheels(out, args.python, WHEELS)
+    manifest["wheels"] = [] if args.no_wheels else pack_wheels(out, args.python, tuple(n for n in WHEELS if n not in args.box_has))
     manifest["python"] = None if args.no_wheels else args.python
     files = {p.relative_to(out).as_posix(): p.stat().st_size for p in sorted(out.rglob("*"))
              if p.is_file() and p.name != "MANIFEST.json"}
