@@ -1,5 +1,7 @@
 """The conversation as bubbles in a QTextBrowser, re-rendered at most every RENDER_MS while an
-answer streams (tokens arrive in batches; the document is rebuilt only for the live message)."""
+answer streams (tokens arrive in batches; the document is rebuilt only for the live message).
+A user message's images are thumbnails (app/images.py makes them off the GUI thread; a grey box
+stands in until one arrives), each a link that opens the image whole."""
 
 from __future__ import annotations
 
@@ -7,17 +9,19 @@ import html
 import time
 
 from PySide6.QtCore import QPoint, QTimer, Signal
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QColor, QImage, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QTextBrowser
 
 from app.citations import SOURCES, open_source
 from app.i18n import tr
 from app.message_actions import MessageToolbar, actions_for
-from app.render import CODE_BLOCKS, markdown_html, message_html, steps_html, thinking_html
+from app.chat_rounds import fold_tool_rounds
+from app.render import CODE_BLOCKS, images_html, markdown_html, message_html, steps_html, thinking_html
 
 RENDER_MS = 50
 SHOWN = 120      # a chat opens on its last SHOWN messages; earlier ones a click away (a 1 000-message
 MORE = 200       # chat took ~0.5 s to draw whole: bench/window_long_chat.py); MORE more per click
+THUMB_H = 120    # a sent image's thumbnail height in the chat (logical pixels)
 
 
 class ChatView(QTextBrowser):
@@ -25,6 +29,7 @@ class ChatView(QTextBrowser):
     sig_empty = Signal(bool)  # the view became empty (True) or got its first message (False)
     sig_action = Signal(str, int)  # "regenerate" | "edit" | "branch" | "delete", the message's index
     sig_branch = Signal(int)  # the id of the sibling message to show (‹ › under a message)
+    sig_image = Signal(str, str)  # a thumbnail clicked: the image's digest (and a name), to show whole
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -44,6 +49,8 @@ class ChatView(QTextBrowser):
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
         self.idle = True  # the engine takes a new turn: actions that start one are offered
         self._hidden: list[dict] | None = None  # the turns after a branch's answer, until its message is sent
+        self.thumbnails = None  # app/images.py Thumbnails: the window gives it
+        self._thumbs_due = False
         self.toolbar = MessageToolbar(self.viewport())
         self.toolbar.triggered.connect(self.act)
         self.viewport().setMouseTracking(True)
@@ -72,8 +79,9 @@ class ChatView(QTextBrowser):
         self.first_shown = max(0, self.first_shown - MORE)
         self._render()
 
-    def add_user(self, text: str) -> None:
-        self.messages.append({"role": "user", "content": text, "stats": {}, "streaming": False})
+    def add_user(self, text: str, images: list[str] = ()) -> None:
+        images = [{"digest": d, "at": 0} for d in images] or None
+        self.messages.append({"role": "user", "content": text, "stats": {}, "streaming": False, "images": images})
         self.messages.append({"role": "assistant", "content": "", "stats": {}, "streaming": True})
         self._render()
 
@@ -294,6 +302,8 @@ class ChatView(QTextBrowser):
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
         if url.scheme() == "more":
             self.show_earlier()
+        elif url.scheme() == "image" and url.path():
+            self.sig_image.emit(url.path(), "")
         elif url.scheme() == "branch":
             i, _, step = url.path().partition(":")
             if i.isdigit() and int(i) < len(self.messages) and step in ("-1", "1"):
@@ -355,6 +365,42 @@ class ChatView(QTextBrowser):
         opened = m.get("think_open", not m["content"] and not m.get("streaming"))
         return thinking_html(m.get("reasoning") or "", i, bool(opened), seconds, streaming)
 
+    # ---- images
+    def _pictures(self, m: dict) -> list[tuple[str, int, int]]:
+        """(digest, width, height) of a message's thumbnails as drawn: the thumbnail's shape once it
+        is made, a 4:3 box until then (drawn again when it arrives)."""
+        out = []
+        for image in m.get("images") or ():
+            thumb = self.thumbnails.get(image["digest"]) if self.thumbnails is not None else None
+            w, h = (thumb.width(), thumb.height()) if thumb is not None and thumb.height() else (4, 3)
+            height = min(THUMB_H, h) if thumb is not None else THUMB_H
+            out.append((image["digest"], max(1, round(w * height / h)), height))
+        return out
+
+    def loadResource(self, kind: int, url):  # noqa: N802 - Qt's name: a thumbnail, else nothing
+        if url.scheme() == "thumb":
+            thumb = self.thumbnails.get(url.path()) if self.thumbnails is not None else None
+            if thumb is not None:
+                return thumb
+            box = QImage(4, 3, QImage.Format_RGB32)
+            box.fill(QColor("#b0b0b0"))
+            return box
+        return None  # model output never loads a file or a network address
+
+    def thumbnail_ready(self, digest: str) -> None:
+        """A thumbnail arrived: the messages showing it are drawn again (once for a batch)."""
+        thumb = self.thumbnails.get(digest) if self.thumbnails is not None else None
+        if thumb is not None:
+            self.document().addResource(QTextDocument.ImageResource, f"thumb:{digest}", thumb)
+        shown = any(i["digest"] == digest for m in self.messages for i in m.get("images") or ())
+        if shown and not self._thumbs_due:
+            self._thumbs_due = True
+            QTimer.singleShot(30, self._redraw_thumbs)
+
+    def _redraw_thumbs(self) -> None:
+        self._thumbs_due = False
+        self.redraw()
+
     def _render(self) -> None:
         self._dirty = False
         empty = not self.messages
@@ -371,14 +417,15 @@ class ChatView(QTextBrowser):
             if i < self.first_shown:
                 continue
             cached = self._cache.get(i)
+            pictures = self._pictures(m)
             key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"),
-                   tuple(m.get("branches") or ()))
+                   tuple(m.get("branches") or ()), tuple(pictures))
             if cached and not m.get("streaming") and cached[0] == key:
                 parts.append(cached[1])
                 continue
             piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"),
                                  thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())), index=i,
-                                 branch=self._branch(m))
+                                 branch=self._branch(m), images=images_html(pictures))
             if not m.get("streaming"):
                 self._cache[i] = (key, piece)
             parts.append(piece)
@@ -414,36 +461,3 @@ class ChatView(QTextBrowser):
             self.moveCursor(QTextCursor.End)
             bar.setValue(bar.maximum())
 
-
-def fold_tool_rounds(messages: list[dict]) -> list[dict]:
-    """A stored chat as the view shows it: an answer's rounds (answers with calls, the tool results
-    that follow them) and its final answer in one bubble, each call a block with its result."""
-    out: list[dict] = []
-    for m in messages:
-        role = m.get("role")
-        if role == "tool":
-            host = out[-1] if out and out[-1]["role"] == "assistant" else None
-            block = None
-            if host is not None:
-                block = next((b for kind, b in host.get("steps", ()) if kind == "tool"
-                              and b.get("call_id") == m.get("tool_call_id")), None)
-            if block is not None:
-                block.update(status="stored", text=m["content"])
-            continue
-        if role == "assistant" and out and out[-1]["role"] == "assistant" and out[-1].get("calling"):
-            host = out.pop()  # the answer after the results: same bubble, below the calls
-            # One turn: the bubble acts as its first round, the message its branches hang on.
-            m = dict(m, steps=host.get("steps", []), id=host.get("id"), branches=host.get("branches"))
-        if role == "assistant" and m.get("tool_calls"):
-            steps = list(m.get("steps", []))
-            if (m.get("content") or "").strip():
-                steps.append(("text", m["content"]))
-            for call in m["tool_calls"]:
-                fn = call.get("function", {})
-                steps.append(("tool", {"call_id": call.get("id"), "server": "", "tool": fn.get("name", "?"),
-                                       "arguments": fn.get("arguments", "")}))
-            m = dict(m, content="", steps=steps, calling=True)
-        elif role == "assistant":
-            m = dict(m, calling=False)
-        out.append(m)
-    return out

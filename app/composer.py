@@ -1,13 +1,17 @@
 """The message box: Enter sends, Shift+Enter starts a new line, Up in an empty box edits the last
-message; a live token count against the
+message; files and images dropped or pasted in (a screenshot pasted is an image), or attached with
+the paperclip; a live token count against the
 context budget, exact (the L1 model's tokenizer: a vocabulary lookup that is safe beside the
 model's thread and releases the GIL); per-message route override."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
-                               QVBoxLayout, QWidget)
+                               QToolButton, QVBoxLayout, QWidget)
 
 from app.attachments import AttachmentBar
 from app.i18n import tr
@@ -20,40 +24,50 @@ class MessageEdit(QPlainTextEdit):
     submitted = Signal()
     edit_last = Signal()  # Up in an empty box: the last message back, to edit (as in a terminal)
     files = Signal(list)  # local files dropped or pasted (paths): attachments, not text
+    image = Signal(QImage)  # image data pasted or dropped (a screenshot, a picture from a browser)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setAcceptDrops(True)
 
     def canInsertFromMimeData(self, source) -> bool:  # noqa: N802 - Qt's name
-        return bool(_local_files(source)) or super().canInsertFromMimeData(source)
+        return _takes(source) or super().canInsertFromMimeData(source)
 
     def dragEnterEvent(self, event):  # noqa: N802 - Qt's name
-        if _local_files(event.mimeData()):
+        if _takes(event.mimeData()):
             event.acceptProposedAction()
             return
         super().dragEnterEvent(event)
 
     def dragMoveEvent(self, event):  # noqa: N802 - Qt's name
-        if _local_files(event.mimeData()):
+        if _takes(event.mimeData()):
             event.acceptProposedAction()
             return
         super().dragMoveEvent(event)
 
     def dropEvent(self, event):  # noqa: N802 - Qt's name: files become attachments, never text
-        paths = _local_files(event.mimeData())
-        if paths:
+        if self._take(event.mimeData()):
             event.acceptProposedAction()
-            self.files.emit(paths)
             return
         super().dropEvent(event)
 
     def insertFromMimeData(self, source) -> None:  # noqa: N802 - Qt's name; a paste lands here
+        if not self._take(source):
+            super().insertFromMimeData(source)
+
+    def _take(self, source) -> bool:
+        """Files or image data in `source` become attachments (True); text stays text (False).
+        A file's path wins over the picture some file managers add beside it."""
         paths = _local_files(source)
         if paths:
             self.files.emit(paths)
-            return
-        super().insertFromMimeData(source)
+            return True
+        if source is not None and source.hasImage():
+            image = source.imageData()
+            if isinstance(image, QImage) and not image.isNull():
+                self.image.emit(image)
+                return True
+        return False
 
     def keyPressEvent(self, event):  # noqa: N802 - Qt's name
         if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
@@ -71,11 +85,17 @@ def _local_files(source) -> list[str]:
     return [u.toLocalFile() for u in source.urls() if u.isLocalFile()]
 
 
+def _takes(source) -> bool:
+    return bool(_local_files(source)) or (source is not None and source.hasImage())
+
+
 class Composer(QWidget):
     send = Signal(str, str)  # text, route ("auto" | "L1" | "L2" | "L3")
     stop = Signal()
     edit_last = Signal()
-    files = Signal(list)  # files dropped or pasted: the window reads them off the GUI thread
+    files = Signal(list)  # files dropped, pasted or chosen: the window reads them off the GUI thread
+    image = Signal(QImage)  # image data pasted or dropped: the window keeps it off the GUI thread
+    attach = Signal()  # the paperclip: the window asks which files
 
     def __init__(self, count_tokens=None, parent=None):
         """`count_tokens(text)` → the exact count, or None while no model is loaded."""
@@ -88,10 +108,17 @@ class Composer(QWidget):
         self.route = QComboBox()  # the window shows it in the top bar: which model answers the chat
         self.set_tiers({})
         self.count = QLabel("")
+        self.attach_button = QToolButton()
+        self.attach_button.setObjectName("attachButton")
+        self.attach_button.setText("+")
+        self.attach_button.setToolTip(tr("Attach files or images (or drop them here, or paste a screenshot)"))
+        self.attach_button.setAccessibleName(tr("Attach"))
+        self.attach_button.clicked.connect(self.attach.emit)
         self.send_button = QPushButton(tr("Send"))
         self.stop_button = QPushButton(tr("Stop"))
         self.stop_button.setEnabled(False)
         row = QHBoxLayout()
+        row.addWidget(self.attach_button)
         row.addWidget(self.count, 1)
         row.addWidget(self.stop_button)
         row.addWidget(self.send_button)
@@ -100,10 +127,15 @@ class Composer(QWidget):
         self.attachments = AttachmentBar()
         self.attachments.sig_changed.connect(self._update_count)
         self.sent_files: list[str] = []  # the last message's large attachments, indexed for its chat
+        self.sent_images: list = []  # the last message's images (ImageItem), sent with it
+        # route → the route to send images on, or None to keep them here (the window asks the user
+        # when the chosen tier cannot read images); None: any route
+        self.image_gate: Callable[[str], str | None] | None = None
         layout.addWidget(self.attachments)
         layout.addWidget(self.edit)
         layout.addLayout(row)
         self.edit.files.connect(self.files.emit)
+        self.edit.image.connect(self.image.emit)
         self.edit.submitted.connect(self._submit)
         self.edit.edit_last.connect(self.edit_last.emit)
         self.send_button.clicked.connect(self._submit)
@@ -157,11 +189,17 @@ class Composer(QWidget):
         if not self.send_button.isEnabled():
             return
         text = self.edit.toPlainText()
-        if not text.strip() and not self.attachments.items:
+        if not text.strip() and not self.attachments.items and not self.attachments.images:
             return
+        route = self.route.currentData()
+        if self.attachments.images and self.image_gate is not None:
+            route = self.image_gate(route)
+            if route is None:
+                return  # not sent: the text and the images stay in the box
+        self.sent_images = self.attachments.take_images()
         files = self.attachments.take()
         # small files ride in the message; a large one is named there and indexed for the chat
         parts = [text.strip()] + [a.message_text() if a.inline else f"[Attached file: {a.name}]" for a in files]
         self.sent_files = [a.path for a in files if not a.inline]
-        self.send.emit("\n\n".join(p for p in parts if p), self.route.currentData())
+        self.send.emit("\n\n".join(p for p in parts if p), route)
         self.edit.clear()

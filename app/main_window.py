@@ -31,6 +31,7 @@ from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
 from app.window_attachments import WindowAttachments, attaching
 from app.window_chats import WindowChats
+from app.window_images import WindowImages
 from app.window_panels import WindowPanels
 from app.window_presets import WindowPresets
 from app.window_states import WindowStates
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowPresets, WindowStates,
-                 WindowAttachments, QMainWindow):
+                 WindowAttachments, WindowImages, QMainWindow):
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
@@ -88,6 +89,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         QHBoxLayout(root).addWidget(splitter)
         self.setCentralWidget(root)
         self._name_widgets()
+        self.setup_images()
         self.worker.on_notice = self.status_label.setText
         self.worker.on_conversations = self._on_conversations
         self.worker.on_approval = self._on_approval
@@ -218,6 +220,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
             self.show_banner(info["degraded"])
         self.composer.set_busy(False)
         self.composer.set_tiers(info["tiers"])
+        self.on_vision(info)  # which tiers read images: a message with images is sent to one
         self._update_empty()
         self.docs_toggle.setEnabled(bool(info.get("documents")))
         self.api_server.apply()  # off by default: nothing listens unless server.enabled is on
@@ -328,6 +331,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.too_long_dialog = None
         if overflow is None:  # Cancel: the text is the user's again, in the composer
             self.composer.edit.setPlainText(text)
+            self.reattach_images(self.sent_images)
             if "replacing" in fork:
                 self.editing = fork["replacing"] or True
             if fork:
@@ -335,7 +339,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
             self.status_label.setText(tr("Not sent: the message is too long for the context"))
             return
         self.hide_banner()
-        self.view.add_user(text)
+        self.view.add_user(text, self.sent_images)
         self._set_busy(True)
         self.status_label.setText(tr("Summarising the message…") if overflow == "summarise" else tr("Thinking…"))
         self._sent = (text, route, fork)
@@ -357,6 +361,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         if not self.engine_ready or self.busy:
             return
         files, self.composer.sent_files = self.composer.sent_files, []  # large attachments: indexed for the chat
+        self.sent_images, self.composer.sent_images = [i.digest for i in self.composer.sent_images], []
         if self.conversation_id is None:
             # A chat is made on the engine thread first; `_on_created` sends the message into it.
             self._pending = (text, route, files)
@@ -428,7 +433,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.hide_banner()
         self.confidence_warning.hide()
         self.close_welcome()  # chatting with the demo models: out of the way for this session
-        self.view.add_user(text)
+        self.view.add_user(text, self.sent_images)
         self._set_busy(True)
         self.status_label.setText(tr("Thinking…"))
         self._sent = (text, route, fork or {})

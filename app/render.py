@@ -227,15 +227,23 @@ def branch_html(index: int, branch: tuple[int, int]) -> str:
             f" <span style='font-size:small'>{html.escape(tr('branches'))}</span></div>")
 
 
+def images_html(images: list[tuple[str, int, int]]) -> str:
+    """A message's images as thumbnails, each a link that opens it whole: (digest, width, height)
+    as drawn; the view gives each `thumb:<digest>` its picture (app/chat_view.py)."""
+    return "".join(f"<a href='image:{d}'><img src='thumb:{d}' width='{w}' height='{h}'></a>&nbsp;"
+                   for d, w, h in images) + ("<br>" if images else "")
+
+
 def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False, *,
-                 thinking: str = "", index: int | None = None, branch: tuple[int, int] | None = None) -> str:
+                 thinking: str = "", index: int | None = None, branch: tuple[int, int] | None = None,
+                 images: str = "") -> str:
     """One bubble; `thinking`: what goes above the answer's text (the thinking block, earlier
     tool rounds); `index`: the message's place in the view, for its links; `branch`: (which, of
-    how many) when the message has siblings."""
+    how many) when the message has siblings; `images`: a user message's thumbnails (images_html)."""
     stats = stats or {}
     actions = branch_html(index, branch) if branch and index is not None and not streaming else ""
     if role == "user":
-        body = html.escape(text).replace("\n", "<br>")
+        body = images + html.escape(text).replace("\n", "<br>")
         return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
                 f"<td style='background:{COLOURS['user']}'>{body}{actions}</td></tr></table>")
     body = markdown_html(text) if text else ("" if thinking else "<i>…</i>")  # all thinking: it is the content

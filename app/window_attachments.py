@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from app.background import Runner
 from app.i18n import tr
-from engine.api import AttachmentError, read_attachment
+from engine.api import AttachmentError, is_image_file, read_attachment
 
 
 class WindowAttachments:
@@ -16,6 +16,13 @@ class WindowAttachments:
     attach_runner: Runner | None = None
 
     def attach_files(self, paths: list[str]) -> None:
+        """Documents to read; images go to `attach_image_files` (app/window_images.py)."""
+        images = [p for p in paths if is_image_file(p)]
+        if images:
+            self.attach_image_files(images)
+        paths = [p for p in paths if not is_image_file(p)]
+        if not paths:
+            return
         if self.attach_runner is None:
             self.attach_runner = Runner("attachments", self)
         count = self.worker.count_tokens  # the L1 vocabulary alone: safe off the engine thread
@@ -37,6 +44,7 @@ class WindowAttachments:
     def close_attachments(self) -> None:
         if self.attach_runner is not None:
             self.attach_runner.close()
+        self.close_images()
 
 
 def _why(exc: BaseException, path: str) -> str:

@@ -31,7 +31,10 @@ class WindowMessages:
         return {}
 
     def _start(self, cid: int, text: str, route: str, fork: dict, **options):
-        """The turn's start on the engine thread (`start(assistant, params, cancel, tools)`)."""
+        """The turn's start on the engine thread (`start(assistant, params, cancel, tools)`), with
+        the message's images (`sent_images`: their digests, before its text)."""
+        if self.sent_images:
+            options["images"] = list(self.sent_images)
         if "replacing" in fork and fork["replacing"] is None:  # the last message, its id not read yet
             return lambda a, p, cancel, tools: a.resend_edited(cid, text, p, cancel=cancel, route=route, tools=tools,
                                                                **options)
@@ -69,6 +72,7 @@ class WindowMessages:
         m = self.view.messages[index]
         self.editing = m.get("id") or True
         self.composer.edit.setPlainText(m["content"])
+        self.reattach_images([i["digest"] for i in m.get("images") or ()])  # sent again with the edit
         self.composer.edit.setFocus()
         last = index == self.view.last_user_index()
         self.status_label.setText(tr("Editing your last message: send to replace it") if last else
@@ -131,6 +135,7 @@ class WindowMessages:
         text, _route, fork = self._sent or ("", "auto", {})
         if unsent and fork and not self.composer.edit.toPlainText().strip():
             self.composer.edit.setPlainText(text)
+            self.reattach_images(self.sent_images)
         self.adopt_ids(cid, redraw=not unsent or bool(fork))
 
     def adopt_ids(self, cid: int, redraw: bool = True) -> None:

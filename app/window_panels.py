@@ -112,5 +112,6 @@ class WindowPanels:
         self.worker.apply_settings(keys, self._on_settings_applied)
 
     def _on_settings_applied(self, later: list[str]) -> None:
+        self.refresh_vision()  # a tier's model may have changed: which tiers read images
         self.status_label.setText(tr("Settings applied") if not later else
                                   tr("Settings saved; these apply at the next start: {keys}").format(keys=", ".join(later)))

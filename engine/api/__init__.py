@@ -124,6 +124,11 @@ _EXPORTS: dict[str, str] = {
     "Attachment": "engine.docs.attach",
     "AttachmentError": "engine.docs.attach",
     "read_attachment": "engine.docs.attach",
+    # images (issue 41): kept by the digest of their pixels, shown back as previews; any thread
+    "keep_image": "engine.api.images",
+    "kept_image_file": "engine.api.images",
+    "image_preview": "engine.api.images",
+    "is_image_file": "engine.api.images",
     # the embedding model through Assistant.embed (the local API's /v1/embeddings)
     "EmbedderNotReady": "engine.memory.embedder",
     # what the terminal's tools need without a chat engine (issue 23): the memory on its own, what

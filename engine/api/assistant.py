@@ -17,10 +17,10 @@ import numpy as np
 
 from engine.api.documents import DocumentsApi, embedder_from_settings
 from engine.api.engine_config import CONFIG_SETTINGS, engine_config
+from engine.api.images import keep_image, kept_image_file
 from engine.api.status import StatusPublisher
 from engine.chat import branches
 from engine.chat.core import AssistantCore, TurnDone
-from engine.chat.image_store import image_store
 from engine.chat.export import conversation_html, conversation_json, conversation_markdown
 from engine.chat.pipeline import TurnEvent
 from engine.chat.targets import InputError
@@ -30,7 +30,6 @@ from engine.config.settings import Settings
 from engine.docs.service import DocumentService
 from engine.inference.errors import ModelLoadError
 from engine.inference.events import GenerateParams
-from engine.inference.images import ImageError
 from engine.inference.remote import RemoteClient, RemoteError, config_from_settings
 from engine.inference.vocab import VocabTokenizer
 from engine.memory.service import MemoryService
@@ -227,16 +226,17 @@ class Assistant(AssistantCore, DocumentsApi):
         Raises:
             InputError: not an image this app reads, damaged, or too large, in words.
         """
-        try:
-            d = image_store().add(data, name)
-        except ImageError as exc:
-            raise InputError(str(exc)) from exc
-        return {"digest": d.pixels.digest, "width": d.pixels.width, "height": d.pixels.height,
-                "format": d.format, "frames": d.frames, "scaled_from": d.scaled_from}
+        return keep_image(data, name)
 
     def image_path(self, digest: str):
         """Where a sent image's file is kept (a thumbnail's source), or None."""
-        return image_store().path(digest)
+        return kept_image_file(digest)
+
+    def vision_tiers(self) -> list[str]:
+        """The tiers whose model reads images (a local model with its projector beside it), the
+        ones an image turn can go to; the engine thread's, like `tiers`."""
+        check_owner(self)
+        return [level for level in ("L1", "L2", "L3") if self.tier_set.sees_images(level)]
 
     def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:
         """The conversation as Markdown, JSON or HTML text (a page of its own, every text escaped).

@@ -1,8 +1,8 @@
 """A file dropped or pasted into the message box, read through the documents' own parser (PDF,
 Word, HTML, Markdown, text, code). A small one goes into the message itself; a large one is
 indexed into a collection of its own for that chat, and answers cite it (`Assistant.attach_documents`).
-An image is refused until a vision model exists, and every other failure says why in the parser's
-plain words."""
+An image is not a document: the message box sends it as an image (engine/api/images.py), and
+every other failure says why in the parser's plain words."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ def read_attachment(path: str | Path, count_tokens: Callable[[str], int | None] 
     """
     path = Path(path)
     if path.suffix.lower() in IMAGES:
-        raise AttachmentError(f"{path.name}: images cannot be read yet (no vision model is set up); "
-                              "describe it in words, or attach its text")
+        raise AttachmentError(f"{path.name} is an image, not a document: send it as an image, to a model "
+                              "that reads images")
     try:
         parsed = parse(path, max_bytes=MAX_BYTES, code=True)
     except Skip as exc:

@@ -1,7 +1,7 @@
 """Attachments (issue 27): files dropped or pasted into the message box. A small text or Markdown
 file goes into the message (its tokens counted before sending); a large one is indexed into the
-chat's own collection and the chat answers from it; an image is refused until a vision model
-exists; a damaged PDF is refused with the parser's reason; the typed text is never lost. The
+chat's own collection and the chat answers from it; a damaged image is refused in words, and a
+damaged PDF with the parser's reason; the typed text is never lost. The
 window is driven over the scripted fake backend, with the real documents index and embedder."""
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def test_drop_and_paste_files_into_the_message(qtbot, fakes, make_assistant, doc
     qtbot.waitUntil(lambda: len(bar.items) == 2, timeout=20_000)
     small, large = sorted(bar.items, key=lambda a: a.name == "handbook.txt")
     assert small.inline and not large.inline
-    # a paste of an image and a damaged PDF: refused in words, the typed text untouched
+    # a paste of a damaged image and of a damaged PDF: refused in words, the typed text untouched
+    # (an image that reads becomes an image of the message: tests/app/test_images_window.py)
     w.composer.edit.insertFromMimeData(mime(photo))
-    qtbot.waitUntil(lambda: "images cannot be read yet" in bar.note.text(), timeout=20_000)
+    qtbot.waitUntil(lambda: "photo.png is not an image format this app reads" in bar.note.text(), timeout=20_000)
     w.composer.edit.insertFromMimeData(mime(broken))
     qtbot.waitUntil(lambda: "scan.pdf" in bar.note.text(), timeout=20_000)
     assert "damaged" in bar.note.text() and len(bar.items) == 2
