@@ -9,6 +9,7 @@ from app.zh_CN_documents import TABLE as DOCUMENTS
 from app.zh_CN_models import TABLE as MODELS
 from app.zh_CN_server import TABLE as SERVER
 from app.zh_CN_speculation import TABLE as SPECULATION
+from app.zh_CN_images import TABLE as IMAGES
 from app.zh_CN_threads import TABLE as THREADS
 from app.zh_CN_tools import TABLE as TOOLS
 
@@ -329,4 +330,4 @@ TABLE = {
     "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Older": "更早", "Pin": "置顶", "Unpin": "取消置顶",
     "Previous 7 days": "过去 7 天", "Previous 30 days": "过去 30 天", "{group}, a group of chats": "{group}，对话分组",
 }
-TABLE.update({**DOCUMENTS, **SERVER, **TOOLS, **CHAT, **THREADS, **SPECULATION, **MODELS})
+TABLE.update({**DOCUMENTS, **SERVER, **TOOLS, **CHAT, **THREADS, **SPECULATION, **MODELS, **IMAGES})

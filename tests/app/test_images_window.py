@@ -4,7 +4,8 @@ damaged one is refused in words; a click on a thumbnail shows it whole. A tier t
 images says so before anything is sent, and offers one that can; cancelled, the text and the
 images stay in the box. Then a real send on the synthetic vision model (tests/vision_model.py):
 the sent message shows its thumbnail, the transcript names the image, and an edit brings it back
-into the box."""
+into the box. Screenshots in English and Chinese (ASSISTANT_SCREENSHOTS=docs/screenshots refreshes
+the docs' copies)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,28 @@ import io
 import os
 import stat
 
-from PIL import Image
+import pytest
+from PIL import Image, ImageDraw
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QColor, QDropEvent, QImage
 
-from engine.api import kept_image_file
+from engine.api import keep_image, kept_image_file
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
-from .helpers import fake_window, ready_window
+from .helpers import fake_window, in_language, ready_window, save_screenshot, screenshot_dir
 
 
 def screenshot() -> QImage:
+    """A 320 × 200 "screenshot": a title bar over lines of text."""
+    from PySide6.QtGui import QPainter
+
     image = QImage(320, 200, QImage.Format_RGB32)
-    image.fill(QColor("#3d6fb6"))
+    image.fill(QColor("white"))
+    p = QPainter(image)
+    p.fillRect(0, 0, 320, 28, QColor("#3d6fb6"))
+    for k in range(7):
+        p.fillRect(16, 44 + k * 20, 288 - (k * 37) % 120, 8, QColor("#9aa5b1"))
+    p.end()
     return image
 
 
@@ -124,3 +134,48 @@ def test_an_image_message_on_a_vision_model_shows_its_thumbnail_and_an_edit_brin
     qtbot.waitUntil(lambda: [i.digest for i in bar.images] == [digest], timeout=20_000)
     assert w.composer.edit.toPlainText() == "Describe the picture."
     w.close()
+
+
+def chart() -> bytes:
+    """A bar chart, as a user would paste one."""
+    image = Image.new("RGB", (480, 300), "white")
+    draw = ImageDraw.Draw(image)
+    for k, (h, colour) in enumerate([(120, "#3d6fb6"), (200, "#e07b39"), (160, "#59a14f"), (240, "#b07aa1")]):
+        draw.rectangle([60 + k * 100, 270 - h, 120 + k * 100, 270], fill=colour)
+    draw.line([40, 270, 460, 270], fill="black", width=2)
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+ASKED = {"en": ("Which quarter had the highest sales?", "The fourth bar is the tallest: the fourth quarter had the "
+                "highest sales, about twice the first.", "And this one?"),
+         "zh_CN": ("哪个季度销售额最高？", "第四根柱子最高：第四季度销售额最高，约为第一季度的两倍。", "这张呢？")}
+
+
+@pytest.mark.parametrize("language", ["en", "zh_CN"])
+def test_screenshots_of_an_image_chat(qtbot, fakes, make_assistant, tmp_path, language):
+    """A stored chat whose message has an image (as an API client or an earlier session left it),
+    and a screenshot pasted into the box for the next message."""
+    out = screenshot_dir(tmp_path)
+    model = str(fakes.model_file("m"))
+    question, answer, follow_up = ASKED[language]
+    with in_language(language):
+        w = fake_window(qtbot, lambda: make_assistant(model))
+        digest = keep_image(chart(), "chart.png")["digest"]
+        made = []
+        w.worker.call(lambda a: a.new_conversation_from([("user", question, {"images": [{"digest": digest, "at": 0}]}),
+                                                         ("assistant", answer)]), made.append, refresh=True)
+        qtbot.waitUntil(lambda: bool(made), timeout=20_000)
+        w._select(made[0])
+        qtbot.waitUntil(lambda: len(w.view.messages) == 2 and w.view.thumbnails.get(digest) is not None,
+                        timeout=20_000)
+        pasted = QMimeData()
+        pasted.setImageData(screenshot())
+        w.composer.edit.insertFromMimeData(pasted)
+        qtbot.waitUntil(lambda: len(w.composer.attachments.images) == 1, timeout=20_000)
+        w.composer.edit.setPlainText(follow_up)
+        qtbot.wait(100)  # the thumbnail's redraw
+        assert f"thumb:{digest}" in w.view.toHtml()
+        save_screenshot(qtbot, w, out / f"image-chat-{language}.png", 1100, 720)
+        w.close()
