@@ -162,6 +162,12 @@ class SettingsDialog(QDialog):
         self.docs_remote.setToolTip(tr("Off: a question answered from your documents stays on this computer."))
         self.docs_remote.setChecked(self.settings.get("docs.allow_remote"))
         form.addRow(self.docs_remote)
+        self.l3_images = QCheckBox(tr("Its model reads images: send images to it"))
+        self.l3_images.setObjectName("l3Images")
+        self.l3_images.setToolTip(tr("On: a message with images may go to L3, its images sent to the endpoint. "
+                                     "Off: image turns stay on a local model that reads them."))
+        self.l3_images.setChecked(self.settings.get("l3.images"))
+        form.addRow(self.l3_images)
         return box
 
     def _behaviour_box(self) -> QGroupBox:
@@ -282,6 +288,7 @@ class SettingsDialog(QDialog):
         s.set("l3.model", self.l3_model.text().strip())
         s.set("l3.timeout_s", int(self.l3_timeout.value()))
         s.set("docs.allow_remote", self.docs_remote.isChecked())
+        s.set("l3.images", self.l3_images.isChecked())
         s.set("router.mode", self.route.currentData())
         s.set("cascade.enabled", self.cascade.isChecked())
         s.set("generate.repetition_guard", self.repetition_guard.isChecked())

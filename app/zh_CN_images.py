@@ -26,6 +26,9 @@ TABLE = {
         "{tier} 不能读图片。改发给能读图片的 {other} 吗？",
     "Not sent: the message and its images are still in the box": "未发送：消息和图片仍在输入框中",
     "No model reads images": "没有能读图片的模型",
+    "Its model reads images: send images to it": "它的模型能读图片：把图片发给它",
+    "On: a message with images may go to L3, its images sent to the endpoint. Off: image turns stay on a local "
+    "model that reads them.": "开：带图片的消息可以发给 L3，图片会发送到该端点。关：带图片的对话留在能读图片的本地模型上。",
     "None of your models reads images. A vision model (for example SmolVLM2 on the CPU) comes with a projector "
     "file that lets it see them. Open Models to get one?\n\nThe message and its images stay in the box.":
         "你的模型都不能读图片。视觉模型（例如可在 CPU 上运行的 SmolVLM2）带有一个投影器文件，让它能看图片。"

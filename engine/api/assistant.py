@@ -46,6 +46,7 @@ LIVE_SETTINGS = frozenset({
     "cascade.enabled", "cascade.threshold", "router.max_switch_s", "router.base_models", "summary.every_turns",
     "memory.k", "retrieval.max_tokens", "docs.k", "docs.allow_remote", "generate.repetition_guard",
     "confidence.warn_threshold", "l3.base_url", "l3.api_key", "l3.model", "l3.n_ctx", "l3.timeout_s",
+    "l3.images",
     "tier.L1", "tier.L2", "router.mode", "ui.language", "ui.theme",
     # read anew each turn: reasoning_options (engine/api/engine_config.py) and the config's quick_no_think
     "reasoning.quick_off", "reasoning.think", "reasoning.budget_tokens", "reasoning.history",

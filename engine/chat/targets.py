@@ -6,10 +6,11 @@ them alike; each says what it can do (`Capabilities`, engine/chat/target.py).
 
 from __future__ import annotations
 
+import base64
 import logging
 import math
 import threading
-from typing import Generator
+from typing import Callable, Generator
 
 from engine.inference.backend import SamplingParams
 from engine.inference.errors import ContextFull, DecodeError, NoVision
@@ -359,15 +360,58 @@ class RemoteTarget:
                cancel: threading.Event | None, window_moved: bool = False, *, conversation_id: int,
                read_ahead: bool = False, domain: str = WINDOW_DOMAIN
                ) -> Generator[Chunk | ReasoningChunk | TurnResult, None, None]:
-        yield from self.client.stream_chat([remote_message(m) for m in history + [user]], params, cancel)
+        # Images go as data URLs, only where the user says the endpoint's model reads them
+        # (l3.images); the router keeps image turns off L3 otherwise (TierSet.vision_tier).
+        url = image_data_url if self.client.config.images else None
+        try:
+            messages = [remote_message(m, url) for m in history + [user]]
+        except (NoVision, OSError) as exc:
+            raise InputError(str(exc)) from exc
+        yield from self.client.stream_chat(messages, params, cancel)
 
 
-def remote_message(m: Message) -> dict:
-    """A message as an OpenAI endpoint takes it: an answer's tool calls and a result's call id too."""
+def remote_message(m: Message, image_url: Callable[[str], str] | None = None) -> dict:
+    """A message as an OpenAI endpoint takes it: an answer's tool calls and a result's call id
+    too; a user message's images as `image_url` content parts (`image_url(digest)` → a URL),
+    each where it stands in the text."""
     out: dict[str, object] = {"role": m.role, "content": m.text_for_model}
+    if m.images and m.role == "user":
+        if image_url is None:
+            raise NoVision("the L3 model does not read images (setting l3.images): choose a tier that does")
+        out["content"] = content_parts(m, image_url)
     if m.tool_calls:
         out["tool_calls"] = m.tool_calls
         out["content"] = m.text_for_model or None
     if m.role == "tool":
         out["tool_call_id"] = m.tool_call_id or ""
     return out
+
+
+def content_parts(m: Message, image_url: Callable[[str], str]) -> list[dict[str, object]]:
+    """OpenAI content parts: text and images in the user's order (the images first where the
+    text the model reads was rewritten, as a local model gets them: engine/chat/session.py)."""
+    text, images = m.text_for_model, sorted(m.images or (), key=lambda i: int(i["at"]))
+    cuts = [0] * len(images) if m.model_text is not None else [max(0, min(len(text), int(i["at"]))) for i in images]
+    parts: list[dict[str, object]] = []
+    start = 0
+    for cut, image in zip(cuts, images):
+        if text[start:cut]:
+            parts.append({"type": "text", "text": text[start:cut]})
+        parts.append({"type": "image_url", "image_url": {"url": image_url(str(image["digest"]))}})
+        start = cut
+    if text[start:] or not parts:
+        parts.append({"type": "text", "text": text[start:]})
+    return parts
+
+
+def image_data_url(digest: str) -> str:
+    """A kept image as a data URL, its bytes as the user sent them (a photo stays a JPEG)."""
+    path = image_store().path(digest)
+    if path is None:
+        raise NoVision("this chat's images are not available: one is no longer in the data folder")
+    mime = MIME.get(path.suffix.lower().lstrip("."), "application/octet-stream")
+    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+
+
+MIME = {"jpg": "image/jpeg", "png": "image/png", "webp": "image/webp", "gif": "image/gif", "bmp": "image/bmp",
+        "tif": "image/tiff"}

@@ -106,10 +106,10 @@ class TierSet:
         return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
 
     def sees_images(self, level: str) -> bool | None:
-        """Whether `level`'s model reads images: a local model with a vision projector beside it
-        (None: no model, or not found). L3 does not pass images to its endpoint yet."""
+        """Whether `level`'s model reads images: a local model with a vision projector beside it,
+        or L3 when the user says its model does (l3.images) (None: no model, or not found)."""
         if level == "L3":
-            return False
+            return bool(self.remote is not None and self.remote.config.images)
         model = self.models.get(level)
         if not model:
             return None

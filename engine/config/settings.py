@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "l3.model": "",
     "l3.n_ctx": 8192,                # the endpoint's context window (for the estimated budget)
     "l3.timeout_s": 60,              # seconds without a byte from the endpoint before it counts as down
+    "l3.images": False,              # its model reads images: image turns may go there, as data URLs
     "router.mode": "auto",           # auto | L1 | L2 | L3: a new chat's route when its preset leaves it to auto
     "router.base_models": False,     # auto routing and the cascade may answer with a base model
     "router.max_switch_s": 1.5,      # cache-aware stickiness: longest re-evaluation worth a switch

@@ -36,6 +36,7 @@ import httpx
 import tiktoken
 
 from engine.inference.events import Chunk, GenerateParams, ReasoningChunk, TurnResult, GenerationStats
+from engine.inference.media import IMAGE_TOKENS_ESTIMATE
 from engine.inference.tool_calls import ToolCall, new_call_id
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class RemoteConfig:
     retries: int = 2
     backoff_s: float = 0.5
     n_ctx: int = 8192  # the endpoint's context as the user configured it (servers rarely say)
+    images: bool = False  # its model reads images (the user says so: servers do not)
 
 
 def config_from_settings(settings, url: str | None = None, key: str | None = None,
@@ -84,7 +86,8 @@ def config_from_settings(settings, url: str | None = None, key: str | None = Non
     validate_base_url(url)
     return RemoteConfig(url, key if key is not None else settings.get("l3.api_key"),
                         model if model is not None else settings.get("l3.model"),
-                        read_timeout_s=float(settings.get("l3.timeout_s")), n_ctx=settings.get("l3.n_ctx"))
+                        read_timeout_s=float(settings.get("l3.timeout_s")), n_ctx=settings.get("l3.n_ctx"),
+                        images=bool(settings.get("l3.images")))
 
 
 def validate_base_url(url: str) -> str:
@@ -114,9 +117,20 @@ def estimate_tokens(text: str) -> int:
 MESSAGE_OVERHEAD, REPLY_OVERHEAD = 4, 3
 
 
+def content_estimate(content: str | list | None) -> int:
+    """Estimated tokens of an OpenAI message's content: a string, or parts (an image as a local
+    model's typical count)."""
+    if isinstance(content, list):
+        return sum(estimate_tokens(p.get("text") or "") if p.get("type") == "text" else IMAGE_TOKENS_ESTIMATE
+                   for p in content if isinstance(p, dict))
+    return estimate_tokens(content or "")
+
+
 def estimate_prompt(messages) -> int:
-    """Estimated prompt tokens of `Message`s for a remote model: contents + chat framing."""
-    return sum(estimate_tokens(m.text_for_model) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
+    """Estimated prompt tokens of `Message`s for a remote model: contents (an image as a local
+    model's typical count) + chat framing."""
+    return sum(estimate_tokens(m.text_for_model) + MESSAGE_OVERHEAD + IMAGE_TOKENS_ESTIMATE * len(getattr(m, "images", None) or ())
+               for m in messages) + REPLY_OVERHEAD
 
 
 def sse_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -330,7 +344,7 @@ class RemoteClient:
             RemoteError: unreachable, auth, rate limit, server error, or a malformed stream.
         """
         t0 = time.perf_counter()
-        prompt_estimate = sum(estimate_tokens(m.get("content") or "") + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
+        prompt_estimate = sum(content_estimate(m.get("content")) + MESSAGE_OVERHEAD for m in messages) + REPLY_OVERHEAD
         feed = _Feed()
         threading.Thread(target=self._read, args=(self._body(messages, params), feed), name="l3-stream",
                          daemon=True).start()
