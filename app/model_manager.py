@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (QDialog, QFileDialog, QHBoxLayout, QLabel, QLineE
 
 from app.background import Runner
 from app.i18n import tr
-from app.model_parts import Task, draft_note, fit_badge, hub_combo, pair_label, search_rows
+from app.model_parts import Task, companions, draft_note, fit_badge, hub_combo, pair_label, search_rows
 from engine.api import (GGUFError, HubError, ModelEntry, Settings, download, entry_for, load_catalog, part_path,
                         read_gguf)
 
@@ -218,10 +218,9 @@ class ModelManagerDialog(QDialog):
         self._fill_results()
 
     def _with_draft(self, e: ModelEntry) -> list[ModelEntry]:
-        """`e` unless downloaded, then the draft model the catalog pairs with it unless downloaded."""
-        draft = self.catalog.draft_of(e)
-        pair = [e] + ([draft] if draft is not None and not draft.pypi_wheels else [])
-        return [x for x in pair if not x.present()]
+        """`e` unless downloaded, then its projector and the draft model the catalog pairs with it,
+        each unless downloaded: a vision model and its projector are one download, checked as a pair."""
+        return [x for x in [e, *companions(e, self.catalog)] if not x.present()]
 
     # ---- catalog actions
     def download_selected(self) -> None:
@@ -245,7 +244,9 @@ class ModelManagerDialog(QDialog):
         if not confirmed and QMessageBox.question(self, tr("Delete file"), tr("Delete {file}?").format(
                 file=e.path().name)) != QMessageBox.Yes:
             return
-        for p in (e.path(), part_path(e.download_path())):
+        projector = e.projector_entry() if e.projector else None  # it reads for no other model
+        for p in (e.path(), part_path(e.download_path()),
+                  *((projector.download_path(), part_path(projector.download_path())) if projector else ())):
             p.unlink(missing_ok=True)
         self.refresh()
 
@@ -330,7 +331,8 @@ class ModelManagerDialog(QDialog):
         if entry.present():
             self.message.setText(tr("{file} is already downloaded.").format(file=entry.file))
             return
-        self._download([entry], r["repo"].hub)  # from the hub it was found on, whatever the combo says now
+        # from the hub it was found on, whatever the combo says now; a vision repository's projector with it
+        self._download(self._with_draft(entry), r["repo"].hub)
 
     def use_result(self, tier: str) -> None:
         r = self.selected_result()

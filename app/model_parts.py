@@ -21,8 +21,19 @@ log = logging.getLogger(__name__)
 
 
 def entry_label(e: ModelEntry) -> str:
-    """A catalog model's name as lists show it: the flags, not the name, say demo and base model."""
-    return e.name + (tr(" (demo)") if e.demo else "") + ("" if e.instruct else tr(" (base model)"))
+    """A catalog model's name as lists show it: the flags, not the name, say demo, base model and
+    whether it reads images (a projector comes with it)."""
+    return (e.name + (tr(" (demo)") if e.demo else "") + ("" if e.instruct else tr(" (base model)"))
+            + (tr(" · reads images") if getattr(e, "projector", "") else ""))
+
+
+def companions(e: ModelEntry, catalog) -> list[ModelEntry]:
+    """What comes with `e` in a download: its vision projector, and the draft model the catalog
+    pairs with it (a bundled demo draft is not downloaded)."""
+    draft = catalog.draft_of(e)
+    projector = e.projector_entry() if getattr(e, "projector", "") else None
+    return ([projector] if projector is not None else []) + ([draft] if draft is not None and not draft.pypi_wheels
+                                                             else [])
 
 
 def draft_size(e: ModelEntry) -> str:

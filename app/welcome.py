@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (QFrame, QGroupBox, QHBoxLayout, QLabel, QProgress
 
 from app.background import Runner
 from app.i18n import tr
-from app.model_parts import Task, draft_size, hub_combo, pair_label
+from app.model_parts import Task, companions, draft_size, hub_combo, pair_label
 from engine.api import Settings, download, load_catalog, recommend_models
 
 log = logging.getLogger(__name__)
@@ -196,15 +196,27 @@ class WelcomePanel(QFrame):
                 why.append(tr("{name} comes with a {size} draft model of its family: it guesses a few words ahead "
                               "and {name} checks them in one step, so answers come faster and read the same.").format(
                     name=p.entry.name, size=draft_size(draft)))
-        self.why.setText(" ".join(why))
+        why.append(self._vision_note(rec))
+        self.why.setText(" ".join(w for w in why if w))
         self.download_button.setEnabled(True)
+
+    def _vision_note(self, rec) -> str:
+        """A sentence on images (issue 41): a pick that reads them, or one that would fit beside L1."""
+        v = rec.vision
+        if v is None:
+            return ""
+        if any(p is v for _tier, p in self.picks):
+            return tr("{name} reads images too: paste a screenshot or drop a photo into a message.").format(
+                name=v.entry.name)
+        size = sum(e.size_bytes for e in self._files(v.entry))
+        return tr("To chat about images, {name} ({size} GB with its projector) fits beside them: get it in "
+                  "Models and use it for a tier.").format(name=v.entry.name, size=f"{size / GB:.1f}")
 
     # ---- actions
     def _files(self, entry) -> list:
-        """What choosing `entry` downloads: it, and the draft model the catalog pairs with it. The
-        draft is a tenth of its size and does nothing alone, so it comes without a question."""
-        draft = self.catalog.draft_of(entry)
-        return [entry] + ([draft] if draft is not None and not draft.pypi_wheels else [])
+        """What choosing `entry` downloads: it, its vision projector, and the draft model the
+        catalog pairs with it. Each does nothing alone, so it comes without a question."""
+        return [entry, *companions(entry, self.catalog)]
 
     def download_and_use(self) -> None:
         if not self.picks or self.busy():

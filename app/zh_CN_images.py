@@ -33,4 +33,9 @@ TABLE = {
     "file that lets it see them. Open Models to get one?\n\nThe message and its images stay in the box.":
         "你的模型都不能读图片。视觉模型（例如可在 CPU 上运行的 SmolVLM2）带有一个投影器文件，让它能看图片。"
         "打开“模型”去获取一个吗？\n\n消息和图片会留在输入框中。",
+    " · reads images": " · 能读图片",
+    "{name} reads images too: paste a screenshot or drop a photo into a message.":
+        "{name} 也能读图片：把截图粘贴或把照片拖进消息即可。",
+    "To chat about images, {name} ({size} GB with its projector) fits beside them: get it in Models and use it "
+    "for a tier.": "想就图片对话，{name}（连同投影器 {size} GB）也放得下：在“模型”中下载，并把它设为某一层。",
 }

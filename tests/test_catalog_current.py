@@ -1,5 +1,5 @@
 """The catalog's current instruction-tuned models: planner facts, GGUF files per quant, hubs,
-tiers per size class, quant copies, and `assistant models --json`."""
+tiers per size class, vision models and their projectors, quant copies, and `assistant models --json`."""
 
 import json
 
@@ -12,6 +12,8 @@ from engine.models.planner import plan
 CATALOG = load_catalog()
 INSTRUCT = [e for e in CATALOG.entries if e.instruct]
 REAL = [e for e in CATALOG.entries if not e.demo]
+TEXT = [e for e in REAL if not CATALOG.vision_only(e)]  # vision models without a tier: their own rules below
+VISION = [e for e in REAL if e.projector]
 
 
 def test_at_least_twelve_instruct_models_and_the_demo_base_model_says_so():
@@ -32,7 +34,7 @@ def test_every_entry_has_planner_facts(entry):
     assert entry.params_b > 0 and entry.family and entry.license and entry.size_bytes > 0
 
 
-@pytest.mark.parametrize("entry", REAL, ids=lambda e: e.id)
+@pytest.mark.parametrize("entry", TEXT, ids=lambda e: e.id)
 def test_every_real_entry_has_a_q4_k_m_file_sizes_and_both_hubs(entry):
     assert entry.files["Q4_K_M"].endswith(".gguf")
     assert entry.files[entry.quant] == entry.file
@@ -45,8 +47,26 @@ def test_every_real_entry_has_a_q4_k_m_file_sizes_and_both_hubs(entry):
 
 def test_each_size_class_has_a_cpu_and_a_gpu_pick():
     for size_class, _ in SIZE_CLASSES:
-        tiers = {e.tier for e in REAL if e.size_class == size_class and not CATALOG.draft_only(e)}
+        tiers = {e.tier for e in TEXT if e.size_class == size_class and not CATALOG.draft_only(e)}
         assert tiers == {"L1", "L2"}, size_class
+
+
+def test_vision_models_come_with_their_projector_on_both_hubs():
+    """SmolVLM2 256M and 500M for the CPU, Gemma 3 4B for a 6 GB GPU, InternVL3 1B for Chinese text
+    in images (issue 41); none of the vision-only ones is a text pick."""
+    assert {"smolvlm2-256m-video-instruct", "smolvlm2-500m-video-instruct", "gemma-3-4b-it",
+            "internvl3-1b-instruct"} <= {e.id for e in VISION}
+    for e in VISION:
+        assert e.projector.startswith("mmproj-") and e.projector.endswith(".gguf") and e.projector != e.file
+        assert e.projector_bytes > 0 and e.image_tokens > 0 and e.instruct
+        assert set(e.sources) == set(HUBS) and e.files[e.quant] == e.file and e.sizes[e.quant] == e.size_bytes
+        proj = e.projector_entry()
+        assert (proj.file, proj.sources, proj.size_bytes) == (e.projector, e.sources, e.projector_bytes)
+        p = plan(e.id, 6144, 4096)
+        assert p.projector_gpu_bytes == e.projector_bytes and p.gpu_bytes_total <= 6144 * 2**20
+        assert p.image_tokens == e.image_tokens and f"a photo takes ~{e.image_tokens}" in p.explanation
+        assert plan(e.id, 0, 4096).projector_gpu_bytes == 0
+    assert all(CATALOG.vision_only(e) == (e.tier == "") for e in VISION)
 
 
 @pytest.mark.parametrize("entry", REAL, ids=lambda e: e.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,6 +80,12 @@ class ModelEntry:
     # The catalog id of a small model of the same family that drafts for this one (speculative
     # decoding, issue 40): it guesses a few tokens, this model checks them in one step. "" = none.
     draft: str = ""
+    # A vision model (issue 41): its projector (mmproj) file in the same repositories, kept under
+    # that name beside the model and downloaded with it; its approximate bytes; and the context
+    # tokens a typical photo takes (what the planner counts). "" / 0 = a text model.
+    projector: str = ""
+    projector_bytes: int = 0
+    image_tokens: int = 0
 
     def __post_init__(self):
         # The default file must be the files table's entry for the default quant, or a download
@@ -137,6 +144,25 @@ class ModelEntry:
         """False for a file shipped inside the install (a bundled demo model): read-only."""
         return self.path() == self.download_path()
 
+    def projector_entry(self) -> ModelEntry | None:
+        """The projector as an entry of its own (what a download fetches and checks), or None for
+        a text model."""
+        if not self.projector:
+            return None
+        return ModelEntry(id=f"{self.id}:projector", name=f"{self.name} vision projector", file=self.projector,
+                          size_bytes=self.projector_bytes, arch="clip", sources=dict(self.sources),
+                          source_repo=self.source_repo, license=self.license, description=f"Lets {self.name} "
+                          "read images.")
+
+    def projector_path(self, model: Path) -> Path | None:
+        """The projector beside `model` (this entry's file): the catalog's name, else the names
+        llama.cpp's converter gives (find_projector); None when it is not there."""
+        if self.projector:
+            root = model.parents[len(Path(self.file).parts) - 1]  # the models folder `file` is under
+            if (root / self.projector).is_file():
+                return root / self.projector
+        return find_projector(model)
+
 
 @dataclass(frozen=True)
 class EmbedderEntry:
@@ -192,6 +218,11 @@ class Catalog:
         """The entries `entry` drafts for."""
         return [e for e in self.entries if e.draft and e.draft == entry.id]
 
+    @staticmethod
+    def vision_only(entry: ModelEntry) -> bool:
+        """A vision model without a tier of its own: offered for images, never picked for text."""
+        return bool(entry.projector) and not entry.tier
+
     def draft_only(self, entry: ModelEntry) -> bool:
         """A draft model without a tier of its own: it is offered beside its targets, never as a chat tier."""
         return not entry.tier and bool(self.targets_of(entry))
@@ -228,12 +259,20 @@ class ResolvedModel:
 
 def find_projector(model: Path) -> Path | None:
     """A vision model's projector beside it, named as llama.cpp's converter and the hubs name it
-    for one model: `mmproj-<model>.gguf` or `<model>.mmproj.gguf`."""
+    for one model: `mmproj-<model>.gguf` or `<model>.mmproj.gguf`; else the one `mmproj-<base>-<quant>.gguf`
+    whose base starts the model's name (a repository's "mmproj-google_gemma-3-4b-it-f16.gguf" for
+    its "google_gemma-3-4b-it-Q4_K_M.gguf")."""
     for name in (f"mmproj-{model.stem}.gguf", f"{model.stem}.mmproj.gguf"):
         candidate = model.with_name(name)
         if candidate.is_file():
             return candidate
-    return None
+    stem = model.stem.lower()
+    found = [p for p in model.parent.glob("mmproj-*.gguf")
+             if (base := _PROJECTOR_QUANT.sub("", p.stem[len("mmproj-"):]).lower()) and stem.startswith(base)]
+    return found[0] if len(found) == 1 else None
+
+
+_PROJECTOR_QUANT = re.compile(r"[-_.](f16|bf16|f32|q\d\w*)$", re.IGNORECASE)
 
 
 def resolve_model(name_or_path: str | None, catalog: Catalog | None = None) -> ResolvedModel:
@@ -252,7 +291,7 @@ def resolve_model(name_or_path: str | None, catalog: Catalog | None = None) -> R
         if not path.is_file():
             hint = "run `make models` (or `assistant fetch`)" if entry.demo else f"download it from {entry.url or entry.source_repo}"
             raise ModelNotFound(f"model '{entry.id}' is not downloaded: {path} is missing; {hint}")
-        return ResolvedModel(entry.id, path, entry, find_projector(path))
+        return ResolvedModel(entry.id, path, entry, entry.projector_path(path))
     path = Path(name_or_path).expanduser()
     if path.suffix.lower() == ".gguf" or path.exists() or "/" in name_or_path:
         if not path.is_file():

@@ -107,7 +107,7 @@ def _resolve(entry: ModelEntry, repo: str, hub: Hub, timeout: float) -> _Source:
         sha = meta.etag if meta.etag and _SHA256.match(meta.etag) else ""
         return _Source(meta.location or url, meta.size or 0, sha)
     try:
-        listed = {f.name: f for f in repo_files(hub.id, repo, timeout)}
+        listed = {f.name: f for f in repo_files(hub.id, repo, timeout, projectors=True)}
     except HubError as exc:
         raise DownloadError(f"cannot reach {repo}/{entry.file}: {exc}") from exc
     f = listed.get(entry.file)

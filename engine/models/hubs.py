@@ -109,6 +109,7 @@ class HubRepo:
     likes: int = 0
     updated: str = ""  # ISO 8601 date-time as the hub gave it, "" if unknown
     files: list[HubFile] = field(default_factory=list)
+    projectors: list[HubFile] = field(default_factory=list)  # its vision projectors (mmproj-*), if any
 
 
 def quant_of(file_name: str) -> str:
@@ -119,13 +120,13 @@ def quant_of(file_name: str) -> str:
     return "F" + quant[2:] if quant.startswith("FP") else quant  # "fp16" is llama.cpp's F16
 
 
-def gguf_files(raw: list[tuple[str, int, str]]) -> list[HubFile]:
+def gguf_files(raw: list[tuple[str, int, str]], projectors: bool = False) -> list[HubFile]:
     """Model GGUFs of a listing of (path, size, sha256): split parts grouped into one entry,
-    projector files (mmproj-*, not a chat model) left out; sorted by size."""
+    projector files (mmproj-*, not a chat model) left out unless `projectors`; sorted by size."""
     singles, groups = [], {}
     for path, size, sha in raw:
         base = path.rsplit("/", 1)[-1].lower()
-        if not base.endswith(".gguf") or base.startswith("mmproj"):
+        if not base.endswith(".gguf") or (base.startswith("mmproj") and not projectors):
             continue
         m = SPLIT.search(path)
         if not m:
@@ -144,9 +145,10 @@ def gguf_files(raw: list[tuple[str, int, str]]) -> list[HubFile]:
 
 # ---- Hugging Face API (huggingface.co and mirrors speaking its API)
 
-def _hf_files(hub: Hub, repo: str, timeout: float) -> list[HubFile]:
+def _hf_files(hub: Hub, repo: str, timeout: float, projectors: bool = False) -> list[HubFile]:
     info = HfApi(endpoint=hub.endpoint).model_info(repo, files_metadata=True, timeout=timeout)
-    return gguf_files([(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else "") for s in info.siblings or []])
+    return gguf_files([(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else "") for s in info.siblings or []],
+                      projectors)
 
 
 def _hf_search(hub: Hub, query: str, limit: int, timeout: float) -> list[HubRepo]:
@@ -170,12 +172,12 @@ def _ms_json(r: httpx.Response) -> dict:
     return data.get("Data") or data.get("data") or {}
 
 
-def _ms_files(hub: Hub, repo: str, timeout: float) -> list[HubFile]:
+def _ms_files(hub: Hub, repo: str, timeout: float, projectors: bool = False) -> list[HubFile]:
     r = httpx.get(f"{hub.endpoint}/api/v1/models/{repo}/repo/files", params={"Revision": "master", "Recursive": "True"},
                   timeout=timeout, follow_redirects=True)
     files = _ms_json(r).get("Files") or []
     return gguf_files([(f.get("Path") or f.get("Name", ""), int(f.get("Size") or 0), f.get("Sha256") or "")
-                       for f in files if f.get("Type", "blob") != "tree"])
+                       for f in files if f.get("Type", "blob") != "tree"], projectors)
 
 
 def _when(value) -> str:
@@ -212,15 +214,16 @@ def _why(exc: Exception, hub: Hub) -> str:
     return f"cannot reach {hub.name} at {hub.endpoint}; check the connection or choose another hub"
 
 
-def repo_files(hub_id: str, repo: str, timeout: float = 10) -> list[HubFile]:
-    """The model GGUFs of one repository, with size, quant and sha256 (when the hub gives it).
+def repo_files(hub_id: str, repo: str, timeout: float = 10, projectors: bool = False) -> list[HubFile]:
+    """The model GGUFs of one repository, with size, quant and sha256 (when the hub gives it);
+    with `projectors`, its vision projectors (mmproj-*) too.
 
     Raises:
         HubError: unknown hub, unreachable, repository not found or gated.
     """
     hub = get_hub(hub_id)
     try:
-        return _hf_files(hub, repo, timeout) if hub.kind == "hf" else _ms_files(hub, repo, timeout)
+        return (_hf_files if hub.kind == "hf" else _ms_files)(hub, repo, timeout, projectors)
     except Exception as exc:  # noqa: BLE001 - httpx, huggingface_hub and JSON errors all mean "no listing"
         log.info("listing %s on %s failed: %r", repo, hub.id, exc)
         raise HubError(f"cannot list {repo}: {_why(exc, hub)}") from exc
@@ -243,11 +246,13 @@ def search(query: str, hub_id: str, limit: int = 20, timeout: float = 10) -> lis
 
     def with_files(r: HubRepo) -> HubRepo | None:
         try:
-            files = repo_files(hub.id, r.repo, timeout)
+            listed = repo_files(hub.id, r.repo, timeout, projectors=True)
         except HubError as exc:
             log.info("%s", exc)
             return None
-        return HubRepo(r.hub, r.repo, r.downloads, r.likes, r.updated, files) if files else None
+        files = [f for f in listed if not _is_projector(f.name)]
+        projectors = [f for f in listed if _is_projector(f.name)]
+        return HubRepo(r.hub, r.repo, r.downloads, r.likes, r.updated, files, projectors) if files else None
 
     with ThreadPoolExecutor(max_workers=8) as pool:  # one listing per repository: do them side by side
         listed = [r for r in pool.map(with_files, found) if r is not None]
@@ -306,4 +311,24 @@ def entry_for(repo: str | HubRepo, file: HubFile | str, hub_id: str) -> ModelEnt
         kw["files"] = {hf.quant: hf.name} if hf.quant else {}
     if "instruct" in known:
         kw["instruct"] = looks_instruct(repo_id) or looks_instruct(base)
+    projector = _projector_for(hf, repo.projectors if isinstance(repo, HubRepo) else [])
+    if projector is not None:  # a vision repository: the model comes with its projector
+        kw.update(projector=projector.name, projector_bytes=projector.size_bytes)
     return ModelEntry(**kw)
+
+
+def _is_projector(name: str) -> bool:
+    return name.rsplit("/", 1)[-1].lower().startswith("mmproj")
+
+
+def _projector_for(model: HubFile, projectors: list[HubFile]) -> HubFile | None:
+    """The projector to download with `model`: one in its folder, of its quant where the repository
+    has several (llama.cpp's repos give Q8_0 and F16), else F16, else the smallest."""
+    folder = model.name.rsplit("/", 1)[0] if "/" in model.name else ""
+    near = [p for p in projectors if (p.name.rsplit("/", 1)[0] if "/" in p.name else "") == folder
+            and safe_repo_path(p.name)]
+    for quant in (model.quant, "F16"):
+        same = [p for p in near if quant and p.quant == quant]
+        if same:
+            return same[0]
+    return min(near, key=lambda p: p.size_bytes) if near else None

@@ -60,6 +60,10 @@ class ModelFacts:
     output_copy_bytes: int  # tied output: the embedding copied to the output layer's device
     file_weights_bytes: int  # Σ tensors in the file (what a CPU-only load maps)
     notes: tuple[str, ...] = ()  # estimates and assumptions, quoted in plan explanations
+    # A vision model's projector (issue 41): its weights (the file's bytes: all tensors), loaded on
+    # the GPU where any layer is; and the context tokens a typical photo takes (0: not known).
+    projector_bytes: int = 0
+    image_tokens: int = 0
 
     @property
     def has_swa(self) -> bool:

@@ -65,6 +65,11 @@ class Plan:
     # The draft model planned beside this one (plan(draft=...), engine/models/draft_plan.py): on
     # the GPU only within what gpu_bytes_total leaves of budget_bytes. None: planned without one.
     draft: DraftPlan | None = None
+    # A vision model's projector (in gpu_bytes_total where any layer is on the GPU, else in RAM)
+    # and a typical photo's tokens (0: a text model, or not known).
+    projector_bytes: int = 0
+    projector_gpu_bytes: int = 0
+    image_tokens: int = 0
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -89,17 +94,26 @@ def load_facts(model: str | Path | ModelEntry | ModelFacts, catalog: Catalog | N
         return model
     if isinstance(model, ModelEntry):
         if model.present():
-            return kv_math.facts_from_gguf(read_gguf(model.path()), model.id)
+            facts = kv_math.facts_from_gguf(read_gguf(model.path()), model.id)
+            return _with_vision(facts, model.projector_path(model.path()), model)
         if not (model.n_layers and model.n_heads and model.n_kv_heads and model.head_dim_k):
             # A hub search result: nothing is known until its GGUF header is on disk.
             raise PlanError(f"{model.id}: the model's shape is unknown until it is downloaded")
-        return kv_math.facts_from_catalog(model)
+        return _with_vision(kv_math.facts_from_catalog(model), None, model)
     catalog = catalog or load_catalog()
     entry = catalog.get(str(model))
     if entry is not None:
         return load_facts(entry)
     resolved = resolve_model(str(model), catalog)  # a path; raises ModelNotFound with the reason
-    return kv_math.facts_from_gguf(read_gguf(resolved.path), resolved.id)
+    return _with_vision(kv_math.facts_from_gguf(read_gguf(resolved.path), resolved.id), resolved.projector, None)
+
+
+def _with_vision(facts: ModelFacts, projector: Path | None, entry: ModelEntry | None) -> ModelFacts:
+    """A vision model's facts with its projector: the file's size where it is on disk, else the
+    catalog's; its typical photo's tokens from the catalog (a file alone does not say)."""
+    size = projector.stat().st_size if projector is not None else (entry.projector_bytes if entry else 0)
+    tokens = entry.image_tokens if entry is not None and (projector is not None or entry.projector) else 0
+    return replace(facts, projector_bytes=size, image_tokens=tokens) if size or tokens else facts
 
 
 @dataclass(frozen=True)
@@ -160,7 +174,8 @@ def plan(model, vram_budget_mb: float | None = None, n_ctx: int = DEFAULT_N_CTX,
     fa_for = {k: k != "f16" for k in kvs}  # llama.cpp needs flash attention for a quantised V cache
 
     def fits(t: _Try) -> bool:
-        return sum(_gpu_bytes(f, t, n_ubatch, swa_full)) <= budget
+        projector = f.projector_bytes if t.ngl >= 1 else 0  # on the GPU with the layers (Backend.load_projector)
+        return sum(_gpu_bytes(f, t, n_ubatch, swa_full)) + projector <= budget
 
     if n_gpu_layers is not None:
         full = f.n_layers + 1
@@ -267,6 +282,11 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
                f"KV {kv_gpu / MIB:.0f}, compute ~{compute / MIB:.0f} estimated")
     summary = (f"Plan: {where}, {t.n_ctx}-token context, {t.kv} KV cache, flash attention "
                f"{'on' if t.fa else 'off'}; {use}.")
+    proj_gpu = f.projector_bytes if offload != "cpu" else 0
+    if f.projector_bytes:
+        summary += (f" Vision projector {f.projector_bytes / MIB:.0f} MiB on the {'GPU' if proj_gpu else 'CPU'}"
+                    + (f"; a photo takes ~{f.image_tokens} of the {t.n_ctx} tokens" if f.image_tokens else "")
+                    + " (the image encoder's own compute buffer is not counted).")
     text = "; ".join(steps)
     explanation = text[:1].upper() + text[1:] + ". " + summary
     return Plan(
@@ -276,9 +296,10 @@ def _make_plan(f: ModelFacts, t: _Try, asked: int, budget: int, n_ubatch: int, s
         kv_bytes_per_token=kv_math.kv_bytes_per_token(f, t.kv, t.kv, t.fa), kv_bytes_total=kv_total,
         kv_bytes_gpu=kv_gpu, weights_bytes_gpu=w_gpu, weights_bytes_total=w_gpu + w_cpu,
         compute_buffer_bytes_estimate=kv_math.compute_buffer_estimate(f, t.n_ctx, n_ubatch, t.fa),
-        gpu_bytes_total=w_gpu + kv_gpu + compute, fits=offload == "full", offload=offload,
+        gpu_bytes_total=w_gpu + kv_gpu + compute + proj_gpu, fits=offload == "full", offload=offload,
         mha_ratio=kv_math.mha_ratio(f), explanation=explanation, notes=f.notes,
-        host_compute_bytes_estimate=host_compute, vocab_bytes_estimate=vocab)
+        host_compute_bytes_estimate=host_compute, vocab_bytes_estimate=vocab, projector_bytes=f.projector_bytes,
+        projector_gpu_bytes=proj_gpu, image_tokens=f.image_tokens)
 
 
 def ram_bytes(p: Plan) -> int:
@@ -287,4 +308,5 @@ def ram_bytes(p: Plan) -> int:
     of the peak RSS of both demo models and a synthetic Qwen2.5-1.5B on a CPU load (bench/real_size.py
     --only rss; without a draft)."""
     return ((p.weights_bytes_total - p.weights_bytes_gpu) + (p.kv_bytes_total - p.kv_bytes_gpu)
-            + p.host_compute_bytes_estimate + p.vocab_bytes_estimate + (p.draft.host_bytes if p.draft else 0))
+            + p.host_compute_bytes_estimate + p.vocab_bytes_estimate + (p.draft.host_bytes if p.draft else 0)
+            + (p.projector_bytes - p.projector_gpu_bytes))

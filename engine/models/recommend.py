@@ -71,6 +71,9 @@ class Recommendation:
     cpu_name: str
     gpu: GPUInfo | None  # the GPU the L2 pick was planned for
     ram_available: int   # bytes the picks were sized against
+    # A model that reads images and fits beside L1 (issue 41): L1's or L2's own when it does, else
+    # the largest vision model (tier "") that runs at a usable speed on the CPU in the RAM left.
+    vision: Pick | None = None
 
 
 def speed_class(tok_s: float) -> str:
@@ -101,8 +104,24 @@ def candidates(catalog: Catalog) -> list[ModelEntry]:
     """Instruct, non-demo entries, largest first (parameters, then file size); a draft model
     without a tier comes with its target, never as a pick of its own."""
     usable = [e for e in catalog.entries if not e.demo and getattr(e, "instruct", True) and e.size_bytes > 0
-              and not catalog.draft_only(e)]
+              and not catalog.draft_only(e) and not catalog.vision_only(e)]
     return sorted(usable, key=lambda e: (getattr(e, "params_b", 0.0) or 0.0, e.size_bytes), reverse=True)
+
+
+def vision_pick(catalog: Catalog, l1: Pick | None, l2: Pick | None, ram_left: int) -> Pick | None:
+    """What reads images on this machine (Recommendation.vision)."""
+    for p in (l2, l1):
+        if p is not None and getattr(p.entry, "projector", ""):
+            return p
+    pool = sorted((e for e in catalog.entries if catalog.vision_only(e) and getattr(e, "instruct", True)),
+                  key=lambda e: (e.params_b, e.size_bytes), reverse=True)
+    for e in pool:
+        need, _, _ = _needs(e, 0)
+        pick = _pick(e, need, 0, None, "")
+        if need <= ram_left and pick.tok_s >= USABLE_TOKS:
+            return _pick(e, need, 0, None, f"the largest model that reads images at a {pick.speed} speed on this "
+                                           "CPU in the RAM left beside L1")
+    return None
 
 
 def _for(pool: list[ModelEntry], tier: str) -> list[ModelEntry]:
@@ -183,4 +202,5 @@ def recommend_models(snapshot_: DeviceSnapshot | None = None, catalog: Catalog |
                 l2 = _pick(e, need, 0, None, "no usable GPU: a larger model on the CPU, slower but better "
                                              "at harder questions, that fits the RAM left beside L1")
                 break
-    return Recommendation(l1, l2, snap, cpu_name(), gpu, ram)
+    vision = vision_pick(catalog, l1, l2, ram - (l1.ram_bytes if l1 else 0) - (l2.ram_bytes if l2 else 0))
+    return Recommendation(l1, l2, snap, cpu_name(), gpu, ram, vision)

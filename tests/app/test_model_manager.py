@@ -86,3 +86,33 @@ def test_a_model_with_a_draft_downloads_it_too_and_the_draft_is_never_a_tier(qtb
     finally:
         dialog.done(0)
         hub.stop()
+
+
+def test_a_vision_model_downloads_with_its_projector_and_deletes_with_it(qtbot, assistant_home, tmp_path, monkeypatch):
+    """Issue 41: the row says it reads images; one Download fetches the model and its projector (the
+    synthetic pair under the catalog's names), which then resolve together; Delete takes both."""
+    from engine.models.catalog import resolve_model
+    from tests import vision_model as vm
+
+    monkeypatch.setenv("ASSISTANT_MODELS_DIR", str(tmp_path / "models"))
+    vlm = "smolvlm2-256m-video-instruct"
+    model, mmproj = vm.vision_pair()
+    repo = "ggml-org/SmolVLM2-256M-Video-Instruct-GGUF"
+    hub = HubServer({f"{repo}/SmolVLM2-256M-Video-Instruct-Q8_0.gguf": model,
+                     f"{repo}/mmproj-SmolVLM2-256M-Video-Instruct-Q8_0.gguf": mmproj})
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    dialog = ModelManagerDialog(Settings(assistant_home / "settings.json"))
+    qtbot.addWidget(dialog)
+    row = {e.id: i for i, e in enumerate(dialog.entries)}[vlm]
+    try:
+        assert dialog.table.item(row, 0).text() == "SmolVLM2 256M · reads images"
+        dialog.table.selectRow(row)
+        dialog.download_selected()
+        qtbot.waitUntil(lambda: dialog.message.text() == "Downloaded.", timeout=60_000)
+        projector = tmp_path / "models" / "mmproj-SmolVLM2-256M-Video-Instruct-Q8_0.gguf"
+        assert projector.read_bytes() == mmproj.read_bytes() and resolve_model(vlm).projector == projector
+        dialog.delete_selected(confirmed=True)
+        assert dialog.status(vlm) == "not downloaded" and not projector.exists()
+    finally:
+        dialog.done(0)
+        hub.stop()
