@@ -64,6 +64,7 @@ FUNCTIONS = {
     "llama_memory_clear": ([ptr, boolean], None),
     "llama_memory_seq_rm": ([ptr, i32, i32, i32], boolean),
     "llama_memory_seq_pos_min": ([ptr, i32], i32),
+    "llama_memory_seq_pos_max": ([ptr, i32], i32),
     "llama_memory_can_shift": ([ptr], boolean),
     "llama_memory_seq_add": ([ptr, i32, i32, i32, i32], None),
     "llama_state_seq_get_size": ([ptr, i32], size),

@@ -27,6 +27,7 @@ from engine.inference.backend_load import ABORT_WATCH_THREAD  # noqa: F401 - tes
 from engine.inference.backend_load import AbortWatch as _AbortWatch, load as _load
 from engine.inference.load_log import parse_memory_report
 from engine.inference.media import Pixels, next_run
+from engine.inference.positions import Positions
 from engine.inference.placement import NoSuchDevice, device_list, offload_facts
 from engine.inference.thread_calibration import FILE as CALIBRATION_FILE, STORE, measure
 from engine.inference.thread_policy import ThreadPolicy, ThreadState
@@ -124,6 +125,7 @@ class Backend:
         self.vocab = VocabTokenizer.of_model(self.path, self._model)
         self._kv: list[int] = []  # exact ids in the KV cache, seq 0, positions 0..n-1: the one count
         self.vision: Vision | None = None  # images, once a projector is loaded (load_projector)
+        self._positions: Positions | None = None  # under M-RoPE only (load_projector)
         self._control_cache: dict[str, list[int]] = {}  # the owner's: other threads use `vocab`
         self._piece_cache: dict[int, bytes] = {}
         self._lse_buf = np.empty(self.n_vocab, dtype=np.float32)
@@ -222,6 +224,9 @@ class Backend:
         GPU where the model's layers are."""
         if self.vision is None:
             self.vision = Vision(self._model, path, n_threads=self.threads.batch, use_gpu=self._on_device)
+            if self.vision.mrope and self._kv:
+                self.reset()  # its positions were counted one per id: start again under M-RoPE
+            self._positions = Positions() if self.vision.mrope else None
 
     @owned
     def tokenize_images(self, text: str, images: list[Pixels], special: bool = False) -> list[int]:
@@ -247,6 +252,14 @@ class Backend:
     def reset(self) -> None:
         self._ctx.clear()
         self._kv.clear()
+        if self._positions is not None:
+            self._positions.clear()
+
+    def _pos(self, n: int | None = None) -> int:
+        """The position after the first n ids of the cache (default: all): n itself, except under
+        M-RoPE, where an image takes fewer positions than ids (engine/inference/positions.py)."""
+        n = len(self._kv) if n is None else n
+        return n if self._positions is None else self._positions.at(n)
 
     @owned
     def keep_prefix(self, n: int) -> bool:
@@ -256,10 +269,12 @@ class Backend:
             return True
         # Same rule as llama.cpp's server: SWA cells before n - n_swa may be gone.
         threshold = max(0, n - self.n_swa) if self.n_swa > 0 and not self.params.swa_full else 0
-        if n == 0 or self._ctx.pos_min() > threshold or not self._ctx.remove(n):
+        if n == 0 or self._ctx.pos_min() > self._pos(threshold) or not self._ctx.remove(self._pos(n)):
             self.reset()
             return n == 0
         del self._kv[n:]
+        if self._positions is not None:
+            self._positions.cut(n)
         return True
 
     @owned
@@ -269,8 +284,10 @@ class Backend:
         Returns False (cache untouched) where llama.cpp cannot shift this cache (e.g. SWA)."""
         if n_discard <= 0 or n_keep + n_discard > len(self._kv):
             return False
-        if self.n_swa > 0 or not self._ctx.can_shift():
-            return False  # sliding-window layers have no cells to shift back into the window
+        if self.n_swa > 0 or self._positions is not None or not self._ctx.can_shift():
+            # sliding-window layers have no cells to shift back into the window; M-RoPE images
+            # have positions in three sections, which a plain shift would not move as one
+            return False
         if not self._ctx.remove(n_keep, n_keep + n_discard):
             return False
         self._ctx.shift(n_keep + n_discard, -1, -n_discard)
@@ -295,6 +312,9 @@ class Backend:
             return False
         if not self._ctx.load_state(data):
             self.reset()
+            return False
+        if self._positions is not None and not self._positions.rebuild(tokens, self.vision.n_pos):
+            self.reset()  # an image of it was not tokenized here yet: evaluated again instead
             return False
         self._kv[:] = tokens
         return True
@@ -334,7 +354,7 @@ class Backend:
                     if part[0] < 0:  # an image (engine/inference/media.py): its embeddings
                         self._image(part)
                     else:
-                        self._ctx.decode(part, len(self._kv))
+                        self._ctx.decode(part, self._pos())
                     # On a GPU llama_decode only queues the work; it runs until the next logits read.
                     # Wait for it here, so a piece is a piece of work (Stop and pre-emption act between
                     # pieces, not after everything queued) and prompt timings measure the evaluation.
@@ -349,7 +369,7 @@ class Backend:
                 except BaseException:
                     self._resync()
                     raise
-                self._kv.extend(part)
+                self._advance(part)
                 done += len(part)
         finally:
             if watch is not None:
@@ -372,7 +392,7 @@ class Backend:
             raise ValueError(f"{len(tokens)} tokens in one decode; the batch holds {self._ctx.n_batch}")
         self._steer()
         try:
-            self._ctx.decode(tokens, len(self._kv), rows_from)
+            self._ctx.decode(tokens, self._pos(), rows_from)
         except llama.DecodeFailed as exc:
             self._resync()
             raise DecodeError(f"llama.cpp could not evaluate the tokens ({exc})") from exc
@@ -382,12 +402,21 @@ class Backend:
         finally:
             if self._policy is not None:
                 self._policy.end()
-        self._kv.extend(tokens)
+        self._advance(tokens)
+
+    def _advance(self, part: list[int]) -> None:
+        """`part` is in the cache now: its ids, and under M-RoPE their positions."""
+        if self._positions is not None:
+            if part[0] < 0:
+                self._positions.add_span(len(part), self.vision.n_pos(part[0]))
+            else:
+                self._positions.add_text(len(part))
+        self._kv.extend(part)
 
     def _image(self, span: list[int]) -> None:
         if self.vision is None:
             raise DecodeError("the prompt holds an image and this model has no projector (mmproj) loaded")
-        self.vision.decode(self._ctx, span, len(self._kv))
+        self.vision.decode(self._ctx, span, self._pos())
 
     def _steer(self) -> None:
         # Between pieces, never inside one: the thread counts apply from the next llama_decode.
@@ -400,7 +429,7 @@ class Backend:
 
     def _resync(self) -> None:
         # A decode failed part-way: drop whatever llama.cpp kept past the ids we know are there.
-        self._ctx.remove(len(self._kv))
+        self._ctx.remove(self._pos())
 
     # ---- sampling
     @owned

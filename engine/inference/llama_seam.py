@@ -341,6 +341,11 @@ class Context:
         """The smallest position the cache still holds (sliding-window layers forget older ones)."""
         return int(_C.llama_memory_seq_pos_min(self.memory, 0))
 
+    def pos_max(self) -> int:
+        """The largest position the cache holds (-1: empty). Under M-RoPE an image's cells all
+        hold its start, so this is not where the next id goes (engine/inference/positions.py)."""
+        return int(_C.llama_memory_seq_pos_max(self.memory, 0))
+
     def can_shift(self) -> bool:
         return bool(_C.llama_memory_can_shift(self.memory))
 

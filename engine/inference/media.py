@@ -13,8 +13,8 @@ Text ids are never negative, so a text-only prompt is exactly what it was, and c
 stores and hashes these lists; a second kind of element would touch all of them for no gain.
 
 What the ids do not carry (the pixels, the embeddings) the backend keeps by the span's first id
-(engine/inference/vision.py). M-RoPE models (Qwen2-VL), whose image advances the position by less
-than its length, are refused there until positions are counted apart from ids.
+(engine/inference/vision.py). Under M-RoPE (Qwen2-VL, Qwen2.5-VL) an image advances the position by
+less than its length: the backend counts positions apart from ids (engine/inference/positions.py).
 """
 
 from __future__ import annotations

@@ -39,16 +39,16 @@ class Vision:
             self.projector = Projector(model, path, n_threads=n_threads, use_gpu=use_gpu)
         except llama_seam.LoadFailed as exc:
             raise ModelLoadError(str(exc)) from exc
-        if self.projector.mrope:  # positions that are not the span's length: Backend counts one per id
-            self.projector.close()
-            raise ModelLoadError(f"{path}: models with M-RoPE image positions (Qwen2-VL, Qwen2.5-VL) are not "
-                                 "supported yet")
+        # M-RoPE (Qwen2-VL, Qwen2.5-VL): a span's positions are not its length; Backend keeps them
+        # (engine/inference/positions.py) from what each span took here.
+        self.mrope = self.projector.mrope
         self.marker = self.projector.marker
         self.encodes = 0  # tiles through the vision encoder, for tests and the bench
         self._prompts: OrderedDict[int, Prompt] = OrderedDict()  # id(prompt) -> prompt, newest last
         self._spans: dict[int, tuple[Prompt, int]] = {}  # first media id -> (its prompt, piece index)
         self._embd: OrderedDict[int, np.ndarray] = OrderedDict()  # first media id -> embeddings
         self._embd_bytes = 0
+        self._n_pos: dict[int, int] = {}  # first media id -> positions it takes (never dropped: ints)
 
     def tokenize(self, text: str, images: list[Pixels], special: bool = False) -> list[int]:
         """`text` with one marker per image into ids: text ids, and a media span per image tile."""
@@ -63,12 +63,17 @@ class Vision:
                 continue
             span = span_ids(f"{images[piece.image].digest}/{piece.tile}", piece.n_tokens)
             self._spans[span[0]] = (prompt, i)
+            self._n_pos[span[0]] = piece.n_pos
             ids.extend(span)
         self._prompts[id(prompt)] = prompt
         while len(self._prompts) > PROMPTS_KEPT:
             _, old = self._prompts.popitem(last=False)
             self._forget(old)
         return ids
+
+    def n_pos(self, first: int) -> int | None:
+        """The positions the span starting with media id `first` takes, once it was tokenized here."""
+        return self._n_pos.get(first)
 
     def decode(self, ctx: llama_seam.Context, span: list[int], n_past: int) -> None:
         """Evaluate one whole span at n_past, encoding its tile unless its embeddings are kept."""
