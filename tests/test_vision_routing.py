@@ -43,3 +43,9 @@ def test_it_stays_where_both_or_neither_see_or_nothing_is_known(tmp_path):
                       kv=None)
     assert nothing.sees_images("L1") is None and nothing.sees_images("L3") is False
     assert nothing.vision_tier(RouteDecision("L3", "r", 0.0)).level == "L3"  # nowhere better: it says so
+
+
+def test_with_no_local_tier_that_sees_an_image_turn_goes_to_an_l3_that_does(tmp_path):
+    seeing = RemoteClient(RemoteConfig("http://127.0.0.1:9/v1", images=True))
+    moved = tiers(tmp_path, False, False, seeing).vision_tier(RouteDecision("L1", "ordinary request", 0.0))
+    assert moved.level == "L3" and moved.wanted == "L1"

@@ -120,10 +120,11 @@ class TierSet:
 
     def vision_tier(self, decision: RouteDecision) -> RouteDecision:
         """A turn with images, moved off a tier that cannot read them to a local tier whose model
-        can, the larger first (a user's own route stays theirs: the turn then says why)."""
+        can, the larger first, else to L3 where its model reads them (a user's own route stays
+        theirs: the turn then says why)."""
         if self.sees_images(decision.level) is not False:
             return decision
-        for other in ("L2", "L1"):
+        for other in ("L2", "L1", "L3"):  # local first; L3 where the user says its model reads images
             if other != decision.level and self.sees_images(other):
                 why = f"{decision.reason}; images: {decision.level} cannot read them → {other}"
                 return replace(decision, level=other, reason=why, wanted=decision.wanted or decision.level)
