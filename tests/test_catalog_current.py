@@ -52,10 +52,10 @@ def test_each_size_class_has_a_cpu_and_a_gpu_pick():
 
 
 def test_vision_models_come_with_their_projector_on_both_hubs():
-    """SmolVLM2 256M and 500M for the CPU, Gemma 3 4B for a 6 GB GPU, InternVL3 1B for Chinese text
-    in images (issue 41); none of the vision-only ones is a text pick."""
+    """SmolVLM2 256M and 500M for the CPU, Gemma 3 4B and Qwen2.5-VL 3B for a 6 GB GPU, InternVL3 1B
+    for Chinese text in images (issue 41); none of the vision-only ones is a text pick."""
     assert {"smolvlm2-256m-video-instruct", "smolvlm2-500m-video-instruct", "gemma-3-4b-it",
-            "internvl3-1b-instruct"} <= {e.id for e in VISION}
+            "internvl3-1b-instruct", "qwen2.5-vl-3b-instruct"} <= {e.id for e in VISION}
     for e in VISION:
         assert e.projector.startswith("mmproj-") and e.projector.endswith(".gguf") and e.projector != e.file
         assert e.projector_bytes > 0 and e.image_tokens > 0 and e.instruct
