@@ -42,8 +42,11 @@ def setup_application(app) -> None:
         return
     from PySide6.QtGui import QFont, QFontDatabase, QIcon
 
+    from app import gc_guard
     from app.i18n import install
     from app.theme import apply_theme
+
+    gc_guard.install(app)  # cycles freed on the GUI thread, never a worker's
 
     for font in (ASSETS / "fonts").glob("*.ttf"):
         if QFontDatabase.addApplicationFont(str(font)) < 0:

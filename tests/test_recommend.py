@@ -123,3 +123,17 @@ def test_the_real_catalog_and_machine_give_a_pick_or_none():
     for pick in (rec.l1, rec.l2):
         assert pick is None or (isinstance(pick, Pick) and not pick.entry.demo and pick.ram_bytes > 0)
     assert rec.cpu_name
+
+
+def test_the_vision_pick_is_a_tier_that_reads_images_else_a_fast_vision_model_that_fits():
+    """Issue 41: the welcome's sentence on images comes from here."""
+    from engine.models.catalog import load_catalog
+    from engine.models.recommend import Pick, vision_pick
+
+    catalog = load_catalog()
+    gemma = Pick(catalog.get("gemma-3-4b-it"), 0, 0, 0.0, "usable", "")
+    qwen = Pick(catalog.get("qwen2.5-1.5b-instruct-q4_k_m"), 0, 0, 0.0, "fast", "")
+    assert vision_pick(catalog, qwen, gemma, 8 * 10**9) is gemma  # L2 reads images itself
+    pick = vision_pick(catalog, qwen, None, 8 * 10**9)
+    assert catalog.vision_only(pick.entry) and pick.speed == "fast" and pick.ram_bytes <= 8 * 10**9
+    assert vision_pick(catalog, qwen, None, 10**8) is None  # nothing fits in 100 MB

@@ -72,7 +72,7 @@ class Recommendation:
     gpu: GPUInfo | None  # the GPU the L2 pick was planned for
     ram_available: int   # bytes the picks were sized against
     # A model that reads images and fits beside L1 (issue 41): L1's or L2's own when it does, else
-    # the largest vision model (tier "") that runs at a usable speed on the CPU in the RAM left.
+    # the largest vision model (tier "") that runs fast (else usable) on the CPU in the RAM left.
     vision: Pick | None = None
 
 
@@ -115,12 +115,13 @@ def vision_pick(catalog: Catalog, l1: Pick | None, l2: Pick | None, ram_left: in
             return p
     pool = sorted((e for e in catalog.entries if catalog.vision_only(e) and getattr(e, "instruct", True)),
                   key=lambda e: (e.params_b, e.size_bytes), reverse=True)
-    for e in pool:
-        need, _, _ = _needs(e, 0)
-        pick = _pick(e, need, 0, None, "")
-        if need <= ram_left and pick.tok_s >= USABLE_TOKS:
-            return _pick(e, need, 0, None, f"the largest model that reads images at a {pick.speed} speed on this "
-                                           "CPU in the RAM left beside L1")
+    for floor in (FAST_TOKS, USABLE_TOKS):  # fast first: an image is hundreds of tokens to read
+        for e in pool:
+            need, _, _ = _needs(e, 0)
+            pick = _pick(e, need, 0, None, "")
+            if need <= ram_left and pick.tok_s >= floor:
+                return _pick(e, need, 0, None, f"the largest model that reads images at a {pick.speed} speed on "
+                                               "this CPU in the RAM left beside L1")
     return None
 
 

@@ -16,6 +16,17 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(autouse=True)
+def gui_thread_gc(qapp):
+    """Cycles are collected on the GUI thread, as the app has it (app/gc_guard.py): a Qt object in a
+    cycle freed on a Runner's thread crashed a test run now and then."""
+    from app import gc_guard
+
+    gc_guard.install(qapp)
+    yield
+    gc_guard.uninstall(qapp)  # the tests after tests/app/ run with Python's own collector
+
+
+@pytest.fixture(autouse=True)
 def every_runner_closed():
     """A test leaves no Runner thread running: one left open outlives its widgets, and a QThread
     destroyed while it runs aborts the process (app/background.py)."""
