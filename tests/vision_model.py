@@ -151,9 +151,9 @@ def _write_text_model(path: Path) -> None:
     _finish(w)
 
 
-def _donor_tokenizer() -> tuple[list[tuple[str, object, object]], int]:
-    """The donor's tokenizer.* keys as (key, GGUF value type, value), SmolVLM's image tokens
-    appended to its vocabulary as control tokens (text becomes them only where special tokens are
+def _donor_tokenizer(added: tuple[str, ...] | list[str] = IMAGE_TOKENS) -> tuple[list[tuple[str, object, object]], int]:
+    """The donor's tokenizer.* keys as (key, GGUF value type, value), `added` (SmolVLM's image
+    tokens; tests/vision_model_mrope.py passes Qwen2-VL's) appended to its vocabulary as control tokens (text becomes them only where special tokens are
     parsed, as mtmd parses its image markers), and the vocabulary's new size.
 
     Read with the repo's own header reader, not gguf.GGUFReader: that builds a numpy view per
@@ -178,7 +178,7 @@ def _donor_tokenizer() -> tuple[list[tuple[str, object, object]], int]:
             out.append((key, vtype, value))
     tokens = next(v for k, _, v in out if k == "tokenizer.ggml.tokens")
     present = set(tokens)
-    missing = [t for t in IMAGE_TOKENS if t not in present]
+    missing = [t for t in added if t not in present]
     extra = {"tokenizer.ggml.tokens": missing,
              "tokenizer.ggml.token_type": [int(gguf.TokenType.CONTROL)] * len(missing),
              "tokenizer.ggml.scores": [0.0] * len(missing)}

@@ -44,7 +44,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as `python tests/vision_model_mrope.py`: `tests` from the repo
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.vision_model import CACHE, DONOR, _atomic_write, _elements, _finish, _normal
+from tests.vision_model import CACHE, DONOR, _atomic_write, _donor_tokenizer, _finish, _normal
 
 VERSION = "v1"  # bump when anything below changes what is written
 MODEL_NAME = f"synthetic-qwen2vl-tiny-{VERSION}.gguf"
@@ -111,7 +111,7 @@ def mrope_pair() -> tuple[Path, Path]:
 def _write_text_model(path: Path) -> None:
     import gguf
 
-    tokenizer, n_vocab = _donor_tokenizer()
+    tokenizer, n_vocab = _donor_tokenizer(QWEN_VL_TOKENS)
     w = gguf.GGUFWriter(str(path), "qwen2vl")
     w.add_name("synthetic Qwen2-VL text model (tiny, random weights)")
     w.add_block_count(N_LAYER)
@@ -148,41 +148,6 @@ def _write_text_model(path: Path) -> None:
         w.add_tensor(b + "attn_norm.weight", ones)
         w.add_tensor(b + "ffn_norm.weight", ones)
     _finish(w)
-
-
-def _donor_tokenizer() -> tuple[list[tuple[str, object, object]], int]:
-    """The donor's tokenizer.* keys as (key, GGUF value type, value), Qwen2-VL's added tokens
-    appended as control tokens (text becomes them only where special tokens are parsed, as mtmd
-    parses its image markers), and the vocabulary's new size.
-
-    tests/vision_model.py's reader, with Qwen2-VL's tokens in place of SmolVLM's (that one appends
-    its module's list): the repo's own header reader, tens of milliseconds over SmolLM2's 49k
-    tokens, where gguf.GGUFReader takes seconds."""
-    import gguf
-
-    from engine.models.gguf_info import array_bytes, read_gguf
-
-    V = gguf.GGUFValueType
-    info = read_gguf(DONOR)
-    out: list[tuple[str, object, object]] = []
-    for key, value in info.metadata.items():
-        if not key.startswith("tokenizer."):
-            continue
-        if key in info.arrays:
-            span, data = array_bytes(info, key)
-            out.append((key, (V.ARRAY, V(span.itype)), _elements(span.itype, span.count, data)))
-        else:  # read_gguf keeps values, not types; tokenizer scalars are flags, names and u32 ids
-            vtype = V.BOOL if isinstance(value, bool) else V.STRING if isinstance(value, str) \
-                else V.FLOAT32 if isinstance(value, float) else V.UINT32
-            out.append((key, vtype, value))
-    tokens = next(v for k, _, v in out if k == "tokenizer.ggml.tokens")
-    present = set(tokens)
-    missing = [t for t in QWEN_VL_TOKENS if t not in present]
-    extra = {"tokenizer.ggml.tokens": missing,
-             "tokenizer.ggml.token_type": [int(gguf.TokenType.CONTROL)] * len(missing),
-             "tokenizer.ggml.scores": [0.0] * len(missing)}
-    out = [(k, t, v + extra[k] if k in extra else v) for k, t, v in out]
-    return out, len(tokens) + len(missing)
 
 
 # ---- the mmproj ---------------------------------------------------------------------------------
