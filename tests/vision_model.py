@@ -151,10 +151,12 @@ def _write_text_model(path: Path) -> None:
     _finish(w)
 
 
-def _donor_tokenizer(added: tuple[str, ...] | list[str] = IMAGE_TOKENS) -> tuple[list[tuple[str, object, object]], int]:
+def _donor_tokenizer(added: tuple[str, ...] | list[str] = IMAGE_TOKENS
+                     ) -> tuple[list[tuple[str, object, object]], int]:
     """The donor's tokenizer.* keys as (key, GGUF value type, value), `added` (SmolVLM's image
-    tokens; tests/vision_model_mrope.py passes Qwen2-VL's) appended to its vocabulary as control tokens (text becomes them only where special tokens are
-    parsed, as mtmd parses its image markers), and the vocabulary's new size.
+    tokens; tests/vision_model_mrope.py passes Qwen2-VL's) appended to its vocabulary as control
+    tokens (text becomes them only where special tokens are parsed, as mtmd parses its image
+    markers), and the vocabulary's new size.
 
     Read with the repo's own header reader, not gguf.GGUFReader: that builds a numpy view per
     array element, 3.5 s here over SmolLM2's 49k tokens and 48k merges (engine/models/gguf_info.py
