@@ -19,7 +19,7 @@ from app.background import Runner
 from app.i18n import tr
 from app.images import THUMB_PX, ImageViewer, Thumbnails, decode_png
 from app.render import model_label
-from engine.api import MAX_IMAGE_BYTES, MAX_IMAGES, InputError, image_preview, keep_image, kept_image_file
+from engine.api import MAX_IMAGE_BYTES, MAX_IMAGES, InputError, keep_image, kept_image_file
 
 
 class WindowImages:
@@ -147,13 +147,13 @@ def _png(image: QImage) -> bytes:
 
 def _kept(data: bytes, name: str) -> ImageItem:
     """Keep the image (the engine's checks and store) and make its thumbnail: both off the GUI thread."""
-    facts = keep_image(data, name)
+    facts = keep_image(data, name, preview=THUMB_PX)  # one decode for both
     notes = []
     if facts["frames"] > 1:
         notes.append(tr("first frame of {n}").format(n=facts["frames"]))
     if facts["scaled_from"]:
         notes.append(tr("scaled from {w} × {h}").format(w=facts["scaled_from"][0], h=facts["scaled_from"][1]))
-    thumb = decode_png(image_preview(facts["digest"], THUMB_PX))
+    thumb = decode_png(facts["preview"])
     return ImageItem(facts["digest"], name, facts["width"], facts["height"], thumb, ", ".join(notes))
 
 

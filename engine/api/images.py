@@ -13,6 +13,7 @@ from engine.chat.image_store import image_store
 from engine.chat.targets import InputError
 from engine.docs.attach import IMAGES
 from engine.inference.images import ImageError
+from engine.inference.media import Pixels
 
 
 def is_image_file(path: str | Path) -> bool:
@@ -21,9 +22,10 @@ def is_image_file(path: str | Path) -> bool:
     return Path(path).suffix.lower() in IMAGES
 
 
-def keep_image(data: bytes, name: str = "the image") -> dict:
+def keep_image(data: bytes, name: str = "the image", preview: int = 0) -> dict:
     """Keep an image for a message: {"digest" (what `send(..., images=[...])` takes), "width",
-    "height", "format", "frames" (> 1: an animation, its first frame used), "scaled_from"}.
+    "height", "format", "frames" (> 1: an animation, its first frame used), "scaled_from"}; with
+    `preview`, also "preview": `image_preview`'s PNG at that side, from the pixels just decoded.
 
     Raises:
         InputError: not an image this app reads, damaged, or too large, in words.
@@ -32,8 +34,9 @@ def keep_image(data: bytes, name: str = "the image") -> dict:
         d = image_store().add(data, name)
     except ImageError as exc:
         raise InputError(str(exc)) from exc
-    return {"digest": d.pixels.digest, "width": d.pixels.width, "height": d.pixels.height,
-            "format": d.format, "frames": d.frames, "scaled_from": d.scaled_from}
+    facts = {"digest": d.pixels.digest, "width": d.pixels.width, "height": d.pixels.height,
+             "format": d.format, "frames": d.frames, "scaled_from": d.scaled_from}
+    return facts | ({"preview": _png(d.pixels, preview)} if preview else {})
 
 
 def kept_image_file(digest: str) -> Path | None:
@@ -47,12 +50,16 @@ def image_preview(digest: str, max_side: int) -> bytes:
     Raises:
         InputError: the image is gone from the data folder, or its file changed or was damaged.
     """
-    from PIL import Image
-
     try:
         pixels = image_store().pixels(digest)
     except ImageError as exc:
         raise InputError(str(exc)) from exc
+    return _png(pixels, max_side)
+
+
+def _png(pixels: Pixels, max_side: int) -> bytes:
+    from PIL import Image
+
     image = Image.frombytes("RGB", (pixels.width, pixels.height), pixels.rgb)
     image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     out = io.BytesIO()
