@@ -9,14 +9,17 @@ import html
 import time
 
 from PySide6.QtCore import QPoint, QTimer, Signal
-from PySide6.QtGui import QColor, QImage, QTextCursor, QTextDocument
-from PySide6.QtWidgets import QTextBrowser
+from PySide6.QtGui import QColor, QCursor, QImage, QTextCursor, QTextDocument
+from PySide6.QtWidgets import QTextBrowser, QToolTip
+
+from app import chat_surface
 
 from app.citations import SOURCES, open_source
 from app.i18n import tr
 from app.message_actions import MessageToolbar, actions_for
 from app.chat_rounds import fold_tool_rounds
-from app.render import CODE_BLOCKS, images_html, markdown_html, message_html, steps_html, thinking_html
+from app.render import (COLOURS, CODE_BLOCKS, images_html, markdown_html, message_html, routing_text, steps_html,
+                        thinking_html)
 
 RENDER_MS = 50
 SHOWN = 120      # a chat opens on its last SHOWN messages; earlier ones a click away (a 1 000-message
@@ -30,11 +33,13 @@ class ChatView(QTextBrowser):
     sig_action = Signal(str, int)  # "regenerate" | "edit" | "branch" | "delete", the message's index
     sig_branch = Signal(int)  # the id of the sibling message to show (‹ › under a message)
     sig_image = Signal(str, str)  # a thumbnail clicked: the image's digest (and a name), to show whole
+    sig_column = Signal(int)  # the reading column's width changed (the composer matches it)
 
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setOpenExternalLinks(False)
         self.setOpenLinks(False)  # model output never navigates the view
+        self.column = 0
         self.anchorClicked.connect(self._on_link)
         # {"role", "content", "stats", "streaming", "reasoning", "think_open", "think_t0", "steps", "rev"};
         # "steps": an answer's earlier tool rounds, [("text", str) | ("tool", block)], shown above its text
@@ -173,9 +178,33 @@ class ChatView(QTextBrowser):
             return
         index, frame = found
         rect = self.document().documentLayout().frameBoundingRect(frame)
-        top = rect.top() - self.verticalScrollBar().value()
-        right = rect.right() - self.horizontalScrollBar().value()
-        self.toolbar.show_for(index, actions_for(self.messages[index], self.idle), QPoint(int(right) - 4, int(top) + 2))
+        below = rect.bottom() - self.verticalScrollBar().value() + 2  # in the gap under the message
+        dx = self.horizontalScrollBar().value()
+        user = self.messages[index]["role"] == "user"
+        x = rect.right() - dx if user else rect.left() - dx
+        self.toolbar.show_for(index, actions_for(self.messages[index], self.idle), QPoint(int(x), int(below)),
+                              right=user)
+
+    def paintEvent(self, event):  # noqa: N802 - Qt's name
+        chat_surface.paint_shapes(self, COLOURS)  # rounded bubbles and code blocks, under the text
+        super().paintEvent(event)
+
+    def resizeEvent(self, event):  # noqa: N802 - Qt's name
+        self._set_column()  # first: QTextEdit lays the document out to the viewport's new width
+        super().resizeEvent(event)
+
+    def column_sides(self) -> tuple[int, int, int]:
+        """(left, top, right) space beside the column, seen from this view's edges: what a widget
+        under the view leaves to line up with it."""
+        port = self.viewport().geometry()
+        inner = round(self.document().documentMargin())
+        return port.left() + inner, 0, self.width() - port.right() - 1 + inner
+
+    def _set_column(self) -> None:
+        column = chat_surface.set_column(self)
+        if column != self.column:
+            self.column = column
+            self.sig_column.emit(column)
 
     def leaveEvent(self, event):  # noqa: N802 - Qt's name
         super().leaveEvent(event)
@@ -302,6 +331,9 @@ class ChatView(QTextBrowser):
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
         if url.scheme() == "more":
             self.show_earlier()
+        elif url.scheme() == "info" and url.path().isdigit() and int(url.path()) < len(self.messages):
+            # Why this tier answered: kept for those who want it, out of the status line.
+            QToolTip.showText(QCursor.pos(), routing_text(self.messages[int(url.path())].get("stats") or {}), self)
         elif url.scheme() == "image" and url.path():
             self.sig_image.emit(url.path(), "")
         elif url.scheme() == "branch":
@@ -377,7 +409,12 @@ class ChatView(QTextBrowser):
             out.append((image["digest"], max(1, round(w * height / h)), height))
         return out
 
-    def loadResource(self, kind: int, url):  # noqa: N802 - Qt's name: a thumbnail, else nothing
+    def loadResource(self, kind: int, url):  # noqa: N802 - Qt's name: a thumbnail or an icon, else nothing
+        if url.scheme() == "icon":
+            from app.icons import pixmap
+            from app.theme import colour
+
+            return pixmap(url.path(), colour("muted"), 14, self.devicePixelRatioF()).toImage()
         if url.scheme() == "thumb":
             thumb = self.thumbnails.get(url.path()) if self.thumbnails is not None else None
             if thumb is not None:

@@ -1,4 +1,6 @@
-"""The message box: Enter sends, Shift+Enter starts a new line, Up in an empty box edits the last
+"""The composer, one rounded box: the attachments' chips, the message box, and a row of icon chips
+(attach, and the window's documents / think / tools switches), a subtle token count and one round
+button that sends, and stops while an answer is written. Enter sends, Shift+Enter starts a new line, Up in an empty box edits the last
 message; files and images dropped or pasted in (a screenshot pasted is an image), or attached with
 the paperclip; a live token count against the
 context budget, exact (the L1 model's tokenizer: a vocabulary lookup that is safe beside the
@@ -10,13 +12,17 @@ from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QSizePolicy,
-                               QToolButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
+                               QVBoxLayout, QWidget)
 
+from app.a11y import describe
 from app.attachments import AttachmentBar
 from app.i18n import tr
+from app.icons import use
 from app.render import model_label
+from app.theme import set_tone
 
+EDIT_MIN_H, EDIT_MAX_H = 44, 180  # the message box grows with its text, then scrolls
 MAX_COUNT_CHARS = 20_000  # beyond this the count is "very long": counting a huge paste must not stall
 
 
@@ -89,7 +95,18 @@ def _takes(source) -> bool:
     return bool(_local_files(source)) or (source is not None and source.hasImage())
 
 
-class Composer(QWidget):
+def chip(name: str, text: str, icon_name: str, checkable: bool = True) -> QToolButton:
+    """A switch inside the composer: an icon and a word, tinted with the accent while on."""
+    button = use(QToolButton(), icon_name, "muted", 16, on_tone="accent")
+    button.setObjectName(name)
+    button.setProperty("chip", True)
+    button.setText(text)
+    button.setToolButtonStyle(Qt.ToolButtonTextBesideIcon if text else Qt.ToolButtonIconOnly)
+    button.setCheckable(checkable)
+    return button
+
+
+class Composer(QFrame):
     send = Signal(str, str)  # text, route ("auto" | "L1" | "L2" | "L3")
     stop = Signal()
     edit_last = Signal()
@@ -100,30 +117,37 @@ class Composer(QWidget):
     def __init__(self, count_tokens=None, parent=None):
         """`count_tokens(text)` → the exact count, or None while no model is loaded."""
         super().__init__(parent)
+        self.setObjectName("composerBox")
         self.count_tokens = count_tokens or (lambda text: None)
         self.edit = MessageEdit()
+        self.edit.setObjectName("messageEdit")
         self.edit.setPlaceholderText(tr("Message (Enter sends, Shift+Enter new line)"))
-        self.edit.setMaximumHeight(110)
+        self.edit.setFixedHeight(EDIT_MIN_H)
+        self.edit.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
         self.route = QComboBox()  # the window shows it in the top bar: which model answers the chat
         self.set_tiers({})
         self.count = QLabel("")
-        self.attach_button = QToolButton()
-        self.attach_button.setObjectName("attachButton")
-        self.attach_button.setText("+")
+        self.count.setObjectName("tokenCount")
+        set_tone(self.count, "hint")
+        self.attach_button = chip("attachButton", "", "paperclip", checkable=False)
         self.attach_button.setToolTip(tr("Attach files or images (or drop them here, or paste a screenshot)"))
         self.attach_button.setAccessibleName(tr("Attach"))
         self.attach_button.clicked.connect(self.attach.emit)
-        self.send_button = QPushButton(tr("Send"))
-        self.stop_button = QPushButton(tr("Stop"))
-        self.stop_button.setEnabled(False)
-        row = QHBoxLayout()
-        row.addWidget(self.attach_button)
-        row.addWidget(self.count, 1)
-        row.addWidget(self.stop_button)
-        row.addWidget(self.send_button)
+        self.send_button = QToolButton()  # Send, and Stop while an answer is written: one place for the eye
+        self.send_button.setObjectName("sendButton")
+        self.send_button.setFixedSize(34, 34)
+        self.answering = False  # the button stops the answer
+        self.ready = False  # the engine takes a message
+        self.row = QHBoxLayout()  # the chips: attach here, the window adds its switches (add_chip)
+        self.row.setSpacing(4)
+        self.row.addWidget(self.attach_button)
+        self.row.addStretch(1)
+        self.row.addWidget(self.count)
+        self.row.addWidget(self.send_button)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setContentsMargins(10, 6, 8, 8)
+        layout.setSpacing(2)
         self.attachments = AttachmentBar()
         self.attachments.sig_changed.connect(self._update_count)
         self.sent_files: list[str] = []  # the last message's large attachments, indexed for its chat
@@ -133,13 +157,13 @@ class Composer(QWidget):
         self.image_gate: Callable[[str], str | None] | None = None
         layout.addWidget(self.attachments)
         layout.addWidget(self.edit)
-        layout.addLayout(row)
+        layout.addLayout(self.row)
         self.edit.files.connect(self.files.emit)
         self.edit.image.connect(self.image.emit)
         self.edit.submitted.connect(self._submit)
         self.edit.edit_last.connect(self.edit_last.emit)
-        self.send_button.clicked.connect(self._submit)
-        self.stop_button.clicked.connect(self.stop.emit)
+        self.send_button.clicked.connect(self._clicked)
+        self._show_button()
         self.context_used = 0
         self.n_ctx = 0
         self._count_timer = QTimer(self)
@@ -148,9 +172,42 @@ class Composer(QWidget):
         self._count_timer.timeout.connect(self._update_count)
         self.edit.textChanged.connect(self._count_timer.start)
 
-    def set_busy(self, busy: bool) -> None:
-        self.send_button.setEnabled(not busy)
-        self.stop_button.setEnabled(busy)
+    def _fit_height(self, size) -> None:
+        """The box as tall as its text (a plain-text document's height is in lines)."""
+        lines = max(1, int(size.height()))
+        line = self.edit.fontMetrics().lineSpacing()
+        margins = self.edit.contentsMargins()
+        wanted = lines * line + 2 * self.edit.document().documentMargin() + margins.top() + margins.bottom() + 4
+        self.edit.setFixedHeight(max(EDIT_MIN_H, min(EDIT_MAX_H, round(wanted))))
+
+    def add_chip(self, widget: QWidget) -> None:
+        """One of the window's switches, after the chips already there."""
+        self.row.insertWidget(self.row.indexOf(self.count) - 1, widget)
+
+    def set_busy(self, busy: bool, stoppable: bool = True) -> None:
+        """An answer is written (the button stops it), or, with `stoppable` False, the engine is
+        not ready (the button waits, disabled)."""
+        self.answering = busy and stoppable
+        self.ready = not busy
+        self._show_button()
+
+    def _show_button(self) -> None:
+        stop = self.answering
+        use(self.send_button, "square" if stop else "arrow-up", "accent_text", 18)
+        self.send_button.setProperty("stop", stop)
+        self.send_button.style().unpolish(self.send_button)
+        self.send_button.style().polish(self.send_button)
+        self.send_button.setEnabled(self.ready or stop)
+        name, what = ((tr("Stop"), tr("Stop the answer being written (Esc)")) if stop else
+                      (tr("Send"), tr("Send the message (Enter)")))
+        self.send_button.setToolTip(what)
+        describe(self.send_button, name, what)
+
+    def _clicked(self) -> None:
+        if self.answering:
+            self.stop.emit()
+        else:
+            self._submit()
 
     def set_context(self, used: int, n_ctx: int) -> None:
         self.context_used, self.n_ctx = used, n_ctx
@@ -186,7 +243,7 @@ class Composer(QWidget):
         self.route.blockSignals(False)
 
     def _submit(self) -> None:
-        if not self.send_button.isEnabled():
+        if not self.ready:
             return
         text = self.edit.toPlainText()
         if not text.strip() and not self.attachments.items and not self.attachments.images:

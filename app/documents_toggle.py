@@ -7,7 +7,7 @@ engine's answer comes back to `show_state`."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.i18n import tr
 from app.theme import set_tone
@@ -19,8 +19,10 @@ class DocumentsToggle(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.check = QCheckBox(tr("Use my documents"))
-        self.check.setObjectName("useDocuments")
+        from app.composer import chip  # the composer's switches look alike
+
+        self.check = chip("useDocuments", tr("Documents"), "library")
+        self.check.setAccessibleName(tr("Use my documents"))
         self.check.setToolTip(tr("Answers in this chat use excerpts of your files (Documents) and cite them."))
         self.note = QLabel(tr("Documents stay on this computer: local models answer."))
         self.note.setObjectName("documentsLocalNote")

@@ -8,25 +8,26 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar,
                                QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
-from app.a11y import announce, describe
+from app.a11y import announce
 from app.api_server import ApiServerControl
 from app.chat_view import ChatView
+from app.chips import build_chips
 from app.composer import Composer
-from app.documents_toggle import DocumentsToggle
 from app.documents_worker import DocumentsWorker
 from app.empty_state import EmptyState
 from app.engine_worker import TURN_ERRORS, EngineWorker, said
 from app.gauges import GaugePanel
 from app.i18n import tr
 from app.overflow import ask_overflow
+from app.pages import Pages
+from app.rail import NavRail
 from app.render import answered_by, model_label
 from app.sidebar import ChatSidebar
 from app.shortcuts import install as install_shortcuts
 from app.theme import set_tone
-from app.think_toggle import ThinkToggle
 from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
 from app.window_attachments import WindowAttachments, attaching
@@ -52,6 +53,7 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.conversation_id: int | None = None
         self._titles: dict[int, str] = {}  # the chat list's titles, for the top bar
         self.busy = False
+        self.sidebar_folded = False  # the chat list folded away (Ctrl+B)
         self.engine_ready = False
         self._pending: tuple[str, str, list] | None = None  # a first message waiting for its new chat
         self.editing: int | bool = False  # the composer holds an edit of this user message (True: the last)
@@ -72,21 +74,35 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
 
         side = self._build_sidebar()
         center = self._build_center()
+        self.rail = NavRail()
+        self.settings_button, self.models_button = self.rail.buttons["settings"], self.rail.buttons["models"]
+        self.rail.settings.connect(self.open_settings)
+        self.rail.models.connect(self.open_models)
+        self.pages = Pages(center, self.rail)
+        self.pages.makers.update(documents=self._make_documents, tools=self._make_tools)
+        self.pages.shown.connect(self._page_shown)
         self.api_server = ApiServerControl(self.worker, self._on_api_state, self)  # serves while server.enabled is on
         self.gauges = GaugePanel(self.worker.status)
         self.gauges.on_summary = self.top_bar.set_summary
         self.gauges.setVisible(self.top_bar.toggle.isChecked())
         self.top_bar.sig_resources.connect(self._show_resources)
+        self.top_bar.fold.clicked.connect(self.toggle_sidebar)
         self.top_bar.sig_preset.connect(self.choose_preset)
         self.top_bar.sig_edit_presets.connect(self.open_presets)
         self._show_presets()
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(side)
-        splitter.addWidget(center)
+        splitter.addWidget(self.pages)
         splitter.addWidget(self.gauges)
-        splitter.setSizes([220, 640, 260])
+        splitter.setStretchFactor(1, 1)  # the main area takes what the window gains; the chat list keeps its width
+        splitter.setCollapsible(1, False)
+        splitter.setSizes([side.width(), 640, 260])
         root = QWidget()
-        QHBoxLayout(root).addWidget(splitter)
+        row = QHBoxLayout(root)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.rail)
+        row.addWidget(splitter, 1)
         self.setCentralWidget(root)
         self._name_widgets()
         self.setup_images()
@@ -104,13 +120,8 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         """The chat list (app/sidebar.py): its widgets keep their names here, tests and the window use them."""
         side = self.sidebar = ChatSidebar(lambda: self.busy)
         self.search, self.chat_list = side.search, side.chat_list
-        self.new_button, self.settings_button, self.models_button = \
-            side.new_button, side.settings_button, side.models_button
-        side.documents_button.clicked.connect(self.open_documents)
-        side.tools_button.clicked.connect(self.open_tools)
+        self.new_button = side.new_button
         self.new_button.clicked.connect(self.new_chat)
-        self.settings_button.clicked.connect(self.open_settings)
-        self.models_button.clicked.connect(self.open_models)
         side.selected.connect(self._select)
         side.rename.connect(self.rename_chat)
         side.pin.connect(self.pin_chat)
@@ -141,8 +152,9 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.composer.stop.connect(self.stop)
         self.composer.files.connect(self.attach_files)  # dropped or pasted files
         self.composer.edit_last.connect(self.edit_last)  # Up in an empty message box
-        actions = self._build_actions()
-        self.composer.set_busy(True)  # until the engine is ready
+        build_chips(self)
+        self._update_actions()
+        self.composer.set_busy(True, stoppable=False)  # until the engine is ready
         mode = Settings.shared().get("router.mode")  # the settings' routing mode: a new chat's default
         self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(mode)))
         self.confidence_warning = QLabel("")
@@ -153,12 +165,16 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.top_bar.add_picker(self.composer.route)
         self.composer.route.activated.connect(self.choose_route)
         center = QWidget()
+        center.setObjectName("chatPage")
+        center.setAttribute(Qt.WA_StyledBackground)  # a plain QWidget paints a stylesheet background only so
         layout = QVBoxLayout(center)
         layout.addWidget(self.top_bar)
-        for part in (self.banner, self.view, self.confidence_warning, actions, self.composer, self.progress,
-                     self.status_label):
-            if part is actions:
-                layout.addLayout(actions)
+        composer_row = QHBoxLayout()  # the composer under the reading column, as wide as it
+        composer_row.addWidget(self.composer)
+        self.view.sig_column.connect(lambda column: composer_row.setContentsMargins(*self.view.column_sides(), 0))
+        for part in (self.banner, self.view, self.confidence_warning, composer_row, self.progress, self.status_label):
+            if part is composer_row:
+                layout.addLayout(part)
             else:
                 layout.addWidget(part, 1 if part is self.view else 0)
         self.empty = EmptyState("emptyState")  # no chats yet, an empty chat, or no engine: what to do next
@@ -168,38 +184,11 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.welcome = self._welcome(layout)  # first start: in the empty chat's place
         return center
 
-    def _build_actions(self) -> QHBoxLayout:
-        """The chat's switches: "Use my documents", Think, Tools. A message's own actions (copy,
-        answer again, edit, branch, delete) are on the message (app/message_actions.py)."""
-        actions = QHBoxLayout()
-        actions.addStretch(1)
-        self.docs_toggle = DocumentsToggle()  # "Use my documents" for the chat shown
-        self.docs_toggle.setEnabled(False)  # until the engine says documents are on
-        self._update_docs_note()
-        self.docs_toggle.sig_set.connect(
-            lambda cid, on: self.docs_worker.set_conversation(cid, on, self.docs_toggle.show_state))
-        self.docs_toggle.sig_query.connect(
-            lambda cid: self.docs_worker.get_conversation(cid, self.docs_toggle.show_state))
-        actions.addWidget(self.docs_toggle)
-        self.think_toggle = ThinkToggle(bool(Settings.shared().get("reasoning.think")))
-        self.think_toggle.sig_set.connect(
-            lambda cid, on: self.worker.call(lambda a: a.set_conversation_think(cid, on), lambda _: None))
-        actions.addWidget(self.think_toggle)
-        self.tools_toggle = QCheckBox(tr("Tools"))  # offer the tools (built-in and MCP) to the model
-        self.tools_toggle.setObjectName("toolsToggle")
-        describe(self.tools_toggle, tr("Tools"), tr("The model may call tools: the built-in ones and your MCP "
-                                                     "servers. Every call asks you first."))
-        self.tools_toggle.setChecked(bool(Settings.shared().get("tools.enabled")))
-        self.tools_toggle.toggled.connect(lambda on: Settings.shared().set("tools.enabled", on))
-        actions.addWidget(self.tools_toggle)
-        self._update_actions()
-        return actions
-
     def _name_widgets(self) -> None:
         """Stable objectNames: tests and automation find widgets by these."""
         for name, widget in (("conversationList", self.chat_list), ("newConversationButton", self.new_button),
                              ("searchBox", self.search), ("chatView", self.view), ("composer", self.composer),
-                             ("sendButton", self.composer.send_button), ("stopButton", self.composer.stop_button),
+                             ("sendButton", self.composer.send_button),
                              ("routeOverride", self.composer.route),
                              ("vramGauge", self.gauges.vram), ("ramGauge", self.gauges.ram_app),
                              ("kvGauge", self.gauges.kv_box), ("contextLevel", self.gauges.water_bar),
@@ -440,6 +429,9 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self._turn(cid, self._start(cid, text, route, fork or {}), files)
 
     def stop(self) -> None:
+        if self.pages.current_key() != "chats":  # Esc on a page: back to the chat
+            self.open_chats()
+            return
         if not self.busy and self.cancel_branch():  # Esc before a branch's first message: back
             return
         self.worker.stop()  # a threading.Event: safe from this thread

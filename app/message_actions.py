@@ -1,5 +1,5 @@
-"""What can be done to one message in the chat, and the small toolbar that offers it when the
-pointer rests on the message (the same list is the message's right-click menu, which the keyboard
+"""What can be done to one message in the chat, and the row of small icon buttons that offers it
+under the message (never over its text) when the pointer rests on the message (the same list is the message's right-click menu, which the keyboard
 reaches too: Menu key or Shift+F10 over the message at the text cursor)."""
 
 from __future__ import annotations
@@ -9,6 +9,10 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QWidget
 
 from app.a11y import describe
 from app.i18n import tr
+from app.icons import use
+
+ICONS = {"copy": "copy", "markdown": "code", "regenerate": "refresh-cw", "edit": "pencil", "branch": "git-branch",
+         "delete": "trash-2"}
 
 
 def actions_for(message: dict, idle: bool) -> list[tuple[str, str, str]]:
@@ -34,23 +38,24 @@ def actions_for(message: dict, idle: bool) -> list[tuple[str, str, str]]:
 
 
 class MessageToolbar(QFrame):
-    """A row of small buttons at a message's top right corner, over the chat view's viewport."""
+    """A row of small icon buttons under a message (in the gap the view leaves there), at its left
+edge for an answer and its right edge for a user's bubble."""
 
     triggered = Signal(str, int)  # action, the message's index in the view
 
     def __init__(self, parent: QWidget):
         super().__init__(parent)
         self.setObjectName("messageToolbar")
-        self.setFrameShape(QFrame.StyledPanel)
-        self.setAutoFillBackground(True)
+        self.setFrameShape(QFrame.NoFrame)
         self.index: int | None = None
         self._row = QHBoxLayout(self)
         self._row.setContentsMargins(2, 1, 2, 1)
         self._row.setSpacing(2)
         self.hide()
 
-    def show_for(self, index: int, actions: list[tuple[str, str, str]], corner: QPoint) -> None:
-        """Offer `actions` for message `index`, the toolbar's top right at `corner`."""
+    def show_for(self, index: int, actions: list[tuple[str, str, str]], corner: QPoint, right: bool = False) -> None:
+        """Offer `actions` for message `index`, the toolbar's top left at `corner` (its top right
+        with `right`)."""
         if index != self.index or [b.objectName() for b in self.buttons()] != [f"msg_{a}" for a, _, _ in actions]:
             for b in self.buttons():
                 self._row.removeWidget(b)
@@ -60,6 +65,8 @@ class MessageToolbar(QFrame):
                 b = QToolButton(self)
                 b.setObjectName(f"msg_{action}")
                 b.setText(label)
+                use(b, ICONS.get(action, "ellipsis"), "muted", 15)
+                b.setToolButtonStyle(Qt.ToolButtonIconOnly)
                 b.setAutoRaise(True)
                 b.setFocusPolicy(Qt.NoFocus)  # the keyboard has the context menu; Tab stays in reading order
                 describe(b, label, description)
@@ -67,7 +74,7 @@ class MessageToolbar(QFrame):
                 self._row.addWidget(b)
             self.index = index
             self.adjustSize()
-        self.move(max(0, corner.x() - self.width()), max(0, corner.y()))
+        self.move(max(0, corner.x() - (self.width() if right else 0)), max(0, corner.y()))
         self.show()
         self.raise_()
 

@@ -13,11 +13,13 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import TextLexer, get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from app.chat_surface import CODE_PAD, USER_PAD
 from app.citations import citations_html
 from app.i18n import tr
 
 # The light look's; app/theme.py sets each look's own (its tokens) before anything is drawn.
 COLOURS = {"user": "#dcecff", "assistant": "#f2f2f2", "code": "#f4f4f4", "meta": "#777", "border": "#888",
+           "badge": "#eceef1",
            "warn": "#8a4b00", "danger": "#a00000", "mark": "#ffe2a8", "code_style": "friendly"}
 _FORMATTERS: dict[str, HtmlFormatter] = {}
 
@@ -49,11 +51,14 @@ def _code(code: str, lang: str, attrs) -> str:
         lexer = TextLexer()
     body = highlight(code, lexer, _formatter())
     label = html.escape(lang or "code")
-    frame = f"background:{COLOURS['code']};border:1px solid {COLOURS['border']}"
-    return (f"<table width='100%' cellpadding='6' style='{frame}'>"
-            f"<tr><td style='color:{COLOURS['meta']};font-size:small'>{label} · <a href='copy:{key}'>"
-            f"{tr('copy')}</a></td></tr><tr><td><pre style='font-family:monospace;margin:0'>{body}</pre>"
-            "</td></tr></table>")
+    # No background or border here: the view paints the block rounded under it (app/chat_surface.py
+    # knows it by this cell padding). A header: the language, and a copy icon.
+    link = f"color:{COLOURS['meta']};text-decoration:none"
+    return (f"<table width='100%' cellspacing='0' cellpadding='{CODE_PAD}'>"
+            f"<tr><td style='color:{COLOURS['meta']};font-size:small'>{label}</td>"
+            f"<td align='right' style='font-size:small'><a href='copy:{key}' style='{link}'>"
+            f"<img src='icon:copy' width='13' height='13'>&nbsp;{tr('copy')}</a></td></tr>"
+            f"<tr><td colspan='2'><pre style='font-family:monospace;margin:0'>{body}</pre></td></tr></table>")
 
 
 # "js-default": no raw HTML from model output reaches the view; links are not auto-followed.
@@ -72,7 +77,8 @@ def markdown_html(text: str) -> str:
             return f"<pre>{html.escape(text)}</pre>"
         # A Markdown table as a grid: Qt draws a bare <table> without lines.
         return _MD.renderer.render(tokens, _MD.options, {}).replace(
-            "<table>", f"<table border='1' cellspacing='0' cellpadding='4' style='border-color:{COLOURS['meta']}'>")
+            "<table>", f"<table border='1' cellspacing='0' cellpadding='6' style='border-color:{COLOURS['border']}'>"
+        ).replace("<blockquote>", f"<blockquote style='color:{COLOURS['meta']};margin-left:12px'>")
     except RecursionError:  # pathological nesting: plain text, never a crash
         return f"<pre>{html.escape(text)}</pre>"
 
@@ -126,11 +132,34 @@ def model_label(spec: str) -> str:
     return PureWindowsPath(spec).stem if spec.lower().endswith(".gguf") else spec  # either slash
 
 
+def where_answered(level: str | None, stats: dict | None = None) -> str:
+    """Where an answer was made, in a user's words: the GPU or CPU model here, or the remote one.
+    An L2 model whose layers all stayed on the CPU is said to be on the CPU."""
+    offload = (stats or {}).get("offload") or {}
+    if level == "L3":
+        return tr("the remote model")
+    if level == "L2" and offload.get("n_gpu_layers", 1):
+        return tr("the GPU model")
+    return tr("the CPU model") if level in ("L1", "L2") else tr("a model")
+
+
 def answered_by(done: dict) -> str:
-    """The status line after a turn: which model answered, on which tier, and why that tier."""
-    why = done.get("fallback") or done.get("route_reason") or ""
-    text = tr("Answered by {model} ({level})").format(model=done.get("model") or "?", level=done.get("level") or "?")
-    return f"{text}: {why}" if why else text
+    """The status line after a turn: where it was answered, and a fallback the user must know of
+    (a broken tier stood in for). Why the router chose that tier is the answer's info popover
+    (routing_html), not the status line."""
+    text = tr("Answered on {where}").format(where=where_answered(done.get("level"), done.get("stats")))
+    return tr("{text} (a stand-in: {why})").format(text=text, why=done["fallback"]) if done.get("fallback") else text
+
+
+def routing_text(stats: dict) -> str:
+    """The answer's routing evidence, for those who want it: tier, model, the router's reason and a
+    fallback (the info button on the answer's header shows it)."""
+    lines = [tr("Tier {level}: {model}").format(level=stats.get("level") or "?", model=stats.get("model") or "?")]
+    if stats.get("route_reason"):
+        lines.append(tr("Why this tier: {why}").format(why=stats["route_reason"]))
+    if stats.get("fallback"):
+        lines.append(tr("Stand-in: {why}").format(why=stats["fallback"]))
+    return "\n".join(lines)
 
 
 def notices_html(stats: dict) -> str:
@@ -242,12 +271,14 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
     how many) when the message has siblings; `images`: a user message's thumbnails (images_html)."""
     stats = stats or {}
     actions = branch_html(index, branch) if branch and index is not None and not streaming else ""
-    if role == "user":
+    if role == "user":  # a bubble at the right, as wide as its text (painted rounded by the view)
         body = images + html.escape(text).replace("\n", "<br>")
-        return ("<table width='100%' cellspacing='0' cellpadding='8'><tr><td width='20%'></td>"
-                f"<td style='background:{COLOURS['user']}'>{body}{actions}</td></tr></table>")
+        # Qt's tables have no max-width: a short bubble takes its text's width, a long one 80 %.
+        wide = " width='80%'" if _columns(text) > 72 or images else ""
+        return (f"<table align='right'{wide} cellspacing='0' cellpadding='{USER_PAD}'><tr><td>{body}{actions}</td>"
+                f"</tr></table>{GAP}")
     body = markdown_html(text) if text else ("" if thinking else "<i>…</i>")  # all thinking: it is the content
-    body = thinking + body
+    body = answer_header(stats, index) + thinking + body
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
     tail = "" if streaming else citations_html(stats, COLOURS["meta"])  # [n] → the documents cited
@@ -256,5 +287,28 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
     title = ' title="{}"'.format(tip.replace('"', "'")) if tip else ""
     tail += (f"<div style='color:{COLOURS['meta']};font-size:small'{title}>{html.escape(meta)}</div>" if meta else "")
     tail += notices_html(stats) + actions
-    return ("<table width='100%' cellspacing='0' cellpadding='8'><tr>"
-            f"<td style='background:{COLOURS['assistant']}'>{body}{cursor}{tail}</td><td width='10%'></td></tr></table>")
+    # Full width, no box: an answer reads as the page does.
+    return f"<table width='100%' cellspacing='0' cellpadding='2'><tr><td>{body}{cursor}{tail}</td></tr></table>{GAP}"
+
+
+def _columns(text: str) -> int:
+    """The widest line of `text` in Latin character widths (a CJK character is two)."""
+    return max((sum(2 if ord(c) >= 0x2E80 else 1 for c in line) for line in text.split("\n")), default=0)
+
+
+# The room under each message where its actions appear on hover (app/message_actions.py).
+GAP = "<p style='margin:0;font-size:22px'>&nbsp;</p>"
+
+
+def answer_header(stats: dict, index: int | None) -> str:
+    """Above an answer: its model, a tier badge, and an info icon (`info:` link) that shows why
+    this tier answered. Nothing while no model is known (an answer being written)."""
+    if not stats.get("model"):
+        return ""
+    badge = (f"&nbsp;<span style='background:{COLOURS['badge']};color:{COLOURS['meta']};font-size:small'>"
+             f"&nbsp;{html.escape(stats.get('level') or '')}&nbsp;</span>") if stats.get("level") else ""
+    why = tr("Why this model answered").replace('"', "'")
+    info = ("" if index is None else
+            f"&nbsp;<a href='info:{index}' title=\"{why}\"><img src='icon:info' width='14' height='14'></a>")
+    return (f"<p style='margin:0 0 4px 0'><span style='font-weight:600'>{html.escape(model_label(stats['model']))}"
+            f"</span>{badge}{info}</p>")

@@ -10,8 +10,8 @@ import logging
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QFrame,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QMessageBox, QPushButton, QScrollArea,
-                               QSlider, QSpinBox, QVBoxLayout, QWidget)
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QListWidget, QMessageBox, QPushButton,
+                               QScrollArea, QSlider, QSpinBox, QStackedWidget, QVBoxLayout)
 
 from app.a11y import describe
 from app.api_server_settings import ApiServerSection
@@ -31,35 +31,51 @@ class SettingsDialog(QDialog):
         self.setObjectName("settingsDialog")
         self.settings = settings
         self.forget_requested = False
-        content = QWidget()  # the sections scroll: together they are taller than many screens
-        layout = QVBoxLayout(content)
         self.reasoning = ReasoningSettings(self.settings)
         self.speculative = SpeculativeSettings(self.settings)
-        for box in (self._models_box(), self._l3_box(), self._behaviour_box(), self.reasoning, self.speculative,
-                    self._appearance_box()):
-            layout.addWidget(box)
         self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
-        layout.addWidget(self.api_server)
-        self._scroll(content)
+        self._sections([self._models_box(), self._l3_box(), self._behaviour_box(), self.reasoning, self.speculative,
+                        self._appearance_box(), self.api_server])
         self._update_preview()
 
-    def _scroll(self, content: QWidget) -> None:
-        """The sections in a scroll area sized to them (at most 90 % of the screen), Save and Cancel below."""
+    def _sections(self, boxes: list[QGroupBox]) -> None:
+        """One section at a time, chosen on the left (each scrolls on its own when taller than the
+        dialog), Save and Cancel below: one long scroll of every section hid most of them."""
         buttons = QDialogButtonBox(QDialogButtonBox.Save | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.save)
         buttons.rejected.connect(self.reject)
-        scroll = QScrollArea()
-        scroll.setObjectName("settingsScroll")
-        scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QFrame.NoFrame)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        scroll.setWidget(content)
-        scroll.setMinimumWidth(content.sizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+        self.sections = QListWidget()
+        self.sections.setObjectName("settingsSections")
+        describe(self.sections, tr("Sections"), tr("Choose which settings to show"))
+        self.pages = QStackedWidget()
+        self.pages.setObjectName("settingsPages")
+        for box in boxes:
+            self.sections.addItem(box.title())
+            scroll = QScrollArea()
+            scroll.setWidgetResizable(True)
+            scroll.setFrameShape(QFrame.NoFrame)
+            scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+            scroll.setWidget(box)
+            self.pages.addWidget(scroll)
+        self.sections.currentRowChanged.connect(self.pages.setCurrentIndex)
+        self.sections.setCurrentRow(0)
+        self.sections.setFixedWidth(max(180, self.sections.sizeHintForColumn(0) + 24))
+        row = QHBoxLayout()
+        row.addWidget(self.sections)
+        row.addWidget(self.pages, 1)
         outer = QVBoxLayout(self)
-        outer.addWidget(scroll, 1)
+        outer.addLayout(row, 1)
         outer.addWidget(buttons)
+        widest = max(box.sizeHint().width() for box in boxes)
+        tallest = max(box.sizeHint().height() for box in boxes)
         screen = self.screen().availableGeometry().height() if self.screen() else 900
-        self.resize(scroll.minimumWidth() + 24, min(content.sizeHint().height() + 60, int(screen * 0.9)))
+        self.resize(self.sections.width() + widest + 60, min(tallest + 80, int(screen * 0.9)))
+
+    def show_section(self, title: str) -> None:
+        """Open the section called `title` (tests and the window's doors)."""
+        found = self.sections.findItems(title, Qt.MatchExactly)
+        if found:
+            self.sections.setCurrentItem(found[0])
 
     def _models_box(self) -> QGroupBox:
         """Models per tier, the GPU and the VRAM budget with what it buys."""

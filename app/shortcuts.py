@@ -16,11 +16,17 @@ SHORTCUTS = (
     ("Ctrl+N", "New chat", "new_chat"),
     ("Ctrl+K", "Search chats", "focus_search"),
     ("Ctrl+L", "Write a message", "focus_composer"),
-    ("Esc", "Stop the answer, or leave a new branch before its first message", "stop"),
+    ("Esc", "Stop the answer, leave a new branch before its first message, or leave a page", "stop"),
     ("Ctrl+R", "Answer the last message again", "regenerate"),
     ("Up", "Edit your last message (in an empty message box)", None),
     ("Ctrl+Shift+C", "Copy the last answer", "copy_answer"),
     ("Ctrl+/", "Show the keyboard shortcuts", "show_shortcuts"),
+    ("Ctrl+B", "Show or fold the chat list", "toggle_sidebar"),
+    ("Ctrl+1", "Chats", "open_chats"),
+    ("Ctrl+2", "Documents", "open_documents"),
+    ("Ctrl+3", "Tools", "open_tools"),
+    ("Ctrl+4", "Models", "open_models"),
+    ("Ctrl+,", "Settings", "open_settings"),
 )
 
 

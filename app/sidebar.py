@@ -1,22 +1,28 @@
-"""The window's left column: chat search, the chat list (under Pinned and date headers) with its
-right-click menu, and the New chat / Documents / Settings / Models buttons. It holds no conversation
-state: what the user asks for leaves as signals, and the window (which owns the current chat and the
-engine) acts on them."""
+"""The chat list column beside the icon rail: its header (the title, "+" for a new chat), the search
+box, and the chats under Pinned and date headers, each with a "…" button (on hover or selection) and
+a right-click menu: pin, rename, export, delete. The column folds away (Ctrl+B). It holds no
+conversation state: what the user asks for leaves as signals, and the window (which owns the current
+chat and the engine) acts on them."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Callable
 
-from PySide6.QtCore import QModelIndex, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont, QIcon, QPainter, QPen, QPixmap
-from PySide6.QtWidgets import QLineEdit, QListWidget, QListWidgetItem, QMenu, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QModelIndex, QPoint, QPointF, QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QFont, QIcon, QPainter, QPen, QPixmap
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QLineEdit, QListWidget, QListWidgetItem, QMenu, QStyle,
+                               QStyledItemDelegate, QStyleOptionViewItem, QToolButton, QVBoxLayout, QWidget)
 
+from app.a11y import describe
 from app.chat_groups import grouped
 from app.i18n import tr
+from app.icons import icon, use
 from app.theme import colour
 
 SEARCH_PAUSE_MS = 200  # search when typing pauses
+COLUMN_WIDTH = 248  # the chat list's width: fixed, so that a long title never moves the layout
+MORE_W = 28  # the "…" button at a row's right end
 PINNED_ROLE = Qt.UserRole + 1  # a chat row's pinned flag (Qt.UserRole holds its id; None on a header)
 
 
@@ -52,9 +58,50 @@ def _pin_pixmap(size: int, fill: str) -> QPixmap:
     return pixmap
 
 
+def more_rect(row: QRect) -> QRect:
+    """Where a row's "…" button is drawn, and clicked."""
+    return QRect(row.right() - MORE_W, row.top(), MORE_W, row.height())
+
+
+class RowDelegate(QStyledItemDelegate):
+    """A chat row under the mouse or selected shows a "…" button at its right end; the title is
+    drawn (and elided) left of it."""
+
+    def paint(self, painter, option, index) -> None:
+        active = option.state & (QStyle.State_MouseOver | QStyle.State_Selected)
+        if index.data(Qt.UserRole) is None or not active:
+            super().paint(painter, option, index)
+            return
+        widget = option.widget
+        widget.style().drawPrimitive(QStyle.PE_PanelItemViewItem, option, painter, widget)
+        narrow = QStyleOptionViewItem(option)
+        narrow.rect = option.rect.adjusted(0, 0, -MORE_W, 0)
+        super().paint(painter, narrow, index)
+        mode = QIcon.Selected if option.state & QStyle.State_Selected else QIcon.Normal
+        icon("ellipsis", "muted", 16).paint(painter, more_rect(option.rect).adjusted(6, 0, -6, 0), Qt.AlignCenter, mode)
+
+
 class ChatList(QListWidget):
     """The chat list. Home, End, Page Up and Page Down land on a chat: Qt's own move stays put when
-    the row it aims at is a group header (not enabled), so Home did nothing under "Pinned"."""
+    the row it aims at is a group header (not enabled), so Home did nothing under "Pinned".
+    A click on a row's "…" opens its menu (`more` with the point to show it at)."""
+
+    more = Signal(QPoint)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setItemDelegate(RowDelegate(self))
+        self.setMouseTracking(True)
+
+    def mousePressEvent(self, event):  # noqa: N802 - Qt's name
+        item = self.itemAt(event.position().toPoint())
+        if item is not None and item.data(Qt.UserRole) is not None and event.button() == Qt.LeftButton:
+            rect = self.visualItemRect(item)
+            if more_rect(rect).contains(event.position().toPoint()):
+                self.setCurrentItem(item)
+                self.more.emit(QPoint(rect.right() - MORE_W, rect.bottom()))
+                return
+        super().mousePressEvent(event)
 
     def moveCursor(self, action, modifiers) -> QModelIndex:  # noqa: N802 - Qt's name
         index = super().moveCursor(action, modifiers)
@@ -82,8 +129,16 @@ class ChatSidebar(QWidget):
         self.busy = busy  # no menu mid-turn
         self.now: Callable[[], datetime] = lambda: datetime.now().astimezone()  # the date groups' clock
         self._pin_icon = pin_icon()
+        self.setObjectName("chatColumn")
+        self.setFixedWidth(COLUMN_WIDTH)
         self.search = QLineEdit()
         self.search.setPlaceholderText(tr("Search chats"))
+        self.search.setClearButtonEnabled(True)
+        self.search.addAction(use(QAction(self.search), "search", "muted", 16), QLineEdit.LeadingPosition)
+        for part in self.search.findChildren(QToolButton):  # the magnifier and the clear button Qt adds
+            clear = part.defaultAction() is not None and part.defaultAction().objectName() == "_q_qlineeditclearaction"
+            describe(part, tr("Clear the search") if clear else tr("Search chats"),
+                     tr("Clear the search") if clear else tr("Type to find chats by their words (Ctrl+K)"))
         timer = QTimer(self)
         timer.setSingleShot(True)
         timer.setInterval(SEARCH_PAUSE_MS)
@@ -96,20 +151,20 @@ class ChatSidebar(QWidget):
         self.chat_list.currentItemChanged.connect(self._clicked)
         self.chat_list.setContextMenuPolicy(Qt.CustomContextMenu)
         self.chat_list.customContextMenuRequested.connect(self._menu)
-        self.new_button = QPushButton(tr("New chat"))
-        self.settings_button = QPushButton(tr("Settings"))
-        self.models_button = QPushButton(tr("Models"))
-        self.documents_button = QPushButton(tr("Documents"))
-        self.documents_button.setObjectName("documentsButton")
-        self.tools_button = QPushButton(tr("Tools"))
-        self.tools_button.setObjectName("toolsButton")
-        self.tools_button.setToolTip(tr("Built-in tools and MCP servers: their state, their tools, what you allowed"))
+        self.chat_list.more.connect(self._menu)
+        title = QLabel(tr("Chats"))
+        title.setObjectName("columnTitle")
+        self.new_button = use(QToolButton(), "square-pen", "text", 18)
+        self.new_button.setObjectName("newConversationButton")
+        head = QHBoxLayout()
+        head.setContentsMargins(4, 0, 0, 0)
+        head.addWidget(title, 1)
+        head.addWidget(self.new_button)
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 10, 4, 8)
+        layout.addLayout(head)
         layout.addWidget(self.search)
         layout.addWidget(self.chat_list, 1)
-        for button in (self.new_button, self.documents_button, self.tools_button, self.settings_button,
-                       self.models_button):
-            layout.addWidget(button)
 
     def set_conversations(self, rows: list[dict], current: int | None) -> None:
         """The list from the engine (pinned, then newest first) under its group headers, `current`

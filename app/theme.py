@@ -15,17 +15,21 @@ from app import render
 # One row per look. Colours: window (the app's background), surface (inputs, lists), raised (buttons,
 # tabs, the answer bubble), border, text, muted (secondary text, disabled), accent and the text on it,
 # danger (destructive actions, a medical caution), warn and warn_bg (a notice: the banner, low
-# confidence, a skipped file), info and info_bg (a hint that guides), mark (highlighted text).
+# confidence, a skipped file), info and info_bg (a hint that guides), mark (highlighted text), accent_soft
+# (the accent 18 % into surface: a chip or rail button that is on), hover (text 7 % into surface: a flat
+# button under the pointer), accent_hover (the round Send button under the pointer).
 # radius and spacing in device-independent pixels.
 TOKENS: dict[str, dict] = {
     "light": {"window": "#f5f6f8", "surface": "#ffffff", "raised": "#eceef1", "border": "#d0d4da",
               "text": "#1f2328", "muted": "#6b7079", "accent": "#3d6fb6", "accent_text": "#ffffff",
               "danger": "#b3261e", "warn": "#8a4b00", "warn_bg": "#fff1d6", "info": "#1d3d66",
-              "info_bg": "#eef5ff", "mark": "#ffe2a8", "radius": 6, "spacing": 6},
+              "info_bg": "#eef5ff", "mark": "#ffe2a8", "accent_soft": "#dce5f2", "hover": "#eff0f0",
+              "accent_hover": "#3864a1", "radius": 6, "spacing": 6},
     "dark": {"window": "#202124", "surface": "#2a2b2e", "raised": "#35363a", "border": "#4a4b4e",
              "text": "#e8eaed", "muted": "#9aa0a6", "accent": "#3d6fb6", "accent_text": "#ffffff",
              "danger": "#f28b82", "warn": "#f6c27a", "warn_bg": "#3b2f1c", "info": "#a8c7fa",
-             "info_bg": "#1f2b3d", "mark": "#6b4f1d", "radius": 6, "spacing": 6},
+             "info_bg": "#1f2b3d", "mark": "#6b4f1d", "accent_soft": "#2d3746", "hover": "#37383b",
+             "accent_hover": "#5781be", "radius": 6, "spacing": 6},
 }
 # Pygments' styles for code in answers: each is made for its own kind of background.
 CODE_STYLES = {"light": "friendly", "dark": "github-dark"}
@@ -40,9 +44,6 @@ QPushButton { padding: ${half}px ${space2}px; border: 1px solid $border; border-
 QPushButton:hover, QPushButton:focus { border-color: $accent; }
 QPushButton:checked { background: $accent; color: $accent_text; border-color: $accent; }
 QPushButton:disabled { color: $muted; }
-QPushButton#sendButton, QPushButton#newConversationButton { background: $accent; color: $accent_text; border: none; }
-QPushButton#sendButton { font-weight: bold; }
-QPushButton#sendButton:disabled { background: $border; color: $muted; }
 QPushButton#removeDocumentsButton, QPushButton#revokeButton { color: $danger; }
 QLineEdit, QPlainTextEdit, QTextEdit, QTextBrowser {
     border: 1px solid $border; border-radius: ${radius}px; padding: ${half}px; background: $surface; color: $text; }
@@ -82,6 +83,31 @@ QProgressBar { border: 1px solid $border; border-radius: ${radius}px; background
 QProgressBar::chunk { background: $accent; border-radius: ${half}px; }
 QCheckBox { spacing: ${space}px; }
 QCheckBox:disabled { color: $muted; }
+/* The rail, pills, page and column titles (issue 42) */
+QWidget#navRail { background: $raised; }
+QToolButton { border: 1px solid transparent; border-radius: ${radius}px; padding: ${half}px; background: transparent; }
+QToolButton:hover { background: $hover; }
+QToolButton:checked { background: $accent_soft; }
+QToolButton:focus { border-color: $accent; }
+QToolButton[rail="true"] { border-radius: ${space2}px; }
+QToolButton[rail="true"]:checked { background: $surface; }
+QComboBox[pill="true"], QToolButton[pill="true"] { border: 1px solid $border; border-radius: ${pill}px;
+    padding: ${half}px ${space2}px; background: $surface; color: $text; }
+QComboBox[pill="true"]:hover, QComboBox[pill="true"]:focus, QToolButton[pill="true"]:hover { border-color: $accent; }
+QComboBox[pill="true"]::drop-down { border: none; width: ${space3}px; }
+QComboBox[pill="true"]::down-arrow { image: url($chevron); width: ${space2}px; height: ${space2}px; }
+QFrame#composerBox { border: 1px solid $border; border-radius: ${space3}px; background: $surface; }
+QFrame#composerBox QPlainTextEdit { border: none; background: transparent; padding: ${half}px 0; }
+QToolButton[chip="true"] { border: 1px solid $border; border-radius: ${pill}px; padding: 2px ${space}px; color: $muted; }
+QToolButton[chip="true"]:checked { background: $accent_soft; border-color: $accent; color: $text; }
+QToolButton#sendButton { background: $accent; border: none; border-radius: 17px; }
+QToolButton#sendButton:hover { background: $accent_hover; }
+QToolButton#sendButton:disabled { background: $border; }
+QToolButton#sendButton:focus { border: 2px solid $text; }
+QTextBrowser#chatView { border: none; background: $surface; }
+QWidget#pages, QWidget#chatPage { background: $surface; }
+QLabel#columnTitle, QLabel#pageTitle { font-weight: 600; font-size: 13pt; padding: ${half}px 0; }
+QWidget#chatColumn { background: $window; }
 /* Tones, set as a widget's "tone" property, so that no widget writes a colour of its own: */
 QLabel[tone="muted"] { color: $muted; }
 QLabel[tone="hint"] { color: $muted; font-size: small; }
@@ -117,7 +143,10 @@ def _mix(a: str, b: str, share_a: float) -> str:
 def stylesheet(look: str) -> str:
     t = TOKENS[look]
     space = t["spacing"]
-    return STYLE.substitute(t, half=space // 2, space=space, space2=space * 2, space3=space * 3, space4=space * 4)
+    from app.icons import tinted_file  # the icons take their colours from this module
+
+    return STYLE.substitute(t, half=space // 2, space=space, space2=space * 2, space3=space * 3, space4=space * 4,
+                            pill=space * 2 + 2, chevron=tinted_file("chevron-down", t["muted"]))
 
 
 def palette(look: str) -> QPalette:
@@ -145,13 +174,19 @@ def _apply_look(app: QApplication, look: str) -> None:
     if app.style().name().lower() != "fusion":
         app.setStyle("Fusion")
     app.setPalette(palette(look))
-    render.set_colours(user=_mix(t["accent"], t["surface"], 0.22), assistant=t["raised"], code=t["surface"],
+    render.set_colours(user=_mix(t["accent"], t["surface"], 0.22), assistant=t["raised"], code=t["raised"],
+                       badge=t["raised"],
                        meta=t["muted"], border=t["border"], warn=t["warn"], danger=t["danger"], mark=t["mark"],
                        code_style=CODE_STYLES[look])
     sheet = stylesheet(look)
+    changed = app.property("assistantLook") != look
     if app.styleSheet() != sheet:
         app.setStyleSheet(sheet)
     app.setProperty("assistantLook", look)
+    if changed:
+        from app.icons import retint
+
+        retint(app.allWidgets())
 
 
 def colour(key: str) -> str:

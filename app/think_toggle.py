@@ -6,17 +6,24 @@ it through the engine."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QToolButton
 
 from app.i18n import tr
+from app.icons import use
 
 
-class ThinkToggle(QCheckBox):
+class ThinkToggle(QToolButton):
     sig_set = Signal(int, bool)  # conversation id, on: store it for that chat
 
     def __init__(self, default: bool, parent=None):
-        super().__init__(tr("Think"), parent)
+        super().__init__(parent)
+        self.setText(tr("Think"))
         self.setObjectName("thinkToggle")
+        self.setProperty("chip", True)
+        self.setCheckable(True)
+        self.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        use(self, "brain", "muted", 16, on_tone="accent")
         self.setToolTip(tr("Reasoning models think before they answer (shown folded above the answer). "
                            "Off: they answer at once."))
         self.setAccessibleName(tr("Think"))

@@ -48,25 +48,40 @@ class WindowPanels:
             self._apply_settings(sorted(set(changed)))
 
     def open_documents(self):
-        """The Documents panel (non-modal: indexing goes on while the user chats); made once."""
+        """The Documents page (indexing goes on while the user chats); made once."""
+        return self.pages.open_key("documents")
+
+    def _make_documents(self):
         from app.documents_panel import DocumentsPanel
 
-        if self.documents_panel is None:
-            self.documents_panel = DocumentsPanel(self.docs_worker, self)
-        self.documents_panel.show()
-        self.documents_panel.raise_()
+        self.documents_panel = DocumentsPanel(self.docs_worker, self)
         return self.documents_panel
 
     def open_tools(self):
-        """The Tools panel (non-modal): sources, their state and log, each tool's switch; made once."""
+        """The Tools page: sources, their state and log, each tool's switch; made once."""
+        return self.pages.open_key("tools")  # its state is refreshed as it shows (_page_shown)
+
+    def _make_tools(self):
         from app.tools_panel import ToolsPanel
 
-        if self.tools_panel is None:
-            self.tools_panel = ToolsPanel(self.worker, self)
-        self.tools_panel.show()
-        self.tools_panel.raise_()
-        self.tools_panel.refresh()
+        self.tools_panel = ToolsPanel(self.worker, self)
         return self.tools_panel
+
+    def open_chats(self) -> None:
+        self.pages.open_key("chats")
+
+    def _page_shown(self, key: str) -> None:
+        """The chat list belongs to the chats: another page has the width to itself."""
+        self.sidebar.setVisible(key == "chats" and not self.sidebar_folded)
+        if key == "chats":
+            self.composer.edit.setFocus()
+        elif key == "tools" and self.tools_panel is not None:
+            self.tools_panel.refresh()
+
+    def toggle_sidebar(self) -> None:
+        """Fold the chat list away, or bring it back (Ctrl+B)."""
+        self.sidebar_folded = not self.sidebar_folded
+        self._page_shown(self.pages.current_key())
 
     def _update_docs_note(self) -> None:
         """Documents stay local when L3 is set up without docs.allow_remote: the toggle says so."""

@@ -61,29 +61,25 @@ class WindowStates:
 
     def _describe_widgets(self) -> None:
         """Names and descriptions a screen reader says; Tab follows reading order (app/a11y.py)."""
-        side = self.sidebar
+        rail, bar = self.rail.buttons, self.top_bar
         for widget, name, what in (
             (self.search, tr("Search chats"), tr("Type to find chats by their words (Ctrl+K)")),
             (self.chat_list, tr("Chats"), tr("Your chats, pinned ones first, then by date; right-click to pin, "
                                              "rename, export or delete")),
             (self.new_button, tr("New chat"), tr("Start a new chat (Ctrl+N)")),
-            (side.documents_button, tr("Documents"), tr("Folders the assistant may search and cite")),
-            (side.settings_button, tr("Settings"), tr("Models per tier, GPU, memory, language and more")),
-            (self.models_button, tr("Models"), tr("Download, import and choose models")),
             (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end. "
                                                "A message's menu (Menu key) copies, edits, answers again, "
                                                "branches or deletes it")),
             (self.composer.edit, tr("Message"), tr("Enter sends, Shift+Enter starts a new line (Ctrl+L)")),
             (self.composer.route, tr("Answering model"), tr("Which model answers this chat: Auto lets the router "
                                                             "choose for each message, or pick a tier and its model")),
-            (self.composer.stop_button, tr("Stop"), tr("Stop the answer being written (Esc)")),
-            (self.composer.send_button, tr("Send"), tr("Send the message (Enter)")),
         ):
             describe(widget, name, what)
-        chain(self.search, self.chat_list, self.new_button, side.documents_button, side.tools_button,
-              side.settings_button, self.models_button, self.composer.route, self.view, self.docs_toggle.check,
-              self.think_toggle, self.tools_toggle, self.composer.edit, self.composer.stop_button,
-              self.composer.send_button)
+        chain(*(rail[k] for k in ("chats", "documents", "tools", "models", "settings")),
+              self.new_button, self.search, self.chat_list,
+              bar.fold, self.composer.route, bar.preset, bar.presets_button, bar.toggle, self.view,
+              self.composer.edit, self.composer.attach_button, self.docs_toggle.check, self.think_toggle,
+              self.tools_toggle, self.composer.send_button)
 
     def focus_search(self) -> None:
         self.search.setFocus()

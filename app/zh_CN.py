@@ -2,7 +2,7 @@
 here: a message's actions and branches (app/zh_CN_chat.py), the CPU threads (app/zh_CN_threads.py),
 local documents (app/zh_CN_documents.py), the local API server (app/zh_CN_server.py), tools
 (app/zh_CN_tools.py), speculative decoding (app/zh_CN_speculation.py) and draft models
-(app/zh_CN_models.py)."""
+(app/zh_CN_models.py), images (app/zh_CN_images.py) and the window's look (app/zh_CN_look.py)."""
 
 from app.zh_CN_chat import TABLE as CHAT
 from app.zh_CN_documents import TABLE as DOCUMENTS
@@ -10,6 +10,7 @@ from app.zh_CN_models import TABLE as MODELS
 from app.zh_CN_server import TABLE as SERVER
 from app.zh_CN_speculation import TABLE as SPECULATION
 from app.zh_CN_images import TABLE as IMAGES
+from app.zh_CN_look import TABLE as LOOK
 from app.zh_CN_threads import TABLE as THREADS
 from app.zh_CN_tools import TABLE as TOOLS
 
@@ -330,4 +331,4 @@ TABLE = {
     "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Older": "更早", "Pin": "置顶", "Unpin": "取消置顶",
     "Previous 7 days": "过去 7 天", "Previous 30 days": "过去 30 天", "{group}, a group of chats": "{group}，对话分组",
 }
-TABLE.update({**DOCUMENTS, **SERVER, **TOOLS, **CHAT, **THREADS, **SPECULATION, **MODELS, **IMAGES})
+TABLE.update({**DOCUMENTS, **SERVER, **TOOLS, **CHAT, **THREADS, **SPECULATION, **MODELS, **IMAGES, **LOOK})

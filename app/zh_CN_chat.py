@@ -27,7 +27,8 @@ TABLE = {
     "The messages of this chat; answers are announced when they end. A message's menu (Menu key) copies, edits, "
     "answers again, branches or deletes it":
         "本对话的消息；回答结束时会朗读。消息的菜单（菜单键）可复制、编辑、重新回答、分支或删除它",
-    "Stop the answer, or leave a new branch before its first message": "停止回答，或在新分支发送第一条消息前退出它",
+    "Stop the answer, leave a new branch before its first message, or leave a page":
+        "停止回答、在新分支发送第一条消息前退出它，或离开当前页面",
     "Answer the last message again": "重新回答最后一条消息",
     "Answering model": "回答的模型",
     "Which model answers this chat: Auto lets the router choose for each message, or pick a tier and its model":

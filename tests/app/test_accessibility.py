@@ -73,15 +73,17 @@ def test_no_unnamed_control_and_the_main_ones_say_what_they_do(qtbot, window):
 
 def test_tab_follows_reading_order(qtbot, window):
     w = window
-    order = [w.search, w.chat_list, w.new_button, w.sidebar.documents_button, w.sidebar.tools_button,
-             w.sidebar.settings_button, w.models_button, w.composer.route, w.view, w.docs_toggle.check, w.think_toggle, w.tools_toggle, w.composer.edit,
-             w.composer.stop_button, w.composer.send_button]
-    seen, widget = [], w.search
+    rail, bar = w.rail.buttons, w.top_bar
+    order = [rail["chats"], rail["documents"], rail["tools"], rail["models"], rail["settings"],
+             w.new_button, w.search, w.chat_list, bar.fold, w.composer.route, bar.preset, bar.presets_button,
+             bar.toggle, w.view, w.composer.edit, w.composer.attach_button, w.docs_toggle.check, w.think_toggle,
+             w.tools_toggle, w.composer.send_button]
+    seen, widget = [], rail["chats"]
     for _ in range(200):
         if widget in order and widget not in seen:
             seen.append(widget)
         widget = widget.nextInFocusChain()
-        if widget is w.search:
+        if widget is rail["chats"]:
             break
     assert seen == order
 

@@ -71,19 +71,19 @@ def test_the_documents_panel_says_what_to_do_when_nothing_is_added(qtbot, fakes,
     w.close()
 
 
-def test_the_top_bar_names_the_chat_and_folds_the_gauges_into_a_strip(qtbot, fakes, make_assistant):
+def test_the_top_bar_names_the_chat_and_folds_the_gauges_into_an_indicator(qtbot, fakes, make_assistant):
     w = make_window(qtbot, fakes, make_assistant)
     qtbot.waitUntil(lambda: w.engine_ready, timeout=30_000)
-    assert not w.gauges.isVisible() and w.top_bar.strip.isVisible()  # folded by default
-    qtbot.waitUntil(lambda: "MiB" in w.top_bar.strip.text(), timeout=5_000)
+    assert not w.gauges.isVisible() and not w.top_bar.toggle.isChecked()  # folded by default
+    qtbot.waitUntil(lambda: "MiB" in w.top_bar.toggle.text(), timeout=5_000)  # the indicator's few words
     fakes.script("m").enqueue(Answer("Hello!"))
     w.composer.edit.setPlainText("Say hello")
     w.composer.send_button.click()
     qtbot.waitUntil(lambda: not w.busy, timeout=30_000)
     qtbot.waitUntil(lambda: w.top_bar.title.text() == "Say hello", timeout=10_000)
     assert w.top_bar.model.text() == "L1 · m"
-    qtbot.waitUntil(lambda: "context" in w.top_bar.strip.text(), timeout=5_000)
+    qtbot.waitUntil(lambda: "context" in w.top_bar.toggle.text(), timeout=5_000)
     w.top_bar.toggle.click()
-    assert w.gauges.isVisible() and not w.top_bar.strip.isVisible()
+    assert w.gauges.isVisible() and w.top_bar.toggle.text() == "Resources"  # the panel says the rest
     assert Settings.shared().get("ui.resources_panel") is True
     w.close()

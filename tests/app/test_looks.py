@@ -15,7 +15,7 @@ from app.theme import apply_theme
 from .helpers import save_image, send
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("conversationList newConversationButton searchBox chatView composer sendButton stopButton "
+NAMES = ("conversationList newConversationButton searchBox chatView composer sendButton "
          "routeOverride vramGauge ramGauge kvGauge contextLevel confidenceWarning "
          "settingsButton modelManagerButton").split()
 

@@ -7,7 +7,7 @@ import re
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont, QPalette, QRawFont
-from PySide6.QtWidgets import QApplication, QPushButton
+from PySide6.QtWidgets import QApplication, QLabel
 
 from app import render, theme
 from app.main import CJK_FAMILY, setup_application
@@ -34,7 +34,8 @@ def test_each_look_puts_its_tokens_in_palette_stylesheet_and_bubbles(app, look):
     assert p.color(QPalette.Highlight).name() == t["accent"]
     assert p.color(QPalette.Disabled, QPalette.ButtonText).name() == t["muted"]
     sheet = app.styleSheet()
-    assert f"background: {t['accent']}; color: {t['accent_text']}" in sheet  # the send button
+    assert f"background: {t['accent']}; color: {t['accent_text']}" in sheet  # a checked button
+    assert f"QToolButton#sendButton {{ background: {t['accent']};" in sheet  # the round Send button
     assert f"border-radius: {t['radius']}px" in sheet
     # Written only in tokens: every colour in the sheet is one of the look's.
     colours = {v for v in t.values() if isinstance(v, str)}
@@ -74,11 +75,11 @@ def test_a_chosen_look_stays_when_the_os_switches(app, monkeypatch):
 def test_styled_widgets_keep_the_bundled_cjk_font(app, qtbot, look):
     setup_application(app)
     theme.apply_theme(look)
-    send = QPushButton("发送")
-    send.setObjectName("sendButton")  # a rule with font-weight: the family list must survive it
-    qtbot.addWidget(send)
-    send.ensurePolished()
-    assert CJK_FAMILY in send.font().families() and send.font().bold()
+    title = QLabel("文档")
+    title.setObjectName("pageTitle")  # a rule with font-weight and font-size: the family list must survive it
+    qtbot.addWidget(title)
+    title.ensurePolished()
+    assert CJK_FAMILY in title.font().families() and title.font().weight() >= QFont.DemiBold
     raw = QRawFont.fromFont(QFont(CJK_FAMILY))
     assert all(raw.glyphIndexesForString("发送跟随系统"))
 
@@ -91,12 +92,24 @@ def test_the_chat_bubbles_follow_an_os_switch(app, qtbot, monkeypatch):
     qtbot.addWidget(w)
     monkeypatch.setattr(theme, "system_scheme", lambda: Qt.ColorScheme.Light)
     theme.apply_theme("system")
-    w.view.set_messages([{"role": "user", "content": "你好"}, {"role": "assistant", "content": "Hi"}])
-    assert theme.TOKENS["light"]["raised"] in w.view.toHtml()
+    w.view.resize(600, 300)
+    w.view.set_messages([{"role": "user", "content": "你好"},
+                         {"role": "assistant", "content": "Hi", "stats": {"level": "L1", "model": "m"}}])
+    assert theme.TOKENS["light"]["raised"] in w.view.toHtml()  # the tier badge
+    assert render.COLOURS["user"] in bubble_colours(w.view)
     app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)
     html = w.view.toHtml()
     assert theme.TOKENS["dark"]["raised"] in html and theme.TOKENS["light"]["raised"] not in html
+    assert render.COLOURS["user"] == theme._mix(theme.TOKENS["dark"]["accent"], theme.TOKENS["dark"]["surface"], 0.22)
+    assert render.COLOURS["user"] in bubble_colours(w.view)  # the bubble is painted in the new look's colour
     w.close()
+
+
+def bubble_colours(view) -> set[str]:
+    """The colours drawn in the chat's top right corner, where the user's bubble is painted."""
+    image = view.viewport().grab().toImage()
+    return {image.pixelColor(x, y).name() for x in range(image.width() - 60, image.width() - 20, 4)
+            for y in range(4, 30, 2)}
 
 
 @pytest.mark.parametrize("look", ["light", "dark"])
@@ -119,6 +132,8 @@ def test_tones_and_the_chats_notices_take_the_looks_colours(app, qtbot, look):
     assert render.COLOURS["code_style"] == theme.CODE_STYLES[look]
     code = render.markdown_html("```python\ndef f(x):\n    return 'x'\n```")
     other = theme.CODE_STYLES["dark" if look == "light" else "light"]
-    assert t["border"] in code and t["surface"] in code  # the code block's frame and background
+    # The code block is painted rounded by the view (app/chat_surface.py) in the look's colours
+    assert render.COLOURS["code"] == t["raised"] and render.COLOURS["border"] == t["border"]
+    assert t["muted"] in code  # its header
     render.set_colours(code_style=other)  # the other style colours the same code otherwise
     assert render.markdown_html("```python\ndef f(x):\n    return 'x'\n```") != code
