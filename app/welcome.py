@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QFrame, QGroupBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QTableWidget,
                                QTableWidgetItem, QVBoxLayout)
 
+from app.a11y import describe
 from app.background import Runner
 from app.i18n import tr
 from app.model_parts import Task, companions, draft_size, hub_combo, pair_label
@@ -65,7 +66,8 @@ class WelcomePanel(QFrame):
         intro = QLabel(tr("Everything runs on this computer. You start with two tiny demo models, which show how "
                           "the app works but answer poorly; here is a real pair that fits this machine."))
         intro.setWordWrap(True)
-        self.hub = hub_combo(settings)
+        self.hub = describe(hub_combo(settings), tr("Download from"),
+                            tr("The hub the models are downloaded from (a mirror where the main hub is slow or blocked)"))
         hub_row = QHBoxLayout()
         hub_row.addWidget(QLabel(tr("Download from:")))
         hub_row.addWidget(self.hub, 1)
@@ -98,6 +100,8 @@ class WelcomePanel(QFrame):
     def _recommended_box(self) -> QGroupBox:
         box = QGroupBox(tr("Recommended models"))
         self.models = QTableWidget(0, 5)
+        describe(self.models, tr("Recommended models"), tr("The models that fit this computer, with their size and "
+                                                           "what each is for"))
         self.models.setObjectName("recommendedModels")
         self.models.setHorizontalHeaderLabels([tr("Tier"), tr("Model"), tr("Download size"), tr("Needs"),
                                                tr("Expected speed")])

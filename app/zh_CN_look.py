@@ -19,5 +19,10 @@ TABLE = {
     "Why this model answered": "为什么由这个模型回答",
     "Sections": "分区",
     "Clear the search": "清除搜索",
+    "Download from": "下载来源",
+    "The hub the models are downloaded from (a mirror where the main hub is slow or blocked)":
+        "下载模型的站点（主站慢或无法访问时可选镜像）",
+    "Recommended models": "推荐模型",
+    "The models that fit this computer, with their size and what each is for": "适合本机的模型，及其大小和用途",
     "Choose which settings to show": "选择要显示的设置",
 }
