@@ -53,10 +53,16 @@ def paint_shapes(view, colours: dict) -> None:
     height = view.viewport().height()
     painter = QPainter(view.viewport())
     painter.setRenderHint(QPainter.Antialiasing)
-    for frame in doc.rootFrame().childFrames():
+    frames = doc.rootFrame().childFrames()  # the messages, top to bottom
+    lo, hi = 0, len(frames)
+    while lo < hi:  # the first one on screen: a long chat's repaint looks at the visible ones only
+        mid = (lo + hi) // 2
+        if layout.frameBoundingRect(frames[mid]).bottom() < dy:
+            lo = mid + 1
+        else:
+            hi = mid
+    for frame in frames[lo:]:
         rect = layout.frameBoundingRect(frame).translated(-dx, -dy)
-        if rect.bottom() < 0:
-            continue
         if rect.top() > height:
             break
         _paint(painter, layout, frame, rect, dx, dy, colours)
