@@ -107,6 +107,7 @@ QToolButton#sendButton:focus { border: 2px solid $text; }
 QTextBrowser#chatView { border: none; background: $surface; }
 QWidget#pages, QWidget#chatPage { background: $surface; }
 QLabel#columnTitle, QLabel#pageTitle { font-weight: 600; font-size: 13pt; padding: ${half}px 0; }
+QLabel#chatTitle { font-weight: 600; }
 QWidget#chatColumn { background: $window; }
 /* Tones, set as a widget's "tone" property, so that no widget writes a colour of its own: */
 QLabel[tone="muted"] { color: $muted; }
