@@ -1,8 +1,8 @@
 """The composer, one rounded box: the attachments' chips, the message box, and a row of icon chips
 (attach, and the window's documents / think / tools switches), a subtle token count and one round
-button that sends, and stops while an answer is written. Enter sends, Shift+Enter starts a new line, Up in an empty box edits the last
-message; files and images dropped or pasted in (a screenshot pasted is an image), or attached with
-the paperclip; a live token count against the
+button that sends, and stops while an answer is written. Enter sends, Shift+Enter starts a new
+line, Up in an empty box edits the last message; files and images dropped or pasted in (a
+screenshot pasted is an image), or attached with the paperclip; a live token count against the
 context budget, exact (the L1 model's tokenizer: a vocabulary lookup that is safe beside the
 model's thread and releases the GIL); per-message route override."""
 

@@ -1,6 +1,7 @@
 """What can be done to one message in the chat, and the row of small icon buttons that offers it
-under the message (never over its text) when the pointer rests on the message (the same list is the message's right-click menu, which the keyboard
-reaches too: Menu key or Shift+F10 over the message at the text cursor)."""
+under the message (never over its text) when the pointer rests on the message (the same list is
+the message's right-click menu, which the keyboard reaches too: Menu key or Shift+F10 over the
+message at the text cursor)."""
 
 from __future__ import annotations
 

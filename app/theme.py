@@ -98,7 +98,8 @@ QComboBox[pill="true"]::drop-down { border: none; width: ${space3}px; }
 QComboBox[pill="true"]::down-arrow { image: url($chevron); width: ${space2}px; height: ${space2}px; }
 QFrame#composerBox { border: 1px solid $border; border-radius: ${space3}px; background: $surface; }
 QFrame#composerBox QPlainTextEdit { border: none; background: transparent; padding: ${half}px 0; }
-QToolButton[chip="true"] { border: 1px solid $border; border-radius: ${pill}px; padding: 2px ${space}px; color: $muted; }
+QToolButton[chip="true"] { border: 1px solid $border; border-radius: ${pill}px; padding: 2px ${space}px;
+                           color: $muted; }
 QToolButton[chip="true"]:checked { background: $accent_soft; border-color: $accent; color: $text; }
 QToolButton#sendButton { background: $accent; border: none; border-radius: 17px; }
 QToolButton#sendButton:hover { background: $accent_hover; }

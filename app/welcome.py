@@ -66,8 +66,8 @@ class WelcomePanel(QFrame):
         intro = QLabel(tr("Everything runs on this computer. You start with two tiny demo models, which show how "
                           "the app works but answer poorly; here is a real pair that fits this machine."))
         intro.setWordWrap(True)
-        self.hub = describe(hub_combo(settings), tr("Download from"),
-                            tr("The hub the models are downloaded from (a mirror where the main hub is slow or blocked)"))
+        self.hub = describe(hub_combo(settings), tr("Download from"), tr(
+            "The hub the models are downloaded from (a mirror where the main hub is slow or blocked)"))
         hub_row = QHBoxLayout()
         hub_row.addWidget(QLabel(tr("Download from:")))
         hub_row.addWidget(self.hub, 1)
