@@ -146,7 +146,7 @@ def where_answered(level: str | None, stats: dict | None = None) -> str:
 def answered_by(done: dict) -> str:
     """The status line after a turn: where it was answered, and a fallback the user must know of
     (a broken tier stood in for). Why the router chose that tier is the answer's info popover
-    (routing_html), not the status line."""
+    (routing_text), not the status line."""
     text = tr("Answered on {where}").format(where=where_answered(done.get("level"), done.get("stats")))
     return tr("{text} (a stand-in: {why})").format(text=text, why=done["fallback"]) if done.get("fallback") else text
 
