@@ -23,7 +23,6 @@ USER_PAD = 11     # cell padding of a user bubble's table
 CODE_PAD = 7      # cell padding of a code block's table
 RADIUS = 14       # a bubble's corners
 CODE_RADIUS = 8
-CHIP_RADIUS = 4
 
 
 def column_width(width: int) -> int:

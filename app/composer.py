@@ -95,9 +95,11 @@ def _takes(source) -> bool:
     return bool(_local_files(source)) or (source is not None and source.hasImage())
 
 
-def chip(name: str, text: str, icon_name: str, checkable: bool = True) -> QToolButton:
-    """A switch inside the composer: an icon and a word, tinted with the accent while on."""
-    button = use(QToolButton(), icon_name, "muted", 16, on_tone="accent")
+def chip(name: str, text: str, icon_name: str, checkable: bool = True,
+         button: QToolButton | None = None) -> QToolButton:
+    """A switch inside the composer: an icon and a word, tinted with the accent while on (`button`:
+    one to dress so, a QToolButton subclass with its own state)."""
+    button = use(QToolButton() if button is None else button, icon_name, "muted", 16, on_tone="accent")
     button.setObjectName(name)
     button.setProperty("chip", True)
     button.setText(text)
@@ -194,9 +196,6 @@ class Composer(QFrame):
     def _show_button(self) -> None:
         stop = self.answering
         use(self.send_button, "square" if stop else "arrow-up", "accent_text", 18)
-        self.send_button.setProperty("stop", stop)
-        self.send_button.style().unpolish(self.send_button)
-        self.send_button.style().polish(self.send_button)
         self.send_button.setEnabled(self.ready or stop)
         name, what = ((tr("Stop"), tr("Stop the answer being written (Esc)")) if stop else
                       (tr("Send"), tr("Send the message (Enter)")))

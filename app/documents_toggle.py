@@ -9,6 +9,7 @@ from __future__ import annotations
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
+from app.composer import chip
 from app.i18n import tr
 from app.theme import set_tone
 
@@ -19,8 +20,6 @@ class DocumentsToggle(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        from app.composer import chip  # the composer's switches look alike
-
         self.check = chip("useDocuments", tr("Documents"), "library")
         self.check.setAccessibleName(tr("Use my documents"))
         self.check.setToolTip(tr("Answers in this chat use excerpts of your files (Documents) and cite them."))

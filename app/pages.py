@@ -43,6 +43,3 @@ class Pages(QStackedWidget):
         self.rail.show_page(key)
         self.shown.emit(key)
         return page
-
-    def page(self, key: str) -> QWidget | None:
-        return self.made.get(key)

@@ -5,19 +5,15 @@ with its shortcut and an accessible name; the window owns what they open."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QButtonGroup, QToolButton, QVBoxLayout, QWidget
 
 from app.a11y import describe
 from app.i18n import tr
 from app.icons import use
+from app.shortcuts import SHORTCUTS, shown
 
 PAGES = ("chats", "documents", "tools")  # the main area's pages, in the rail's order
 RAIL_WIDTH = 52
-
-
-def shortcut_text(keys: str) -> str:
-    return QKeySequence(keys).toString(QKeySequence.NativeText)
 
 
 class NavRail(QWidget):
@@ -35,14 +31,15 @@ class NavRail(QWidget):
         layout.setContentsMargins(6, 8, 6, 8)
         layout.setSpacing(6)
         self.buttons: dict[str, QToolButton] = {}
-        for key, icon_name, name, what, keys in (
-                ("chats", "messages-square", tr("Chats"), tr("Your chats and the conversation"), "Ctrl+1"),
-                ("documents", "library", tr("Documents"), tr("Folders the assistant may search and cite"), "Ctrl+2"),
+        for key, icon_name, name, what in (
+                ("chats", "messages-square", tr("Chats"), tr("Your chats and the conversation")),
+                ("documents", "library", tr("Documents"), tr("Folders the assistant may search and cite")),
                 ("tools", "wrench", tr("Tools"),
-                 tr("Built-in tools and MCP servers: their state, their tools, what you allowed"), "Ctrl+3"),
-                ("models", "box", tr("Models"), tr("Download, import and choose models"), "Ctrl+4"),
-                ("settings", "settings", tr("Settings"), tr("Models per tier, GPU, memory, language and more"),
-                 "Ctrl+,")):
+                 tr("Built-in tools and MCP servers: their state, their tools, what you allowed")),
+                ("models", "box", tr("Models"), tr("Download, import and choose models")),
+                ("settings", "settings", tr("Settings"), tr("Models per tier, GPU, memory, language and more"))):
+            # the keys are the shortcut table's (app/shortcuts.py), which the window installs
+            keys = next(k for k, _what, method in SHORTCUTS if method == f"open_{key}")
             button = self._button(key, icon_name, name, what, keys)
             if key in PAGES:
                 button.setCheckable(True)
@@ -62,8 +59,7 @@ class NavRail(QWidget):
         button.setProperty("rail", True)
         use(button, icon_name, "muted", 20, on_tone="accent")
         button.setFixedSize(40, 40)
-        button.setToolTip(f"{name} ({shortcut_text(keys)})")
-        button.setProperty("shortcut", keys)
+        button.setToolTip(f"{name} ({shown(keys)})")
         describe(button, name, what)
         self.buttons[key] = button
         return button

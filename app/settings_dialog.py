@@ -71,12 +71,6 @@ class SettingsDialog(QDialog):
         screen = self.screen().availableGeometry().height() if self.screen() else 900
         self.resize(self.sections.width() + widest + 60, min(tallest + 80, int(screen * 0.9)))
 
-    def show_section(self, title: str) -> None:
-        """Open the section called `title` (tests and the window's doors)."""
-        found = self.sections.findItems(title, Qt.MatchExactly)
-        if found:
-            self.sections.setCurrentItem(found[0])
-
     def _models_box(self) -> QGroupBox:
         """Models per tier, the GPU and the VRAM budget with what it buys."""
         box = QGroupBox(tr("Models and memory"))

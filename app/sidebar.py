@@ -134,9 +134,10 @@ class ChatSidebar(QWidget):
         self.search = QLineEdit()
         self.search.setPlaceholderText(tr("Search chats"))
         self.search.setClearButtonEnabled(True)
-        self.search.addAction(use(QAction(self.search), "search", "muted", 16), QLineEdit.LeadingPosition)
+        magnifier = use(QAction(self.search), "search", "muted", 16)
+        self.search.addAction(magnifier, QLineEdit.LeadingPosition)
         for part in self.search.findChildren(QToolButton):  # the magnifier and the clear button Qt adds
-            clear = part.defaultAction() is not None and part.defaultAction().objectName() == "_q_qlineeditclearaction"
+            clear = part.defaultAction() is not magnifier
             describe(part, tr("Clear the search") if clear else tr("Search chats"),
                      tr("Clear the search") if clear else tr("Type to find chats by their words (Ctrl+K)"))
         timer = QTimer(self)

@@ -6,11 +6,10 @@ it through the engine."""
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QToolButton
 
+from app.composer import chip
 from app.i18n import tr
-from app.icons import use
 
 
 class ThinkToggle(QToolButton):
@@ -18,12 +17,7 @@ class ThinkToggle(QToolButton):
 
     def __init__(self, default: bool, parent=None):
         super().__init__(parent)
-        self.setText(tr("Think"))
-        self.setObjectName("thinkToggle")
-        self.setProperty("chip", True)
-        self.setCheckable(True)
-        self.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
-        use(self, "brain", "muted", 16, on_tone="accent")
+        chip("thinkToggle", tr("Think"), "brain", button=self)  # a chip in the composer, as the other switches
         self.setToolTip(tr("Reasoning models think before they answer (shown folded above the answer). "
                            "Off: they answer at once."))
         self.setAccessibleName(tr("Think"))

@@ -52,7 +52,7 @@ def test_documents_and_tools_are_pages_that_esc_and_the_rail_leave(qtbot, fakes,
     w.rail.buttons["tools"].click()
     assert w.pages.current_key() == "tools" and w.pages.currentWidget().isVisible()
     w.rail.buttons["chats"].click()
-    assert w.pages.current_key() == "chats" and w.view.isVisibleTo(w) or w.empty.isVisible()
+    assert w.pages.current_key() == "chats" and (w.view.isVisibleTo(w) or w.empty.isVisible())
     w.close()
 
 
