@@ -17,7 +17,7 @@ from app import chat_surface
 from app.citations import SOURCES, open_source
 from app.i18n import tr
 from app.message_actions import MessageToolbar, actions_for
-from app.chat_rounds import fold_tool_rounds
+from app.transcript import Shown, Transcript
 from app.render import (COLOURS, CODE_BLOCKS, images_html, markdown_html, message_html, routing_text, steps_html,
                         thinking_html)
 
@@ -41,9 +41,7 @@ class ChatView(QTextBrowser):
         self.setOpenLinks(False)  # model output never navigates the view
         self.column = 0
         self.anchorClicked.connect(self._on_link)
-        # {"role", "content", "stats", "streaming", "reasoning", "think_open", "think_t0", "steps", "rev"};
-        # "steps": an answer's earlier tool rounds, [("text", str) | ("tool", block)], shown above its text
-        self.messages: list[dict] = []
+        self.transcript = Transcript()  # the controller's (app/chat_controller.py): the window gives it
         self._dirty = False
         self._was_empty = True
         self.first_shown = 0  # messages before this index are not drawn until asked for
@@ -53,7 +51,6 @@ class ChatView(QTextBrowser):
         self._tail: int | None = None
         self._cache: dict[int, tuple[tuple, str]] = {}  # index -> (what it was drawn from, html)
         self.idle = True  # the engine takes a new turn: actions that start one are offered
-        self._hidden: list[dict] | None = None  # the turns after a branch's answer, until its message is sent
         self.thumbnails = None  # app/images.py Thumbnails: the window gives it
         self._thumbs_due = False
         self.toolbar = MessageToolbar(self.viewport())
@@ -64,14 +61,28 @@ class ChatView(QTextBrowser):
         self._timer.timeout.connect(self._render_if_dirty)
         self._timer.start()
 
-    # ---- content
-    def set_messages(self, messages: list[dict]) -> None:
-        self.messages = fold_tool_rounds([dict(m, streaming=False) for m in messages if not m.get("superseded")])
-        self._hidden = None
+    # ---- content: the transcript changed
+    @property
+    def messages(self) -> list[Shown]:
+        return self.transcript.messages
+
+    def set_messages(self, messages: list[Shown]) -> None:
+        """Show these messages (the transcript's whole content) and draw them anew."""
+        self.transcript.set(messages)
+        self.reset()
+
+    def reset(self) -> None:
+        """The transcript was replaced: draw its last SHOWN messages anew."""
         self.first_shown = max(0, len(self.messages) - SHOWN)
-        self._cache.clear()
-        self._drawn = None
-        self._render()
+        self.redraw()
+
+    def draw(self, now: bool = True) -> None:
+        """The transcript changed: draw it now, or with the next frame (streamed text comes in
+        batches; a frame every RENDER_MS at most)."""
+        if now:
+            self._render()
+        else:
+            self._dirty = True
 
     def redraw(self) -> None:
         """Draw every message again (the bubble colours changed with the look)."""
@@ -83,64 +94,6 @@ class ChatView(QTextBrowser):
         """MORE earlier messages above the ones shown (the "Show earlier messages" link)."""
         self.first_shown = max(0, self.first_shown - MORE)
         self._render()
-
-    def add_user(self, text: str, images: list[str] = ()) -> None:
-        images = [{"digest": d, "at": 0} for d in images] or None
-        self.messages.append({"role": "user", "content": text, "stats": {}, "streaming": False, "images": images})
-        self.messages.append({"role": "assistant", "content": "", "stats": {}, "streaming": True})
-        self._render()
-
-    def append_tokens(self, text: str) -> None:
-        if self.messages and self.messages[-1]["streaming"]:
-            last = self.messages[-1]
-            last["content"] += text
-            if last.get("think_t0") and last.get("think_s") is None:  # the answer began: thinking is over
-                last["think_s"] = time.monotonic() - last["think_t0"]
-            self._dirty = True
-
-    def append_thinking(self, text: str) -> None:
-        """A reasoning model's thinking as it streams: into the answer's folded block."""
-        if self.messages and self.messages[-1]["streaming"]:
-            last = self.messages[-1]
-            last["reasoning"] = last.get("reasoning", "") + text
-            last.setdefault("think_t0", time.monotonic())
-            self._dirty = True
-
-    def finish(self, done: dict) -> None:
-        if self.messages and self.messages[-1]["role"] == "assistant":
-            last = self.messages[-1]
-            last.update(content=done["text"], streaming=False, reasoning=done.get("reasoning") or "",
-                        stats=dict(done["stats"], level=done.get("level"), model=done.get("model")))
-        self._render()
-
-    # ---- tool rounds (the answer's calls, shown as collapsed blocks)
-    def round_done(self, done: dict) -> None:
-        """A round that ended in calls: its text moves above, the next round streams below it."""
-        if self.messages and self.messages[-1]["role"] == "assistant" and self.messages[-1]["streaming"]:
-            last = self.messages[-1]
-            text = done.get("text") or last["content"]
-            if text.strip():
-                last.setdefault("steps", []).append(("text", text))
-            last["content"] = ""
-            last["rev"] = last.get("rev", 0) + 1
-            self._dirty = True
-
-    def tool_event(self, event: dict) -> None:
-        """A call (a new block) or its result (the block it answers is updated)."""
-        if not (self.messages and self.messages[-1]["role"] == "assistant"):
-            return
-        last = self.messages[-1]
-        steps = last.setdefault("steps", [])
-        if event["kind"] == "call":
-            steps.append(("tool", {k: event[k] for k in ("call_id", "server", "tool", "arguments")}))
-        else:
-            block = next((b for kind, b in reversed(steps) if kind == "tool" and b["call_id"] == event["call_id"]), None)
-            if block is None:
-                block = {"call_id": event["call_id"], "server": event["server"], "tool": event["tool"]}
-                steps.append(("tool", block))
-            block.update(status=event["status"], text=event["text"], seconds=event.get("seconds"))
-        last["rev"] = last.get("rev", 0) + 1
-        self._dirty = True
 
     # ---- one message's actions (app/message_actions.py)
     def act(self, action: str, index: int) -> None:
@@ -180,7 +133,7 @@ class ChatView(QTextBrowser):
         rect = self.document().documentLayout().frameBoundingRect(frame)
         below = rect.bottom() - self.verticalScrollBar().value() + 2  # in the gap under the message
         dx = self.horizontalScrollBar().value()
-        user = self.messages[index]["role"] == "user"
+        user = self.messages[index].role == "user"
         x = rect.right() - dx if user else rect.left() - dx
         self.toolbar.show_for(index, actions_for(self.messages[index], self.idle), QPoint(int(x), int(below)),
                               right=user)
@@ -226,28 +179,11 @@ class ChatView(QTextBrowser):
         self.idle = idle
         self.toolbar.clear()
 
-    def adopt_ids(self, rows: list[dict]) -> bool:
-        """Give the messages shown their stored ids and branches (the chat's transcript, read
-        after a turn); False when what is shown is not that chat's path (the caller redraws)."""
-        if self._hidden is not None:
-            return True  # a branch waits for its first message: the view shows part of the path
-        path = fold_tool_rounds([dict(r) for r in rows if not r.get("superseded")])
-        if [m["role"] for m in path] != [m["role"] for m in self.messages]:
-            return False
-        redraw = False
-        for shown, stored in zip(self.messages, path):
-            if shown.get("streaming"):
-                return True  # a turn started since: its ids come with the next read
-            redraw |= shown.get("branches") != stored.get("branches")  # only ‹ › is drawn of these
-            shown.update(id=stored.get("id"), branches=stored.get("branches"))
-        if redraw:  # a whole redraw is ~90 ms for a long chat: not after every answer
-            self._render()
-        return True
-
     def branch_step(self, index: int, step: int) -> None:
         """‹ or › under message `index`: ask for its sibling `step` away."""
-        siblings = self.messages[index].get("branches") or []
-        at = siblings.index(self.messages[index]["id"]) if self.messages[index].get("id") in siblings else None
+        m = self.messages[index]
+        siblings = m.branches or []
+        at = siblings.index(m.id) if m.id in siblings else None
         if at is not None and 0 <= at + step < len(siblings) and self.idle:
             self.sig_branch.emit(siblings[at + step])
 
@@ -257,75 +193,13 @@ class ChatView(QTextBrowser):
         from PySide6.QtGui import QGuiApplication, QTextDocument
 
         m = self.messages[index]
-        text = m["content"]
-        if not markdown and m["role"] == "assistant":
+        text = m.content
+        if not markdown and m.answer:
             doc = QTextDocument()
             doc.setHtml(markdown_html(text))
             text = doc.toPlainText().strip()
         QGuiApplication.clipboard().setText(text)
         return text
-
-    def tool_blocks(self) -> list[dict]:
-        """Every tool block in the chat, in order (tests and the window read them)."""
-        return [b for m in self.messages for kind, b in m.get("steps", ()) if kind == "tool"]
-
-    def restart_answer(self) -> None:
-        """The cascade re-asks on L2: the weak answer is replaced by the new one as it streams."""
-        if self.messages and self.messages[-1]["role"] == "assistant":
-            self.messages[-1].update(content="", streaming=True, stats={}, reasoning="", think_t0=None,
-                                     think_s=None)
-            self._render()
-
-    def fail(self, message: str) -> None:
-        if self.messages and self.messages[-1]["role"] == "assistant" and self.messages[-1]["streaming"]:
-            last = self.messages[-1]
-            last["streaming"] = False
-            if not last["content"]:
-                self.messages.pop()
-        self._render()
-
-    def ends_with_answer(self) -> bool:
-        return len(self.messages) >= 2 and self.messages[-1]["role"] == "assistant" and \
-            self.messages[-2]["role"] == "user"
-
-    def drop_last_turn(self) -> None:
-        """The last user message and what followed it (a message that was not sent)."""
-        last = self.last_user_index()
-        if last is not None:
-            self.cut(last)
-
-    def cut(self, index: int) -> None:
-        """Drop the messages from `index` on (an answer given again, a message edited)."""
-        del self.messages[index:]
-        self._cache = {i: c for i, c in self._cache.items() if i < index}
-        self._hidden = None
-        self._render()
-
-    def preview_cut(self, index: int) -> None:
-        """Show the chat up to `index` while a branch waits for its first message; `end_preview`
-        brings the rest back (or lets it go, once the message is sent)."""
-        hidden = self.messages[index:]
-        self.cut(index)
-        self._hidden = hidden
-
-    def end_preview(self, keep: bool = True) -> None:
-        hidden, self._hidden = self._hidden, None
-        if hidden and keep:
-            self.messages.extend(hidden)
-            self._render()
-
-    def index_of(self, message_id: int) -> int | None:
-        return next((i for i, m in enumerate(self.messages) if m.get("id") == message_id), None)
-
-    def last_user_index(self) -> int | None:
-        return max((i for i, m in enumerate(self.messages) if m["role"] == "user"), default=None)
-
-    def last_answer(self) -> str:
-        """The last answer's text (a reasoning model's thinking is not part of it)."""
-        for m in reversed(self.messages):
-            if m["role"] == "assistant":
-                return m["content"]
-        return ""
 
     def _on_link(self, url) -> None:
         """Only the view's own "copy", "cite" and "think" links do anything; links in model output are inert."""
@@ -333,7 +207,7 @@ class ChatView(QTextBrowser):
             self.show_earlier()
         elif url.scheme() == "info" and url.path().isdigit() and int(url.path()) < len(self.messages):
             # Why this tier answered: kept for those who want it, out of the status line.
-            QToolTip.showText(QCursor.pos(), routing_text(self.messages[int(url.path())].get("stats") or {}), self)
+            QToolTip.showText(QCursor.pos(), routing_text(self.messages[int(url.path())].stats), self)
         elif url.scheme() == "image" and url.path():
             self.sig_image.emit(url.path(), "")
         elif url.scheme() == "branch":
@@ -343,16 +217,16 @@ class ChatView(QTextBrowser):
         elif url.scheme() == "tool":
             i, _, n = url.path().partition(".")
             if i.isdigit() and n.isdigit() and int(i) < len(self.messages):
-                steps = self.messages[int(i)].get("steps", [])
-                if int(n) < len(steps) and steps[int(n)][0] == "tool":
-                    block = steps[int(n)][1]
-                    block["open"] = not block.get("open")
-                    m = self.messages[int(i)]
-                    m["rev"] = m.get("rev", 0) + 1
+                m = self.messages[int(i)]
+                if int(n) < len(m.steps) and m.steps[int(n)][0] == "tool":
+                    block = m.steps[int(n)][1]
+                    block.open = not block.open
+                    m.rev += 1
                     self._render()
         elif url.scheme() == "think" and url.path().isdigit() and int(url.path()) < len(self.messages):
             m = self.messages[int(url.path())]
-            m["think_open"] = not m.get("think_open", not m["content"] and not m.get("streaming"))
+            m.think_open = not self._think_opened(m)
+            m.rev += 1
             self._render()
         elif url.scheme() == "copy" and url.path() in CODE_BLOCKS:
             from PySide6.QtGui import QGuiApplication
@@ -365,48 +239,45 @@ class ChatView(QTextBrowser):
 
     # ---- drawing
     def _render_if_dirty(self) -> None:
-        last = self.messages[-1] if self.messages else None
-        if last is not None and last.get("streaming") and last.get("think_t0") and last.get("think_s") is None:
-            second = int(time.monotonic() - last["think_t0"])
-            if second != last.get("think_shown"):  # the "Thinking… N s" line counts up, once a second
-                last["think_shown"] = second
+        last = self.transcript.live
+        if last is not None and last.think_t0 and last.think_s is None:
+            second = int(time.monotonic() - last.think_t0)
+            if second != last.think_shown:  # the "Thinking… N s" line counts up, once a second
+                last.think_shown = second
                 self._dirty = True
         if self._dirty:
             self._render()
 
     @staticmethod
-    def _branch(m: dict) -> tuple[int, int] | None:
-        """(which, of how many) for a message with siblings: ‹ 2 / 3 ›."""
-        siblings = m.get("branches") or []
-        return (siblings.index(m["id"]) + 1, len(siblings)) if m.get("id") in siblings else None
+    def _think_opened(m: Shown) -> bool:
+        """An answer that is all thinking (a block never closed) shows it open: there is nothing
+        else. Else it is folded until opened."""
+        return m.think_open if m.think_open is not None else not m.content and not m.streaming
 
-    @staticmethod
-    def _thinking(i: int, m: dict) -> str:
-        if m["role"] != "assistant" or not (m.get("reasoning") or (m.get("stats") or {}).get("reasoning_tokens")):
+    def _thinking(self, i: int, m: Shown) -> str:
+        if not m.answer or not (m.reasoning or m.stats.get("reasoning_tokens")):
             return ""
-        streaming = bool(m.get("streaming"))
+        streaming = m.streaming
         if streaming:
-            seconds = m.get("think_s")
-            if seconds is None and m.get("think_t0"):
-                seconds = time.monotonic() - m["think_t0"]
-            streaming = m.get("think_s") is None  # "Thinking…" until the answer begins
+            seconds = m.think_s
+            if seconds is None and m.think_t0:
+                seconds = time.monotonic() - m.think_t0
+            streaming = m.think_s is None  # "Thinking…" until the answer begins
         else:
-            ms = (m.get("stats") or {}).get("reasoning_ms")
+            ms = m.stats.get("reasoning_ms")
             seconds = ms / 1000 if ms else None
-        # An answer that is all thinking (a block never closed) shows it open: there is nothing else.
-        opened = m.get("think_open", not m["content"] and not m.get("streaming"))
-        return thinking_html(m.get("reasoning") or "", i, bool(opened), seconds, streaming)
+        return thinking_html(m.reasoning, i, self._think_opened(m), seconds, streaming)
 
     # ---- images
-    def _pictures(self, m: dict) -> list[tuple[str, int, int]]:
+    def _pictures(self, m: Shown) -> list[tuple[str, int, int]]:
         """(digest, width, height) of a message's thumbnails as drawn: the thumbnail's shape once it
         is made, a 4:3 box until then (drawn again when it arrives)."""
         out = []
-        for image in m.get("images") or ():
-            thumb = self.thumbnails.get(image["digest"]) if self.thumbnails is not None else None
+        for digest in m.images:
+            thumb = self.thumbnails.get(digest) if self.thumbnails is not None else None
             w, h = (thumb.width(), thumb.height()) if thumb is not None and thumb.height() else (4, 3)
             height = min(THUMB_H, h) if thumb is not None else THUMB_H
-            out.append((image["digest"], max(1, round(w * height / h)), height))
+            out.append((digest, max(1, round(w * height / h)), height))
         return out
 
     def loadResource(self, kind: int, url):  # noqa: N802 - Qt's name: a thumbnail or an icon, else nothing
@@ -429,7 +300,7 @@ class ChatView(QTextBrowser):
         thumb = self.thumbnails.get(digest) if self.thumbnails is not None else None
         if thumb is not None:
             self.document().addResource(QTextDocument.ImageResource, f"thumb:{digest}", thumb)
-        shown = any(i["digest"] == digest for m in self.messages for i in m.get("images") or ())
+        shown = any(digest in m.images for m in self.messages)
         if shown and not self._thumbs_due:
             self._thumbs_due = True
             QTimer.singleShot(30, self._redraw_thumbs)
@@ -455,18 +326,17 @@ class ChatView(QTextBrowser):
                 continue
             cached = self._cache.get(i)
             pictures = self._pictures(m)
-            key = (m["content"], id(m.get("stats")), m.get("think_open"), m.get("reasoning") or "", m.get("rev"),
-                   tuple(m.get("branches") or ()), tuple(pictures))
-            if cached and not m.get("streaming") and cached[0] == key:
+            key = (m.serial, m.rev, m.content, tuple(pictures))
+            if cached and not m.streaming and cached[0] == key:
                 parts.append(cached[1])
                 continue
-            piece = message_html(m["role"], m["content"], m.get("stats"), m.get("streaming"),
-                                 thinking=self._thinking(i, m) + steps_html(i, m.get("steps", ())), index=i,
-                                 branch=self._branch(m), images=images_html(pictures))
-            if not m.get("streaming"):
+            piece = message_html(m.role, m.content, m.stats, m.streaming,
+                                 thinking=self._thinking(i, m) + steps_html(i, m.steps), index=i,
+                                 branch=m.branch, images=images_html(pictures))
+            if not m.streaming:
                 self._cache[i] = (key, piece)
             parts.append(piece)
-        live = bool(self.messages) and bool(self.messages[-1].get("streaming"))
+        live = bool(self.messages) and self.messages[-1].streaming
         done = parts[:-1] if live else parts
         drawn = self._drawn
         cursor = QTextCursor(self.document())

@@ -17,34 +17,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Collection, Iterator, TypeVar
+from contextlib import closing
+from typing import Callable, Collection, TypeVar
 
 from PySide6.QtCore import QObject, Signal
 
 from app.background import Runner
-from engine.api import (Approval, Assistant, ConversationNotFound, GenerateParams, InputError, ModelLoadError,
-                        ModelNotFound, ReasoningChunk, SamplingParams, StorageError, Toolbox, ToolCallEvent,
-                        ToolResultEvent, TurnDone, TurnTools, adopt, check_owner, reasoning_options)
+from app.chat_controller import TurnOptions, TurnStart
+from app.errors import TURN_ERRORS, USER_ERRORS, said  # noqa: F401 - the window's parts import them from here
+from app.transcript import Answer
+from engine.api import (Approval, Assistant, Chunk, GenerateParams, InputError, ModelLoadError, ModelNotFound,
+                        ReasoningChunk, Retracted, SamplingParams, Toolbox, ToolCallEvent, ToolResultEvent, TurnDone,
+                        TurnFold, TurnTools, adopt, check_owner, reasoning_options, unknown_event)
 
 log = logging.getLogger(__name__)
 TOKEN_BATCH_MS = 30
 T = TypeVar("T")
-# Errors a user's action can cause (a deleted chat, a bad title, a full or read-only disk): said in
-# the status line or the chat. Anything else is an internal error: logged with its trace, said as one.
-TURN_ERRORS = (InputError, ConversationNotFound, StorageError)
-USER_ERRORS = TURN_ERRORS + (OSError, LookupError)
-# A turn's start: the Assistant call that yields its events, given the turn's parameters, its Stop
-# and the tools it runs (None: the Tools switch is off). Every start passes `tools` on: Send, an
-# edit, a branch and Regenerate alike.
-TurnStart = Callable[[Assistant, GenerateParams, threading.Event, TurnTools | None], Iterator]
-
-
-def said(exc: BaseException, expected: tuple = USER_ERRORS) -> str:
-    """What the window says about a failed engine call (the trace of an unexpected one is logged)."""
-    if isinstance(exc, expected):
-        return str(exc)
-    log.error("engine call failed", exc_info=exc)
-    return f"internal error: {type(exc).__name__}: {exc}"
 
 
 class EngineWorker(QObject):
@@ -67,10 +55,9 @@ class EngineWorker(QObject):
         self.on_notice: Callable[[str], None] = lambda text: log.info("%s", text)
         self.on_conversations: Callable[[list[dict]], None] = lambda rows: None
         # A tool call to approve: (Approval, reply) on the GUI thread; reply("once" | "always" | "deny")
-        # from any thread. `on_tool`: (conversation id, a call's or result's dict) for the answer's blocks.
+        # from any thread.
         self.on_approval: Callable[[Approval, Callable[[str], None]], None] = lambda approval, reply: reply("deny")
         self.on_approval_ended: Callable[[], None] = lambda: None
-        self.on_tool: Callable[[int, dict], None] = lambda cid, event: None
         self.toolbox: Toolbox | None = None  # the built-in tools and mcp.json's servers (made with the engine)
 
     # ---- lifecycle
@@ -204,49 +191,51 @@ class EngineWorker(QObject):
         self.call(apply, on_applied)
 
     # ---- turns
-    def turn(self, conversation_id: int, start: TurnStart, temperature: float, max_tokens: int,
-             on_answer: Callable[[int, dict], None], on_error: Callable[[int, BaseException], None],
-             think: bool | None = None, tools: bool = False) -> None:
+    def turn(self, conversation_id: int, start: TurnStart, options: TurnOptions,
+             on_event: Callable[[int, object], None], on_error: Callable[[int, BaseException], None]) -> None:
         """Run one turn on the engine thread: token batches go to `tokens` (a reasoning model's
-        thinking to `thinking`), each answer (a superseded low-confidence one too: its "superseded"
-        is True) to `on_answer`, an exception that ended the turn (MessageTooLong: the window asks
-        the user) to `on_error`; then the chat list is read again. `think`: the chat's Think switch
-        (None: the setting); `tools`: the Tools switch (the toolbox's tools, each call approved)."""
+        thinking to `thinking`); each answer (`Answer`), the cascade's `Retracted` and each tool
+        call and result go to `on_event`, in order; an exception that ended the turn
+        (MessageTooLong: the window asks the user) to `on_error`; then the chat list is read
+        again. `options`: the window's switches (Think, Tools: the toolbox's tools, each call
+        approved)."""
         if self.runner is None or self.runner.closed or self.closing:
             return
-        self.runner.run(lambda: self._turn(conversation_id, start, temperature, max_tokens, on_answer, think, tools),
+        self.runner.run(lambda: self._turn(conversation_id, start, options, on_event),
                         on_error=lambda exc: on_error(conversation_id, exc))
         self.refresh()
 
-    def _turn(self, cid: int, start: TurnStart, temperature: float, max_tokens: int,
-              on_answer: Callable[[int, dict], None], think: bool | None = None, tools: bool = False) -> None:
+    def _turn(self, cid: int, start: TurnStart, options: TurnOptions, on_event: Callable[[int, object], None]) -> None:
         if self.assistant is None:
             raise InputError("the engine is not ready")
         if self.closing:
             return  # queued behind the turn the close cancelled
         self.cancel.clear()
-        params = turn_params(self.assistant.settings, temperature, max_tokens, think)
+        params = turn_params(self.assistant.settings, options.temperature, options.max_tokens, options.think)
         batch = _Batches(self.runner, cid, self.tokens, self.thinking)
-        last: dict | None = None
+        fold = TurnFold()
         # The toolbox's sources are asked on this thread (the built-ins read stores it owns).
-        turn_tools = TurnTools(self.toolbox.runner(), self.approve) if tools and self.toolbox is not None else None
-        for item in start(self.assistant, params, self.cancel, turn_tools):
-            if isinstance(item, TurnDone):
+        tools = TurnTools(self.toolbox.runner(), self.approve) if options.tools and self.toolbox is not None else None
+        events = start(self.assistant, params, self.cancel, tools)
+        with closing(events):  # an error here stops the model now, not at garbage collection
+            for item in events:
+                match fold.take(item):
+                    case Chunk() | ReasoningChunk():
+                        batch.add(item)
+                        continue
+                    case TurnDone():
+                        event = Answer.of(item)  # a snapshot: the engine's own object stays on this thread
+                    case Retracted() | ToolCallEvent() | ToolResultEvent():
+                        event = item  # frozen
+                    case _:
+                        unknown_event(item)
                 batch.flush()
-                last = done_dict(item)
-                self.runner.to_gui(on_answer, cid, last)
-                continue
-            if isinstance(item, (ToolCallEvent, ToolResultEvent)):
-                batch.flush()
-                self.runner.to_gui(self.on_tool, cid, tool_event_dict(item))
-                continue
-            batch.add(item)
+                self.runner.to_gui(on_event, cid, event)
         batch.flush()
-        if last is not None and last["tool_calls"]:
+        if fold.final is not None and fold.final.tool_calls:
             # Stopped between rounds (at an approval, in a tool): the calls were the last answer.
             # The window hears the turn end as for any stopped answer.
-            self.runner.to_gui(on_answer, cid, dict(last, text="", tool_calls=[],
-                                                    stats=dict(last["stats"], finish_reason="cancelled")))
+            self.runner.to_gui(on_event, cid, Answer.of(fold.final).stopped())
 
     # ---- tools (on the engine thread, in a turn)
     def approve(self, approval: Approval) -> str:
@@ -296,22 +285,6 @@ class EngineWorker(QObject):
 
 class _NotReady(Exception):
     """A call made before the engine started, or after it failed to: nothing to say."""
-
-
-def done_dict(item: TurnDone) -> dict:
-    return {"text": item.text, "stats": item.stats.as_json(), "level": item.level, "model": item.model,
-            "route_reason": item.route_reason, "fallback": item.fallback, "message_id": item.message_id,
-            "superseded": bool(item.superseded), "reasoning": item.reasoning,
-            "tool_calls": list(item.tool_calls or ())}
-
-
-def tool_event_dict(item) -> dict:
-    """A call (kind "call", with its arguments) or its result (kind "result", status and text)."""
-    if isinstance(item, ToolCallEvent):
-        return {"kind": "call", "call_id": item.call_id, "server": item.server, "tool": item.tool,
-                "arguments": item.arguments}
-    return {"kind": "result", "call_id": item.call_id, "server": item.server, "tool": item.tool,
-            "status": item.status, "text": item.text, "seconds": item.seconds}
 
 
 def turn_params(settings, temperature: float, max_tokens: int, think: bool | None) -> GenerateParams:

@@ -5,13 +5,9 @@ strings (standard dialog buttons, context menus of text fields) come from Qt's s
 
 from __future__ import annotations
 
-from PySide6.QtCore import QCoreApplication, QLibraryInfo, QLocale, QTranslator
+from PySide6.QtCore import QLibraryInfo, QLocale, QTranslator
 
-CONTEXT = "app"
-
-
-def tr(text: str) -> str:
-    return QCoreApplication.translate(CONTEXT, text)
+from app.words import CONTEXT, tr  # noqa: F401 - every widget imports tr from here
 
 
 class TableTranslator(QTranslator):

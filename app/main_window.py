@@ -1,7 +1,8 @@
 """The main window: conversations on the left; the chat in the middle, under its top bar; the
 gauges folded into the top bar or on the right. Its parts are the mixins in app/window_*.py.
-Engine calls go to `EngineWorker`, which runs them on its thread; results come back to this
-window's methods on the GUI thread, the only thread that touches widgets."""
+The chat's turns are `ChatController`'s (app/chat_controller.py, Qt-free): the window is a view
+over it, and is its `ChatScreen`. Engine calls go to `EngineWorker`, which runs them on its
+thread; results come back on the GUI thread, the only thread that touches widgets."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QMessageBox, QP
 
 from app.a11y import announce
 from app.api_server import ApiServerControl
+from app.chat_controller import ChatController, TurnOptions
 from app.chat_view import ChatView
 from app.chips import build_chips
 from app.composer import Composer
 from app.documents_worker import DocumentsWorker
 from app.empty_state import EmptyState
-from app.engine_worker import TURN_ERRORS, EngineWorker, said
+from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
 from app.i18n import tr
 from app.overflow import ask_overflow
@@ -30,38 +32,29 @@ from app.shortcuts import install as install_shortcuts
 from app.theme import set_tone
 from app.top_bar import TopBar
 from app.tool_approval import ApprovalDialog
-from app.window_attachments import WindowAttachments, attaching
+from app.transcript import Answer
+from app.window_attachments import WindowAttachments
 from app.window_chats import WindowChats
 from app.window_images import WindowImages
 from app.window_panels import WindowPanels
 from app.window_presets import WindowPresets
 from app.window_states import WindowStates
-from app.window_messages import WindowMessages
 from app.window_tools import WindowTools
-from engine.api import MessageTooLong, Presets, Settings
+from engine.api import MessageTooLong, Presets, Settings, ToolCallEvent, ToolResultEvent
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowPresets, WindowStates,
-                 WindowAttachments, WindowImages, QMainWindow):
+class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowStates, WindowAttachments,
+                 WindowImages, QMainWindow):
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
         self.resize(1100, 720)
         self.temperature, self.max_tokens = temperature, max_tokens
-        self.conversation_id: int | None = None
         self._titles: dict[int, str] = {}  # the chat list's titles, for the top bar
-        self.busy = False
         self.sidebar_folded = False  # the chat list folded away (Ctrl+B)
-        self.engine_ready = False
-        self._pending: tuple[str, str, list] | None = None  # a first message waiting for its new chat
-        self.editing: int | bool = False  # the composer holds an edit of this user message (True: the last)
-        self.branch_after: int | None = None  # the answer the next message follows (Branch from here)
-        # (text, route, fork) in flight, fork being send's after= / replacing=: MessageTooLong gives it back
-        self._sent: tuple[str, str, dict] | None = None
         self.too_long_dialog: QMessageBox | None = None
-        self.last_done: dict | None = None  # the latest finished turn (its text and stats)
         self.engine_error: str | None = None  # why the engine could not start
         self.documents_panel = None  # app/documents_panel.py, made when first opened
         self.tools_panel = None  # app/tools_panel.py, made when first opened
@@ -70,6 +63,8 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.chat_preset = self.presets.default()  # the shown chat's (or the next new chat's)
         self.presets_dialog = None
         self.worker = worker or EngineWorker()
+        self.chat = ChatController(self.worker, self)  # the chat's turns and transcript
+        self.chat.make_chat = self._new_conversation
         self.docs_worker = DocumentsWorker(self.worker)
 
         side = self._build_sidebar()
@@ -110,9 +105,8 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.worker.on_conversations = self._on_conversations
         self.worker.on_approval = self._on_approval
         self.worker.on_approval_ended = self._end_approval
-        self.worker.on_tool = self._on_tool
-        self.worker.tokens.connect(self._on_tokens)
-        self.worker.thinking.connect(self._on_thinking)
+        self.worker.tokens.connect(self.chat.on_tokens)
+        self.worker.thinking.connect(self.chat.on_thinking)
         self.shortcuts = install_shortcuts(self)
         self.worker.start(self._on_ready, self._on_failed)  # the engine thread loads; the window shows now
 
@@ -144,14 +138,15 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.progress.setMaximumHeight(6)
         self.progress.setTextVisible(False)
         self.view = ChatView()
+        self.view.transcript = self.chat.transcript
         self.view.sig_notice.connect(self.status_label.setText)  # a cited file that could not be opened
         self.view.sig_action.connect(self.on_message_action)
-        self.view.sig_branch.connect(self.switch_branch)
+        self.view.sig_branch.connect(self.chat.switch_branch)
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
         self.composer.files.connect(self.attach_files)  # dropped or pasted files
-        self.composer.edit_last.connect(self.edit_last)  # Up in an empty message box
+        self.composer.edit_last.connect(self.chat.edit_last)  # Up in an empty message box
         build_chips(self)
         self._update_actions()
         self.composer.set_busy(True, stoppable=False)  # until the engine is ready
@@ -198,16 +193,32 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
             widget.setObjectName(name)
         self._describe_widgets()
 
+    # ---- the controller's state, read by the window's parts and tests
+    @property
+    def conversation_id(self) -> int | None:
+        return self.chat.conversation_id
+
+    @property
+    def busy(self) -> bool:
+        return self.chat.busy
+
+    @property
+    def engine_ready(self) -> bool:
+        return self.chat.ready
+
+    @property
+    def last_done(self) -> Answer | None:
+        return self.chat.last_answer
+
     # ---- engine events
     def _on_ready(self, info: dict) -> None:
-        self.engine_ready = True
         self.progress.hide()
         demo = tr(" (demo models: they prove the mechanisms, not answer quality)") if info.get("demo") else ""
         self.status_label.setText(tr("Ready: {tiers}").format(
             tiers=", ".join(f"{k} {model_label(v)}" for k, v in info["tiers"].items())) + demo)
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
-        self.composer.set_busy(False)
+        self.chat.engine_ready()
         self.composer.set_tiers(info["tiers"])
         self.on_vision(info)  # which tiers read images: a message with images is sent to one
         self._update_empty()
@@ -227,112 +238,103 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
         self.top_bar.set_title(self._titles.get(self.conversation_id))
         self._update_empty()
 
-    def _on_created(self, cid: int) -> None:
-        self.conversation_id = cid
-        self.editing, self.branch_after = False, None  # they were the other chat's
-        self.top_bar.set_title(None)
-        self.top_bar.set_model()
-        self._preset_switches(self.chat_preset)
-        self.show_route(cid, self.new_chat_route())
-        self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
-        self.think_toggle.take(cid)
-        self.view.set_messages([])
-        self.gauges.conversation_id = cid
-        self.gauges.set_water_level(None)
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self._send_to(cid, *pending)
-        else:
-            self._set_busy(False)
+    # ---- ChatScreen: what the controller asks of the window
+    def draw(self, now: bool = True) -> None:
+        if not now:
+            self.progress.hide()  # streamed output: the wait for the first token is over
+        self.view.draw(now)
 
-    def _load(self, cid: int) -> None:
-        self.worker.call(lambda a: a.transcript(cid), lambda messages: self._on_history(cid, messages))
-        self.worker.call(lambda a: a.conversation_think(cid), lambda on: self.think_toggle.show_state(cid, on))
+    def redraw(self) -> None:
+        self.view.reset()
+        self._update_actions()
 
-    def _on_history(self, cid: int, messages: list[dict]) -> None:
-        if cid == self.conversation_id:
-            self.view.set_messages([dict(m, reasoning=m.get("reasoning") or "", stats=dict(m["stats"] or {}))
-                                    for m in messages])
-            last = next((m["stats"] for m in reversed(messages) if m["role"] == "assistant" and m["stats"]), {})
-            self.top_bar.set_model(last.get("level"), last.get("model"))
-            self.gauges.set_water_level(last.get("context"))
-            self._update_actions()
+    def busy_changed(self, busy: bool) -> None:
+        self.progress.setVisible(busy)
+        self.composer.set_busy(busy)
+        self.chat_list.setEnabled(not busy)
+        self.new_button.setEnabled(not busy)
+        self._update_actions()
 
-    def _on_tokens(self, cid: int, text: str) -> None:
-        self.progress.hide()  # the first token ends the wait
-        if cid == self.conversation_id:
-            self.view.append_tokens(text)
+    def say(self, text: str) -> None:
+        self.status_label.setText(text)
 
-    def _on_thinking(self, cid: int, text: str) -> None:
-        self.progress.hide()
-        if cid == self.conversation_id:
-            self.view.append_thinking(text)
+    def alert(self, text: str) -> None:
+        self.show_banner(text)
 
-    def _on_answer(self, cid: int, done: dict) -> None:
-        if done.get("tool_calls") and not done["superseded"]:  # a round of calls: the answer goes on
-            if cid == self.conversation_id:
-                self.view.round_done(done)
-            self.status_label.setText(tr("Calling tools…"))
-            return
-        if done["superseded"]:  # a low-confidence answer: asked again on L2
-            if cid == self.conversation_id:
-                self.view.restart_answer()
-                self.status_label.setText(tr("Low confidence: asking L2 instead…"))
-            return
-        self.last_done = done
-        self._set_busy(False)
-        gpu_note = (done["stats"].get("offload") or {}).get("note")
+    def sending(self) -> None:
+        self.hide_banner()
+        self.confidence_warning.hide()
+        self.close_welcome()  # chatting with the demo models: out of the way for this session
+
+    def put_back(self, text: str, images: list[str], replace: bool = True) -> None:
+        if replace or not self.composer.edit.toPlainText().strip():
+            self.composer.edit.setPlainText(text)
+            self.reattach_images(images)
+
+    def turn_options(self) -> TurnOptions:
+        """The chat's preset's temperature (None: the window's), Think and Tools as switched."""
+        t = self.chat_preset.temperature
+        return TurnOptions(self.temperature if t is None else t, self.max_tokens, self.think_toggle.isChecked(),
+                           self.tools_toggle.isChecked())
+
+    def route(self) -> str:
+        return self.composer.route.currentData()
+
+    def answered(self, cid: int, answer: Answer, shown: bool) -> None:
+        gpu_note = (answer.stats.get("offload") or {}).get("note")
         if gpu_note:  # the model is not on the GPU it was planned for: say why, once per answer
             self.show_banner(tr("GPU: {why}").format(why=gpu_note))
-        if cid == self.conversation_id:
-            self.view.finish(done)
-            self.top_bar.set_model(done.get("level"), done.get("model"))
-            announce(self.view, done["text"] or self.view.last_answer())  # polite: after what is being read
-            self._show_confidence(done["stats"])
-            context = done["stats"].get("context")
+        if shown:
+            self.top_bar.set_model(answer.level, answer.model)
+            announce(self.view, answer.text or self.view.transcript.last_answer())  # polite: after what is read
+            self._show_confidence(answer.stats)
+            context = answer.stats.get("context")
             self.gauges.set_water_level(context)
             if context:
                 self.composer.set_context(context["used"], context["n_ctx"])
-        self.status_label.setText(answered_by(done))
+        self.status_label.setText(answered_by(answer))
         self._update_actions()
-        self.adopt_ids(cid)
 
-    def _on_turn_error(self, cid: int, exc: BaseException) -> None:
-        if isinstance(exc, MessageTooLong):
-            self._on_too_long(cid, exc)
-            return
-        message = said(exc, TURN_ERRORS)
-        self._set_busy(False)
-        self.view.fail(message)
-        self.show_banner(message)
+    def history_shown(self, last: dict) -> None:
+        self.top_bar.set_model(last.get("level"), last.get("model"))
+        self.gauges.set_water_level(last.get("context"))
         self._update_actions()
-        self.after_failed_turn()
 
-    # ---- a message too long for the context: the user chooses how it is shortened, or keeps it
-    def _on_too_long(self, cid: int, exc: MessageTooLong) -> None:
-        self._set_busy(False)
-        self.view.drop_last_turn()  # nothing was stored; the bubble comes back if the user sends it
-        text, route, fork = self._sent or ("", "auto", {})
-        self.too_long_dialog = ask_overflow(self, exc, lambda overflow: self._overflow_chosen(
-            cid, text, route, fork, overflow))
+    def ask_overflow(self, exc: MessageTooLong, chosen) -> None:
+        def close(overflow: str | None) -> None:
+            self.too_long_dialog = None
+            if overflow is not None:
+                self.hide_banner()
+            chosen(overflow)
 
-    def _overflow_chosen(self, cid: int, text: str, route: str, fork: dict, overflow: str | None) -> None:
-        self.too_long_dialog = None
-        if overflow is None:  # Cancel: the text is the user's again, in the composer
-            self.composer.edit.setPlainText(text)
-            self.reattach_images(self.sent_images)
-            if "replacing" in fork:
-                self.editing = fork["replacing"] or True
-            if fork:
-                self._load(cid)  # the turns it was to replace, or follow, are all still there
-            self.status_label.setText(tr("Not sent: the message is too long for the context"))
+        self.too_long_dialog = ask_overflow(self, exc, close)
+
+    def chat_opened(self, cid: int | None, new: bool) -> None:
+        """The chat shown changed: its title, model, preset, route, switches and gauges."""
+        self.top_bar.set_title(self._titles.get(cid) if cid is not None and not new else None)
+        self.top_bar.set_model()
+        self.gauges.conversation_id = cid
+        if cid is None:
+            self.docs_toggle.set_conversation(None)
+            self.gauges.set_water_level(None)
             return
-        self.hide_banner()
-        self.view.add_user(text, self.sent_images)
-        self._set_busy(True)
-        self.status_label.setText(tr("Summarising the message…") if overflow == "summarise" else tr("Thinking…"))
-        self._sent = (text, route, fork)
-        self._turn(cid, self._start(cid, text, route, fork, overflow=overflow))
+        if new:
+            self._preset_switches(self.chat_preset)
+            self.show_route(cid, self.new_chat_route())
+            self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
+            self.think_toggle.take(cid)
+            self.gauges.set_water_level(None)
+            return
+        self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self._show_chat_preset(cid, pid))
+        self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.show_route(cid, route))
+        self.worker.call(lambda a: a.conversation_think(cid), lambda on: self.think_toggle.show_state(cid, on))
+        self.docs_toggle.set_conversation(cid)
+
+    def tool_event(self, event: ToolCallEvent | ToolResultEvent) -> None:
+        if isinstance(event, ToolCallEvent):
+            self.status_label.setText(tr("Calling {tool}…").format(tool=event.tool))
+        elif self.tools_panel is not None:
+            self.tools_panel.refresh()  # a server may have started or crashed
 
     def _show_confidence(self, stats: dict) -> None:
         """The flagged answer's warning with its weakest sentences (also inline in the bubble)."""
@@ -347,53 +349,42 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
 
     # ---- user actions
     def send_message(self, text: str, route: str = "auto") -> None:
-        if not self.engine_ready or self.busy:
+        if not self.chat.idle:
             return
         files, self.composer.sent_files = self.composer.sent_files, []  # large attachments: indexed for the chat
-        self.sent_images, self.composer.sent_images = [i.digest for i in self.composer.sent_images], []
-        if self.conversation_id is None:
-            # A chat is made on the engine thread first; `_on_created` sends the message into it.
-            self._pending = (text, route, files)
-            self._new_conversation()
-            self._set_busy(True)
-            return
-        self._send_to(self.conversation_id, text, route, files, self._fork())
+        images, self.composer.sent_images = [i.digest for i in self.composer.sent_images], []
+        self.chat.send(text, route, files, images)
+
+    def on_message_action(self, action: str, index: int) -> None:
+        self.chat.act(action, index)
 
     def regenerate(self) -> None:
-        if not self.engine_ready or self.busy or self.conversation_id is None or not self.view.ends_with_answer():
-            return
-        self.cancel_branch()
-        self._sent = None  # no message of the user's in flight
-        self.view.restart_answer()
-        self._set_busy(True)
-        cid, route = self.conversation_id, self.composer.route.currentData()
-        self._turn(cid, lambda a, p, cancel, tools: a.regenerate(cid, p, cancel=cancel, route=route, tools=tools))
+        self.chat.regenerate()
+
+    def edit_message(self, index: int) -> None:
+        self.chat.edit(index)
 
     def edit_last(self) -> None:
-        """Put the last user message in the composer; sending it replaces that turn."""
-        at = self.view.last_user_index()
-        if self.busy or at is None:
-            return
-        self.edit_message(at)
+        self.chat.edit_last()
 
     def copy_answer(self) -> None:
         from PySide6.QtGui import QGuiApplication
 
-        QGuiApplication.clipboard().setText(self.view.last_answer())
+        QGuiApplication.clipboard().setText(self.chat.transcript.last_answer())
 
     def new_chat(self) -> None:
         """Start a new conversation from the default preset; sending waits until it exists (on the
         engine thread)."""
-        if not self.engine_ready or self.busy:
+        if not self.chat.idle:
             return
         self.chat_preset = self.presets.default()
         self._show_presets()
-        self._set_busy(True)
-        self._new_conversation()
+        self.chat.new_chat()
 
-    def _new_conversation(self) -> None:
-        """A chat is made on the engine thread, with its preset; `_on_created` takes it from there.
-        Its route is the preset's tier, or the settings' routing mode when the preset leaves it to Auto."""
+    def _new_conversation(self, created) -> None:
+        """A chat is made on the engine thread, with its preset; `created(cid)` (the controller's)
+        takes it from there. Its route is the preset's tier, or the settings' routing mode when the
+        preset leaves it to Auto."""
         preset, route = self.chat_preset, self.new_chat_route()
 
         def make(a) -> int:
@@ -403,64 +394,21 @@ class MainWindow(WindowPanels, WindowChats, WindowMessages, WindowTools, WindowP
                 a.set_conversation_route(cid, route)
             return cid
 
-        self.worker.call(make, self._on_created, refresh=True)
-
-    def _turn(self, cid: int, start, files: list[str] = ()) -> None:
-        """One turn on the engine thread (`start(assistant, params, cancel, tools)` yields its
-        events), at the chat's preset's temperature (None: the window's), with the tools when the
-        Tools switch is on, whichever action started it. `files`: large attachments, indexed into
-        the chat's own collection first (the answer cites them)."""
-        if files:
-            self.status_label.setText(tr("Indexing the attached files…"))
-            start = attaching(cid, list(files), start)
-        t = self.chat_preset.temperature
-        self.worker.turn(cid, start, self.temperature if t is None else t, self.max_tokens, self._on_answer,
-                         self._on_turn_error, think=self.think_toggle.isChecked(), tools=self.tools_toggle.isChecked())
-
-    def _send_to(self, cid: int, text: str, route: str, files: list[str] = (), fork: dict | None = None) -> None:
-        self.conversation_id = cid
-        self.hide_banner()
-        self.confidence_warning.hide()
-        self.close_welcome()  # chatting with the demo models: out of the way for this session
-        self.view.add_user(text, self.sent_images)
-        self._set_busy(True)
-        self.status_label.setText(tr("Thinking…"))
-        self._sent = (text, route, fork or {})
-        self._turn(cid, self._start(cid, text, route, fork or {}), files)
+        self.worker.call(make, created, refresh=True)
 
     def stop(self) -> None:
         if self.pages.current_key() != "chats":  # Esc on a page: back to the chat
             self.open_chats()
             return
-        if not self.busy and self.cancel_branch():  # Esc before a branch's first message: back
-            return
-        self.worker.stop()  # a threading.Event: safe from this thread
+        self.chat.stop()
         self._end_approval()  # a call waiting for approval is denied
-
-    def _set_busy(self, busy: bool) -> None:
-        self.busy = busy
-        self.progress.setVisible(busy)
-        self.composer.set_busy(busy)
-        self.chat_list.setEnabled(not busy)
-        self.new_button.setEnabled(not busy)
-        self._update_actions()
 
     def _update_actions(self) -> None:
         """A message's actions that start a turn or change the chat: only while no turn runs."""
-        self.view.set_idle(self.engine_ready and not self.busy)
+        self.view.set_idle(self.chat.idle)
 
     def _select(self, cid: int) -> None:
-        if self.busy or cid == self.conversation_id:
-            return
-        self.conversation_id = cid
-        self.editing, self.branch_after = False, None  # they were the other chat's
-        self.top_bar.set_title(self._titles.get(cid))
-        self.top_bar.set_model()
-        self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self._show_chat_preset(cid, pid))
-        self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.show_route(cid, route))
-        self.gauges.conversation_id = cid
-        self.docs_toggle.set_conversation(cid)
-        self._load(cid)
+        self.chat.open(cid)
 
     def show_banner(self, message: str) -> None:
         self.banner.setText(message)

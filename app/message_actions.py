@@ -11,27 +11,28 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QToolButton, QWidget
 from app.a11y import describe
 from app.i18n import tr
 from app.icons import use
+from app.transcript import Shown
 
 ICONS = {"copy": "copy", "markdown": "code", "regenerate": "refresh-cw", "edit": "pencil", "branch": "git-branch",
          "delete": "trash-2"}
 
 
-def actions_for(message: dict, idle: bool) -> list[tuple[str, str, str]]:
+def actions_for(message: Shown, idle: bool) -> list[tuple[str, str, str]]:
     """(action, label, description) for a finished message. Copying is always offered; what
     starts a turn or changes the chat needs the engine idle and the message stored (its id)."""
-    if message.get("streaming") or not (message.get("content") or message.get("steps")):
+    if message.streaming or not (message.content or message.steps):
         return []
-    answer = message["role"] == "assistant"
+    answer = message.answer
     out = [("copy", tr("Copy"), tr("Copy this message as plain text"))]
     if answer:
         out.append(("markdown", tr("Copy Markdown"), tr("Copy this answer's Markdown as written")))
-    if not (idle and message.get("id")):
+    if not (idle and message.id):
         return out
     if answer:
         out += [("regenerate", tr("Regenerate"), tr("Answer this message again; this answer stays as a branch")),
                 ("branch", tr("Branch from here"),
                  tr("Ask something else after this answer; what followed stays as a branch"))]
-    elif message["role"] == "user":
+    elif message.role == "user":
         out.append(("edit", tr("Edit"), tr("Change this message and send it again; the old one stays as a branch")))
     out.append(("delete", tr("Delete"), tr("Delete this answer and the message it answers") if answer
                 else tr("Delete this message and its answer")))

@@ -16,6 +16,7 @@ from pygments.util import ClassNotFound
 from app.chat_surface import CODE_PAD, USER_PAD
 from app.citations import citations_html
 from app.i18n import tr
+from app.transcript import Answer, ToolBlock
 
 # The light look's; app/theme.py sets each look's own (its tokens) before anything is drawn.
 COLOURS = {"user": "#dcecff", "assistant": "#f2f2f2", "code": "#f4f4f4", "meta": "#777", "border": "#888",
@@ -143,12 +144,12 @@ def where_answered(level: str | None, stats: dict | None = None) -> str:
     return tr("the CPU model") if level in ("L1", "L2") else tr("a model")
 
 
-def answered_by(done: dict) -> str:
+def answered_by(answer: Answer) -> str:
     """The status line after a turn: where it was answered, and a fallback the user must know of
     (a broken tier stood in for). Why the router chose that tier is the answer's info popover
     (routing_text), not the status line."""
-    text = tr("Answered on {where}").format(where=where_answered(done.get("level"), done.get("stats")))
-    return tr("{text} (a stand-in: {why})").format(text=text, why=done["fallback"]) if done.get("fallback") else text
+    text = tr("Answered on {where}").format(where=where_answered(answer.level, answer.stats))
+    return tr("{text} (a stand-in: {why})").format(text=text, why=answer.fallback) if answer.fallback else text
 
 
 def routing_text(stats: dict) -> str:
@@ -206,25 +207,25 @@ TOOL_STATUS = {"ok": "✓", "error": "⚠", "denied": "⛔", "failed": "✗", "t
 MAX_SHOWN_RESULT = 4000  # characters of a result an opened block shows (the model may have read up to 16 000)
 
 
-def tool_html(index: int, n: int, block: dict) -> str:
+def tool_html(index: int, n: int, block: ToolBlock) -> str:
     """One tool call in an answer: a line ("▸ Tool: add · bench ✓ done 0.2 s") that opens on click
     (`tool:<index>.<n>` link) to show the exact arguments and what came back, as plain text."""
-    status = block.get("status")
+    status = block.status
     words = {None: tr("waiting…"), "ok": tr("done"), "error": tr("the tool reported an error"),
              "denied": tr("denied"), "failed": tr("failed"), "timeout": tr("timed out"), "cancelled": tr("stopped")}
-    source = tr("built-in") if block.get("server") == "builtin" else block.get("server") or ""
-    seconds = block.get("seconds")
+    source = tr("built-in") if block.server == "builtin" else block.server or ""
+    seconds = block.seconds
     took = "" if seconds is None else f" {seconds:.1f} s" if seconds >= 0.1 else f" {seconds * 1000:.0f} ms"
     after = f" · {source}" if source else ""
     if status != "stored":  # a call read back from the chat's history: how it went is in its result
         after += f"  {TOOL_STATUS.get(status, '…')} {words.get(status, status)}{took}"
-    arrow = "▾" if block.get("open") else "▸"
+    arrow = "▾" if block.open else "▸"
     head = (f"<div style='color:{COLOURS['meta']};font-size:small'><a href='tool:{index}.{n}' "
             f"style='color:{COLOURS['meta']};text-decoration:none'>{arrow} {html.escape(tr('Tool'))}: "
-            f"<b>{html.escape(block.get('tool', '?'))}</b>{html.escape(after)}</a></div>")
-    if not block.get("open"):
+            f"<b>{html.escape(block.tool)}</b>{html.escape(after)}</a></div>")
+    if not block.open:
         return head
-    result = block.get("text") or ""
+    result = block.text or ""
     if len(result) > MAX_SHOWN_RESULT:
         more = tr("[… {n} characters more]").format(n=len(result) - MAX_SHOWN_RESULT)
         result = result[:MAX_SHOWN_RESULT] + "\n" + more
@@ -232,7 +233,7 @@ def tool_html(index: int, n: int, block: dict) -> str:
            f"background:{COLOURS['code']};font-family:monospace;font-size:small;white-space:pre-wrap")
     label = f"color:{COLOURS['meta']};font-size:small;margin-left:12px"
     return (head + f"<div style='{label}'>{html.escape(tr('Arguments'))}</div>"
-            f"<pre style='{box}'>{html.escape(block.get('arguments') or '{}')}</pre>"
+            f"<pre style='{box}'>{html.escape(block.arguments or '{}')}</pre>"
             f"<div style='{label}'>{html.escape(tr('Result'))}</div>"
             f"<pre style='{box}'>{html.escape(result)}</pre>")
 

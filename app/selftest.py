@@ -170,11 +170,11 @@ def _data_dir_check(report: dict) -> None:
 def _answer_check(window, report: dict) -> None:
     done = window.last_done
     report["checks"]["engine_started"] = window.engine_ready
-    report["checks"]["answered"] = bool(done and done.get("text"))
+    report["checks"]["answered"] = bool(done and done.text)
     if done:
-        report["answer"] = done["text"][:200]
-        report["ttft_ms"] = round(done["stats"].get("ttft_ms", 0))
-        report["model"] = done.get("model")
+        report["answer"] = done.text[:200]
+        report["ttft_ms"] = round(done.stats.get("ttft_ms", 0))
+        report["model"] = done.model
 
 
 def _write_report(report: dict) -> None:

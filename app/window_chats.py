@@ -8,7 +8,7 @@ from app.i18n import tr
 
 
 class WindowChats:
-    """Mixed into MainWindow: it uses the window's worker, view, toggles and gauges."""
+    """Mixed into MainWindow: it uses the window's worker and controller."""
 
     def rename_chat(self, cid: int, current: str, title: str | None = None) -> None:
         if title is None:
@@ -26,13 +26,7 @@ class WindowChats:
         if not confirmed and not self.confirm(tr("Delete chat"), tr("Delete “{title}” and everything remembered "
                                                                       "from it?").format(title=title)):
             return
-        if cid == self.conversation_id:
-            self.conversation_id = None
-            self.editing, self.branch_after = False, None
-            self.docs_toggle.set_conversation(None)
-            self.view.set_messages([])
-            self.gauges.set_water_level(None)
-            self._update_actions()
+        self.chat.close_chat(cid)  # shown: the chat shows none
         self.worker.call(lambda a: a.delete_conversation(cid), refresh=True)
 
     def export_chat(self, cid: int, fmt: str, path: str | None = None) -> None:

@@ -27,7 +27,6 @@ class WindowImages:
     `vision_levels`: the tiers whose model reads images, as the engine last said."""
 
     image_runner: Runner | None = None
-    sent_images: list[str] = []  # the digests of the message being sent (app/window_messages.py's `_start`)
     vision_levels: list[str] = []
     tier_models: dict[str, str] = {}
     thumbnails: Thumbnails | None = None

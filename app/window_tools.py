@@ -1,6 +1,7 @@
 """The window's side of tool calls: the approval dialog put up when the engine's thread asks
 (EngineWorker.approve waits for the answer; the GUI thread never does), Stop or a new question
-denying a call still waiting, and each call and result as a block in the answer. A part of
+denying a call still waiting (each call and result is a block in the answer: the controller's
+transcript, app/transcript.py). A part of
 `MainWindow` (app/main_window.py), kept in its own file; GUI thread only."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from app.tool_approval import ApprovalDialog
 
 
 class WindowTools:
-    """Mixed into MainWindow: it uses the window's view, status line, tools panel and `approval`."""
+    """Mixed into MainWindow: it uses the window's status line and `approval`."""
 
     def _on_approval(self, approval, reply) -> None:
         self._end_approval()
@@ -29,11 +30,3 @@ class WindowTools:
             self.approval = None
             self.status_label.setText(tr("Calling {tool}…").format(tool=dialog.approval.tool)
                                       if dialog.answer != "deny" else tr("Thinking…"))
-
-    def _on_tool(self, cid: int, event: dict) -> None:
-        if cid == self.conversation_id:
-            self.view.tool_event(event)
-        if event["kind"] == "call":
-            self.status_label.setText(tr("Calling {tool}…").format(tool=event["tool"]))
-        if self.tools_panel is not None and event["kind"] == "result":
-            self.tools_panel.refresh()  # a server may have started or crashed

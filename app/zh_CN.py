@@ -21,7 +21,7 @@ TABLE = {
     "Done": "完成",
     "KV cache pages (256 tokens)": "KV 缓存页（每页 256 个词元）",
     "Loading the model…": "正在加载模型…",
-    "Low confidence: asking L2 instead…": "置信度低：改由 L2 回答…",
+    "Low confidence: asking {level} instead…": "置信度低：改由 {level} 回答…",
     "Message (Enter sends, Shift+Enter new line)": "输入消息（Enter 发送，Shift+Enter 换行）",
     "New chat": "新对话",
     "Not ready": "未就绪",

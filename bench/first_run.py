@@ -66,10 +66,9 @@ def launch() -> dict:
         wait(panel.isHidden)
         wait(lambda: w.engine_ready and not w.busy and w.status_label.text() == "Settings applied")
         w.composer.send.emit("Hello! Who are you?", "auto")
-        wait(lambda: bool(w.view.messages) and w.view.messages[-1]["role"] == "assistant"
-             and bool(w.view.messages[-1]["content"]))
+        wait(lambda: bool(w.view.messages) and w.view.messages[-1].answer and bool(w.view.messages[-1].content))
         wait(lambda: not w.busy)
-        return {"marks": marks, "model": (w.last_done or {}).get("model", "?")}
+        return {"marks": marks, "model": w.last_done.model if w.last_done else "?"}
     finally:
         w.close()
 

@@ -31,6 +31,7 @@ import psutil  # noqa: E402
 from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from app.transcript import Answer  # noqa: E402
 from engine.config.paths import db_path  # noqa: E402
 from engine.storage import Database  # noqa: E402
 
@@ -82,7 +83,8 @@ def measure(app, w, cid: int, n: int) -> dict:
     rss = psutil.Process().memory_info().rss - rss0
     # stream: a token every 1/150 s into a new answer, a 1 ms timer watching the loop
     clock.restart()
-    w.view.add_user("One more question?")  # what a send draws on the GUI thread
+    w.chat.transcript.add_user("One more question?")  # what a send draws on the GUI thread
+    w.draw()
     w.view.viewport().repaint()
     send_ms = clock.nsecsElapsed() / 1e6
     gaps, last = [], [time.perf_counter()]
@@ -97,14 +99,15 @@ def measure(app, w, cid: int, n: int) -> dict:
     ticker.timeout.connect(tick)
     feeder = QTimer()
     feeder.setInterval(7)  # ~150 tokens/s
-    feeder.timeout.connect(lambda: w.view.append_tokens("word "))
+    feeder.timeout.connect(lambda: w.chat.on_tokens(cid, "word "))
     ticker.start()
     feeder.start()
     t_end = time.monotonic() + 3.0
     pump(app, lambda: time.monotonic() > t_end)
     feeder.stop()
     ticker.stop()
-    w.view.finish({"text": w.view.messages[-1]["content"], "stats": {}})
+    w.chat.transcript.finish(Answer(w.view.messages[-1].content, {}, "L1", "demo"))
+    w.draw()
     frames.sort()
     return {"open": open_ms, "send": send_ms,
             "frame_p99": frames[int(len(frames) * 0.99)] if frames else 0.0,

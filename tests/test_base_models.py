@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from engine.api import Retracted
 from engine.config.settings import DEFAULTS
 from engine.models.catalog import load_catalog
 from engine.models.instruct import is_instruct
@@ -63,5 +64,6 @@ def test_the_cascade_never_re_asks_on_a_base_model(fakes, make_assistant):
     l1, base = fakes.model_file("chat"), fakes.model_file("base", instruct=False)
     fakes.script("chat").enqueue(Answer("Maybe.", logprob=math.log(0.2)))
     a = make_assistant(tiers={"L1": str(l1), "L2": str(base)}, cascade=True, cascade_threshold=0.5)
-    answers = dones(send(a, a.new_conversation(), HELLO))
-    assert [(d.level, d.superseded) for d in answers] == [("L1", False)]
+    events = send(a, a.new_conversation(), HELLO)
+    assert [d.level for d in dones(events)] == ["L1"]
+    assert not [e for e in events if isinstance(e, Retracted)]

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from engine.api import InputError
+from engine.api import Chunk, InputError, Retracted, TurnFold
 from engine.chat.window import REFILL
 from engine.kv.snapshot import common_prefix
 from tests.fake_backend import (MIB, VRAM_MB, Answer, dones, fakes, make_assistant,  # noqa: F401
@@ -80,22 +80,28 @@ def test_a_weak_l1_answer_is_superseded_and_re_asked_on_l2(fakes, make_assistant
     events = []
     for e in a.send(cid, "Hello there, how are you today?", cancel=stop):
         events.append(e)
-        if getattr(e, "superseded", False):
+        if isinstance(e, Retracted):
             job = w1.current
             seen = {"job_running": job is not None, "job_cancelled": job is not None and job.cancel.is_set(),
                     "caller_stopped": stop.is_set()}
             left.set()
-    first, second = dones(events)
-    assert (first.level, first.superseded, first.text) == ("L1", True, "Maybe.")
+    (taken,) = [e for e in events if isinstance(e, Retracted)]
+    (second,) = dones(events)  # the answer taken back streams as Retracted, never as a TurnDone
+    first = taken.answer
+    assert (first.level, first.text, taken.next_level) == ("L1", "Maybe.", "L2")
     assert first.confidence == pytest.approx(0.2)
-    assert (second.level, second.superseded, second.text) == ("L2", False, "Surely.")
-    assert second.route_reason == "cascade: L1 confidence 0.20 < 0.50"
+    assert (second.level, second.text) == ("L2", "Surely.")
+    assert second.route_reason == taken.reason == "cascade: L1 confidence 0.20 < 0.50"
     assert second.stats.finish_reason == "stop"  # the re-ask did not start cancelled
     assert not stop.is_set()
     if reader_leaves_early:
         # The reader's leaving stopped its own job only, never the caller's event.
         assert seen == {"job_running": True, "job_cancelled": True, "caller_stopped": False}
-    assert "".join(e.text for e in events if not hasattr(e, "superseded")) == "Maybe.Surely."
+    assert "".join(e.text for e in events if isinstance(e, Chunk)) == "Maybe.Surely."
+    fold = TurnFold()
+    for e in events:
+        fold.take(e)
+    assert (fold.text, fold.final, fold.answers) == ("Surely.", second, [first, second])
     # The record keeps the weak answer, superseded; the models never see it again.
     assert [(m["role"], m["content"], m["superseded"]) for m in a.transcript(cid)] == [
         ("user", "Hello there, how are you today?", False), ("assistant", "Maybe.", True),
@@ -105,7 +111,7 @@ def test_a_weak_l1_answer_is_superseded_and_re_asked_on_l2(fakes, make_assistant
     (done,) = dones(send(a, cid, "hi", route="L1"))
     b1 = fakes.backend("l1")
     assert b1.text(b1.prompts[-1]).count("Surely.") == 1 and "Maybe." not in b1.text(b1.prompts[-1])
-    assert done.level == "L1" and not done.superseded
+    assert done.level == "L1"
 
 
 # ---- the window

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "Assistant": "engine.api.assistant",
     "LIVE_SETTINGS": "engine.api.assistant",
     "TurnDone": "engine.chat.conversation",
+    "MessageRecord": "engine.chat.message_record",  # a stored message, typed (Assistant.messages)
     "Chunk": "engine.inference.events",
     "ReasoningChunk": "engine.inference.events",  # a reasoning model's thinking, beside the answer's Chunks
     # structured output: OpenAI's response_format as a grammar, and what it cannot enforce
@@ -39,7 +40,11 @@ _EXPORTS: dict[str, str] = {
     "call_grammar": "engine.inference.tool_calls",
     "ToolRunner": "engine.tools.runner",  # the window's tools: sources, approval, timeouts (issue 26)
     "TurnTools": "engine.tools.runner",  # a turn's `tools=`: the engine runs the calls on every entry point
-    "TurnEvent": "engine.chat.pipeline",  # what a turn streams: chunks, answers, tool calls and results
+    "TurnEvent": "engine.chat.events",  # what a turn streams: chunks, answers, tool calls and results
+    "Retracted": "engine.chat.events",  # the cascade takes an answer back; the next one follows
+    "TurnFold": "engine.chat.events",  # what a front-end keeps of a turn, the retraction applied
+    "UnknownEvent": "engine.chat.events",
+    "unknown_event": "engine.chat.events",  # every front-end's last case over a turn's events
     "Approval": "engine.tools.runner",
     "ToolCallEvent": "engine.tools.runner",
     "ToolResultEvent": "engine.tools.runner",

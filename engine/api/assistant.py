@@ -22,7 +22,8 @@ from engine.api.status import StatusPublisher
 from engine.chat import branches
 from engine.chat.core import AssistantCore, TurnDone
 from engine.chat.export import conversation_html, conversation_json, conversation_markdown
-from engine.chat.pipeline import TurnEvent
+from engine.chat.message_record import MessageRecord
+from engine.chat.events import TurnEvent
 from engine.chat.targets import InputError
 from engine.config.paths import db_path
 from engine.config.presets import Preset
@@ -205,20 +206,24 @@ class Assistant(AssistantCore, DocumentsApi):
     def search_conversations(self, query: str) -> list[int]:
         return self.db.search_conversations(query)
 
-    def transcript(self, conversation_id: int) -> list[dict]:
-        """Every stored message, in the order written: {"id", "role", "content", "reasoning" (a
-        reasoning model's thinking, else None), "stats", "superseded" (off the chat's current path:
-        another branch), "tool_calls" (an answer's calls, OpenAI-shaped, else None), "tool_call_id"
-        (a tool result's, else None), "parent_id" (the message it follows), "branches" (every
-        message at its place, oldest first, when it has siblings: answers given again, messages
-        edited; else None), "images" (a message's images: [{"digest", "at"}], else None)}."""
+    def messages(self, conversation_id: int) -> list[MessageRecord]:
+        """Every stored message, in the order written, typed (engine/chat/message_record.py):
+        "superseded" means off the chat's current path (another branch); "branches" lists every
+        message at its place, oldest first, when it has siblings (answers given again, messages
+        edited)."""
         self.conversation(conversation_id)  # ConversationNotFound for an unknown id
         rows = self.db.messages(conversation_id)
         siblings = branches.siblings(rows)
-        return [{"id": r["id"], "role": r["role"], "content": r["content"], "reasoning": r["reasoning"],
-                 "stats": r["stats"] or {}, "superseded": r["superseded_by"] is not None,
-                 "tool_calls": r["tool_calls"], "tool_call_id": r["tool_call_id"], "parent_id": r["parent_id"],
-                 "branches": siblings.get(r["id"]), "images": r["images"]} for r in rows]
+        return [MessageRecord.of(r, siblings.get(r["id"])) for r in rows]
+
+    def transcript(self, conversation_id: int) -> list[dict]:
+        """`messages` as JSON-shaped dicts: {"id", "role", "content", "reasoning" (a reasoning
+        model's thinking, else None), "stats", "superseded" (off the chat's current path: another
+        branch), "tool_calls" (an answer's calls, OpenAI-shaped, else None), "tool_call_id" (a tool
+        result's, else None), "parent_id" (the message it follows), "branches" (every message at
+        its place, oldest first, when it has siblings: answers given again, messages edited; else
+        None), "images" (a message's images: [{"digest", "at"}], else None)}."""
+        return [m.as_dict() for m in self.messages(conversation_id)]
 
     def add_image(self, data: bytes, name: str = "the image") -> dict:
         """Keep an image for a message: {"digest" (for `send(..., images=[...])`), "width",

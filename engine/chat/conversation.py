@@ -35,7 +35,6 @@ class TurnDone:
     route_reason: str = ""
     fallback: str | None = None
     confidence: float | None = None
-    superseded: bool = False  # a low-confidence answer re-asked on a stronger tier (cascade)
     reasoning: str = ""  # a reasoning model's thinking, without its tags
     # The calls the answer made, OpenAI-shaped ({"id", "type", "function": {"name", "arguments"}}):
     # the caller runs them and answers with `send_tool_results` (stats.finish_reason "tool_calls").

@@ -236,11 +236,13 @@ class AssistantCore(ChatSwitches):
     def send(self, conversation_id: int, text: str, params: GenerateParams = GenerateParams(), *,
              after: int | None = None, replacing: int | None = None, **options: Any) -> Iterator[TurnEvent]:
         """Send a user message and stream the answer: `Chunk`s (`ReasoningChunk`s for a reasoning
-        model's thinking), then a `TurnDone` (two when the cascade re-asks a weak L1 answer on L2:
-        the first has `superseded=True`). `options` are `TurnRequest`'s keyword fields (route,
-        cancel, docs, memory, overflow, tools, …). With `tools` (`TurnTools`), each round of calls
-        streams a `ToolCallEvent` and a `ToolResultEvent` per call, then the next round's answer;
-        so does every other entry point below.
+        model's thinking), then a `TurnDone`; when the cascade re-asks a weak L1 answer on L2, a
+        `Retracted` in place of the first answer's TurnDone, then the second answer
+        (engine/chat/events.py: the closed set of events, and `TurnFold`). `options` are
+        `TurnRequest`'s keyword fields (route, cancel, docs, memory, overflow, tools, …). With
+        `tools` (`TurnTools`), each round of calls streams a `ToolCallEvent` and a
+        `ToolResultEvent` per call, then the next round's answer; so does every other entry point
+        below.
 
         Args:
             after: branch from an answer on the chat's path: the message follows it, and the turns

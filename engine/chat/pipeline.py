@@ -15,14 +15,9 @@ from __future__ import annotations
 from typing import Callable, Generator, Protocol, Sequence, TypeAlias
 
 from engine.chat.conversation import TurnDone
+from engine.chat.events import TurnEvent
 from engine.chat.turn import Turn
-from engine.inference.events import Chunk, ReasoningChunk
-from engine.tools.runner import ToolCallEvent, ToolResultEvent
 
-# What a turn streams to its front-end: the answer's text and thinking as they come, each answer
-# as it ends (two when the cascade asks again; one per round of tool calls), and each call the
-# engine runs itself, then its result.
-TurnEvent: TypeAlias = Chunk | ReasoningChunk | TurnDone | ToolCallEvent | ToolResultEvent
 Events: TypeAlias = Generator[TurnEvent, None, TurnDone | None]
 Rest: TypeAlias = Callable[[Turn], Events]
 

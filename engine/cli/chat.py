@@ -10,11 +10,12 @@ import os
 import signal
 import sys
 import threading
+from contextlib import closing
 from typing import Callable, Iterator
 
-from engine.api import (Assistant, ConversationNotFound, GenerateParams, InputError, MessageTooLong, ModelLoadError,
-                        ModelNotFound, ReasoningChunk, RemoteError, SamplingParams, StorageError, TurnDone,
-                        reasoning_options)
+from engine.api import (Assistant, Chunk, ConversationNotFound, GenerateParams, InputError, MessageTooLong,
+                        ModelLoadError, ModelNotFound, ReasoningChunk, RemoteError, Retracted, SamplingParams,
+                        StorageError, ToolCallEvent, ToolResultEvent, TurnDone, reasoning_options, unknown_event)
 from engine.cli.docs import add_chat_flag, sources_text, use_documents
 from engine.cli import output
 from engine.cli.output import EXIT_FAILED, EXIT_MODEL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
@@ -225,34 +226,45 @@ class ChatLoop:
         thinking = False  # a reasoning model's thinking is being shown (dim on a terminal)
         dim, plain = ("\x1b[2m", "\x1b[0m") if sys.stdout.isatty() else ("", "")
         try:
-            for item in self.assistant.send(self.conversation_id, text, self.params, cancel=self.cancel,
-                                            route=self.args.route, overflow=self.args.overflow,
-                                            docs=self.args.docs):
-                if isinstance(item, TurnDone):
-                    if thinking and not self.out.json:
-                        sys.stdout.write(plain + "\n")
-                    thinking = False
-                    self._done(item)
-                elif isinstance(item, ReasoningChunk):
-                    if not item.text:
-                        continue
-                    if self.out.json:
-                        self.out.event(event="thinking", text=item.text)
-                        continue
-                    if not thinking:
-                        sys.stdout.write(dim + "(thinking) ")
-                        thinking = True
-                    sys.stdout.write(item.text)
-                    sys.stdout.flush()
-                elif item.text:
-                    if thinking and not self.out.json:
-                        sys.stdout.write(plain + "\n\n")
-                        thinking = False
-                    if self.out.json:
-                        self.out.event(event="token", text=item.text)
-                    else:
-                        sys.stdout.write(item.text)
-                        sys.stdout.flush()
+            events = self.assistant.send(self.conversation_id, text, self.params, cancel=self.cancel,
+                                         route=self.args.route, overflow=self.args.overflow, docs=self.args.docs)
+            with closing(events):  # an error here stops the model now, not at garbage collection
+                for item in events:
+                    match item:
+                        case TurnDone() | Retracted():
+                            if thinking and not self.out.json:
+                                sys.stdout.write(plain + "\n")
+                            thinking = False
+                            if isinstance(item, Retracted):
+                                self._done(item.answer, item)
+                            else:
+                                self._done(item)
+                        case ReasoningChunk():
+                            if not item.text:
+                                continue
+                            if self.out.json:
+                                self.out.event(event="thinking", text=item.text)
+                                continue
+                            if not thinking:
+                                sys.stdout.write(dim + "(thinking) ")
+                                thinking = True
+                            sys.stdout.write(item.text)
+                            sys.stdout.flush()
+                        case Chunk():
+                            if not item.text:
+                                continue
+                            if thinking and not self.out.json:
+                                sys.stdout.write(plain + "\n\n")
+                                thinking = False
+                            if self.out.json:
+                                self.out.event(event="token", text=item.text)
+                            else:
+                                sys.stdout.write(item.text)
+                                sys.stdout.flush()
+                        case ToolCallEvent() | ToolResultEvent():
+                            pass  # the terminal's turns run no tools
+                        case _:
+                            unknown_event(item)
         except MessageTooLong as exc:  # the way out is a flag: say which
             self.failures += 1
             self.out.error(f"{exc} (run `assistant chat --overflow head_tail` or `--overflow summarise`)")
@@ -262,15 +274,18 @@ class ChatLoop:
         finally:
             self.generating = False
 
-    def _done(self, item: TurnDone) -> None:
+    def _done(self, item: TurnDone, retracted: Retracted | None = None) -> None:
+        """An answer ended; `retracted`: the cascade took it back (the next tier's answer follows)."""
+        taken_back = retracted is not None
         if self.out.json:
-            self.out.event(event="superseded" if item.superseded else "done",
+            self.out.event(event="retracted" if taken_back else "done",
                            conversation_id=item.conversation_id, message_id=item.message_id, model=item.model,
                            level=item.level, route_reason=item.route_reason, fallback=item.fallback,
                            confidence=item.stats.confidence, risk=item.stats.risk, context=item.stats.context,
                            summary_used=item.stats.summary_used, memories_used=item.stats.memories_used,
                            memory=item.stats.memory, sources=item.sources, text=item.text,
-                           reasoning=item.reasoning, stats=item.stats.as_json())
+                           reasoning=item.reasoning, stats=item.stats.as_json(),
+                           **({"reason": retracted.reason, "next_level": retracted.next_level} if taken_back else {}))
             return
         s = item.stats
         # The terminal has already shown what a repetition cut dropped: say where the answer ends.
@@ -287,7 +302,7 @@ class ChatLoop:
                 + f" · {s.decode_tps:.1f} tok/s"
                 + (f" · drafted {s.draft_accepted}/{s.draft_tokens} accepted" if s.draft_tokens else "") + "]")
         report = s.confidence or {}
-        if report.get("low") and not item.superseded:
+        if report.get("low") and not taken_back:
             meta += "\n[可能不准确 / may be inaccurate: confidence %.2f]" % report["geo_mean_prob"]
         for hit in s.memories_used:
             src = hit["source"]
@@ -299,14 +314,14 @@ class ChatLoop:
                      else f"\n[not remembered: {remembered['error']}]")
         if s.risk.get("caution"):
             meta += f"\n[{s.risk['caution']}]"
-        if item.sources and not item.superseded:
+        if item.sources and not taken_back:
             meta += "\n" + sources_text(item.sources)
-        if item.superseded:
-            meta += f"\n[low confidence ({item.confidence:.2f}): asking L2 instead…]"
+        if taken_back:
+            meta += f"\n[low confidence ({item.confidence:.2f}): asking {retracted.next_level} instead…]"
         dim = sys.stdout.isatty()
         sys.stdout.write(f"{tail}\n" + (f"\x1b[2m{meta}\x1b[0m\n" if dim else f"{meta}\n"))
-        if item.superseded:
-            sys.stdout.write(f"\n{self.assistant.tiers['L2']}> ")
+        if taken_back:
+            sys.stdout.write(f"\n{self.assistant.tiers[retracted.next_level]}> ")
 
 
 def _guard_stdout() -> None:

@@ -32,7 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from engine.api import Chunk, ReasoningChunk, TurnDone
+from engine.api import (Chunk, ReasoningChunk, Retracted, ToolCallEvent, ToolResultEvent, TurnDone, TurnFold,
+                        unknown_event)
 from engine.server import errors
 from engine.server.engine_thread import END, Job, embed_work, turn_work
 from engine.server.fair_queue import Client
@@ -175,21 +176,15 @@ class Endpoints:
                                        "type": "server_error", "param": None, "code": "timeout"}}, status_code=504)
 
     async def _whole(self, job: Job, shape: Shape, item: object, deadline: float) -> Response:
-        chunks: list[Chunk] = []
-        dones: list[TurnDone] = []
+        fold = TurnFold()  # a cascade's retraction empties the chunks: the answer is the next one
         while item is not END:
             if isinstance(item, BaseException):
                 return error_response(item)
-            if isinstance(item, Chunk):
-                chunks.append(item)
-            elif isinstance(item, TurnDone):
-                dones.append(item)
-                if item.superseded:
-                    chunks = []  # a cascade re-asks: the answer is the next one
+            fold.take(item)
             item = await _next(job, deadline)
-        if not dones or job.why is not None:
+        if fold.final is None or fold.final is not fold.answers[-1] or job.why is not None:
             return self._failed(job, item)
-        return JSONResponse(shape.whole(chunks, dones))
+        return JSONResponse(shape.whole(fold.chunks, fold.answers))  # usage counts every answer computed
 
     async def _stream(self, job: Job, turn, shape: Shape, item: object, deadline: float) -> AsyncIterator[dict]:
         dones: list[TurnDone] = []
@@ -203,12 +198,21 @@ class Endpoints:
                     yield {"data": _json(errors.body(item))}
                     ended = True
                     return
-                if isinstance(item, (Chunk, ReasoningChunk)):
-                    delta = shape.delta(item)
-                    if delta is not None:
-                        yield {"data": _json(delta)}
-                elif isinstance(item, TurnDone) and not item.superseded:
-                    dones.append(item)
+                match item:
+                    case Chunk() | ReasoningChunk():
+                        delta = shape.delta(item)
+                        if delta is not None:
+                            yield {"data": _json(delta)}
+                    case TurnDone():
+                        dones.append(item)
+                    case Retracted():  # never: engine_thread turns the cascade off for streams
+                        yield {"data": _json(errors.body(RuntimeError("a streamed answer cannot be taken back")))}
+                        ended = True
+                        return
+                    case ToolCallEvent() | ToolResultEvent():
+                        pass  # the client runs its own tools: the engine runs none for an API turn
+                    case _:
+                        unknown_event(item)
                 try:
                     item = await _next(job, deadline)
                 except Timeout:

@@ -23,12 +23,12 @@ import asyncio
 import logging
 import threading
 import time
+from contextlib import closing
 from typing import TYPE_CHECKING, Callable, Hashable
 
 import numpy as np
 
-from engine.api import TurnDone
-from engine.api import adopt, hand_over, owner_of
+from engine.api import TurnFold, adopt, hand_over, owner_of
 from engine.server.errors import EXPECTED
 from engine.server.fair_queue import FairQueue, QueueClosed
 from engine.server.history import ApiConversations
@@ -79,7 +79,7 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
 
     def work(assistant: "Assistant", job: Job) -> None:
         cid = conversations.open(assistant, turn.history, turn.domain)
-        final = None
+        fold = TurnFold()
         try:
             # A streamed answer cannot be taken back: no cascade re-ask for streams. The memory
             # stays out unless asked (x_memory): an API answer depends on the messages sent, the
@@ -93,11 +93,11 @@ def turn_work(turn: Turn, conversations: ApiConversations) -> Callable[["Assista
                 images = [{"digest": assistant.add_image(image.data)["digest"], "at": at}
                           for image, at in turn.history.new_images]
                 items = assistant.send(cid, turn.history.text, turn.params, docs=turn.docs, images=images, **options)
-            for item in items:
-                if isinstance(item, TurnDone) and not item.superseded:
-                    final = item
-                job.emit(item)
+            with closing(items):  # an error here stops the model now, not at garbage collection
+                for item in items:
+                    job.emit(fold.take(item))
         finally:
+            final = fold.final
             if (turn.keep and final is not None and not job.cancel.is_set()
                     and final.stats.finish_reason != "cancelled"):
                 conversations.answered(assistant, cid, turn.history, final.text, final.message_id, turn.domain,

@@ -194,7 +194,7 @@ def test_a_window_turn_and_an_api_turn_issued_together_take_turns_on_one_thread(
     assert not server.engine.running.started  # posted to the engine thread, behind the window's turn
     gate.release()
     qtbot.waitUntil(lambda: not window.busy and not t.is_alive(), timeout=30_000)
-    assert result["r"].status_code == 200 and window.last_done["text"] == "Answer 1."
+    assert result["r"].status_code == 200 and window.last_done.text == "Answer 1."
     assert result["r"].json()["choices"][0]["message"]["content"] == "Answer 2."
     engine = window.worker
     assert [(kind, text) for kind, _, text in engine.sends] == [

@@ -68,7 +68,7 @@ def test_drop_and_paste_files_into_the_message(qtbot, fakes, make_assistant, doc
     w.composer.send_button.click()
     qtbot.waitUntil(lambda: not w.busy, timeout=60_000)
     cid = w.conversation_id
-    sent = w.view.messages[-2]["content"]
+    sent = w.view.messages[-2].content
     assert sent.startswith("Which pier") and "[Attached file: kettle.md]" in sent and "ninety seconds" in sent
     assert "[Attached file: handbook.txt]" in sent and "Section 7:" not in sent  # large: indexed, not pasted
     assert not bar.items and not bar.isVisible()
@@ -77,7 +77,7 @@ def test_drop_and_paste_files_into_the_message(qtbot, fakes, make_assistant, doc
     qtbot.waitUntil(lambda: bool(seen), timeout=10_000)
     flag, roots = seen[0]
     assert flag == f"chat-{cid}" and [r["path"] for r in roots] == [str(big)]
-    assert w.last_done["stats"]["sources"]  # the answer was given excerpts of it, to cite
+    assert w.last_done.stats["sources"]  # the answer was given excerpts of it, to cite
     # with documents off, a large file is refused when it is attached, not when the message is sent
     w.docs_toggle.setEnabled(False)
     w.composer.edit.insertFromMimeData(mime(big))

@@ -243,9 +243,9 @@ def test_citations_under_an_answer_open_the_file_at_its_page(qtbot, window, tmp_
     wait_indexed(qtbot, panel)
     window.findChild(QWidget, "useDocuments").click()
     done = send(qtbot, window, QUESTION)
-    sources = done["stats"]["sources"]
+    sources = done.stats["sources"]
     pdf = next(s for s in sources if Path(s["path"]).name == "manual.pdf" and s["page"] == 3)
-    assert done["stats"]["documents"] == "ok"
+    assert done.stats["documents"] == "ok"
     html = window.view.toHtml()
     assert f"[{pdf['n']}]" in html and "manual.pdf, p. 3" in html
     anchors = cite_anchors(window.view)
@@ -316,7 +316,7 @@ def test_screenshots_of_the_panel_and_citations_in_both_languages(qtbot, model_p
             panel.hide()
             w.findChild(QWidget, "useDocuments").click()
             done = send(qtbot, w, questions[language])
-            assert done["stats"]["sources"], done["stats"]["documents"]
+            assert done.stats["sources"], done.stats["documents"]
             page = "第 3 页" if language == "zh_CN" else "p. 3"
             assert page in w.view.toHtml()
             save_screenshot(qtbot, w, out / f"citations-{language}.png", 1200, 760)

@@ -117,7 +117,7 @@ def test_an_image_message_on_a_vision_model_shows_its_thumbnail_and_an_edit_brin
     qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
     assert not w.banner.isVisible(), w.banner.text()
     sent = w.view.messages[-2]
-    assert sent["role"] == "user" and [i["digest"] for i in sent["images"]] == [digest]
+    assert sent.role == "user" and sent.images == [digest]
     assert not bar.images  # they went with the message
     qtbot.waitUntil(lambda: w.view.thumbnails.get(digest) is not None, timeout=20_000)
     assert f"thumb:{digest}" in w.view.toHtml()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QColor, QImage
 
+from app.transcript import Shown, ToolBlock
 from engine.api import Settings
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
@@ -26,13 +27,14 @@ THOUGHT = {"en": "The user wants speed. A kettle is fastest; green tea needs coo
            "zh_CN": "用户想要快。电水壶最快；绿茶要稍凉的水。"}
 
 
-def chat_messages(language: str) -> list[dict]:
+def chat_messages(language: str) -> list[Shown]:
     """A stored-looking transcript: the answer thought for 12 s and called a tool first."""
     stats = {"level": "L2", "model": "qwen3-4b", "reasoning_tokens": 48, "reasoning_ms": 12_000, "ttft_ms": 180,
              "decode_tps": 31.5, "prompt_tokens_evaluated": 24, "prompt_tokens_cached": 310,
              "route_reason": "ordinary request"}
-    return [{"role": "user", "content": QUESTION[language], "stats": {}},
-            {"role": "assistant", "content": ANSWER[language], "stats": stats, "reasoning": THOUGHT[language]}]
+    call = ToolBlock("c1", "builtin", "calculator", '{"expression": "90/60"}', "ok", "1.5", 0.01)
+    return [Shown("user", QUESTION[language]),
+            Shown("assistant", ANSWER[language], stats=stats, reasoning=THOUGHT[language], steps=[("tool", call)])]
 
 
 def png(path) -> str:
@@ -69,10 +71,6 @@ def test_screenshots_of_the_look(qtbot, fakes, make_assistant, tmp_path, monkeyp
             w.composer.send_button.click()
             qtbot.waitUntil(lambda: not w.busy, timeout=20_000)
             w.view.set_messages(chat_messages(language))
-            w.view.messages[1]["steps"] = [("tool", {"call_id": "c1", "server": "builtin", "tool": "calculator",
-                                                     "arguments": {"expression": "90/60"}, "status": "ok",
-                                                     "text": "1.5", "seconds": 0.01})]
-            w.view.redraw()
             save_screenshot(qtbot, w, out / f"look-chat-{name}.png", W, H)
             text = w.view.toPlainText()
             assert "qwen3-4b" in text and "calculator" in text and "brew" in text

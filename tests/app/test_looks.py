@@ -67,7 +67,7 @@ def test_a_high_warning_threshold_flags_the_answer(qtbot, model_paths, monkeypat
     w.show()
     qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
     done = send(qtbot, w, "What is the capital of Mongolia?")
-    assert done["stats"]["confidence"]["low"]
+    assert done.stats["confidence"]["low"]
     assert w.confidence_warning.isVisible() and "may be inaccurate" in w.confidence_warning.text()
     assert "可能不准确" in w.view.toHtml()
     w.close()
@@ -81,7 +81,7 @@ def test_a_gpu_that_cannot_be_used_is_said_in_the_banner(qtbot, model_paths, mon
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
-    offload = send(qtbot, w, "Hello!")["stats"]["offload"]
+    offload = send(qtbot, w, "Hello!").stats["offload"]
     assert offload["backend"] == "cpu" and "NoSuchGPU0" in offload["note"]
     assert w.banner.isVisible() and "NoSuchGPU0" in w.banner.text() and "running on the CPU" in w.banner.text()
     w.close()

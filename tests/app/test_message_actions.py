@@ -9,6 +9,7 @@ from PySide6.QtCore import QEvent, QPointF, Qt, QUrl
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QApplication
 
+from app.chat_controller import Fork
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
 from .helpers import fake_window
@@ -50,11 +51,11 @@ def ask(qtbot, w, text):
 
 def settled(qtbot, w):
     """The turn is over and the messages shown carry their stored ids (read after each turn)."""
-    qtbot.waitUntil(lambda: not w.busy and all(m.get("id") for m in w.view.messages), timeout=30_000)
+    qtbot.waitUntil(lambda: not w.busy and all(m.id for m in w.view.messages), timeout=30_000)
 
 
 def shown(w) -> list[str]:
-    return [m["content"] for m in w.view.messages]
+    return [m.content for m in w.view.messages]
 
 
 def test_copy_any_message_as_text_or_markdown(qtbot, fakes, make_assistant):
@@ -107,7 +108,7 @@ def test_a_branch_from_an_answer_and_esc_before_its_first_message(qtbot, fakes, 
     click(qtbot, w.view, 1, "branch")
     assert shown(w) == ["q1", "A1"] and "New branch" in w.status_label.text()
     w.stop()  # Esc: nothing was sent, the chat is as it was
-    assert shown(w) == ["q1", "A1", "q2", "A2"] and w.branch_after is None
+    assert shown(w) == ["q1", "A1", "q2", "A2"] and w.chat.fork == Fork()
     click(qtbot, w.view, 1, "branch")
     ask(qtbot, w, "something else")
     assert shown(w) == ["q1", "A1", "something else", "X"]
@@ -134,23 +135,22 @@ def test_mid_turn_only_copying_is_offered_and_the_menu_has_the_same_actions(qtbo
     from app.message_actions import actions_for
 
     w = chat(qtbot, fakes, make_assistant, ["A1"], ["q1"])
-    w._set_busy(True)
+    w.chat.set_busy(True)
     assert [a for a, _, _ in actions_for(w.view.messages[1], w.view.idle)] == ["copy", "markdown"]
     w.view.act("delete", 1)  # not offered: nothing happens
     assert shown(w) == ["q1", "A1"]
-    w._set_busy(False)
+    w.chat.set_busy(False)
     assert [a for a, _, _ in actions_for(w.view.messages[1], w.view.idle)][-1] == "delete"
     w.close()
 
 
 def test_a_long_chat_opens_on_its_last_messages_and_shows_earlier_ones_on_click(qtbot):
     from app.chat_view import MORE, SHOWN, ChatView
+    from app.transcript import Shown
 
     view = ChatView()
     qtbot.addWidget(view)
-    messages = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"message number {k}", "stats": {},
-                 "superseded": False} for k in range(1000)]
-    view.set_messages(messages)
+    view.set_messages([Shown("user" if k % 2 == 0 else "assistant", f"message number {k}") for k in range(1000)])
     shown_text = view.toPlainText()
     assert "message number 999" in shown_text and f"message number {1000 - SHOWN}" in shown_text
     assert f"message number {999 - SHOWN}" not in shown_text and f"Show {1000 - SHOWN} earlier messages" in shown_text
@@ -168,7 +168,7 @@ def test_an_edit_or_a_branch_left_unsent_stays_with_its_chat(qtbot, fakes, make_
     click(qtbot, w.view, 0, "edit")
     w.new_chat()  # the edit was the other chat's: the new chat's first message is a plain send
     qtbot.waitUntil(lambda: w.conversation_id not in (None, first) and not w.busy, timeout=30_000)
-    assert not w.editing and w.branch_after is None
+    assert w.chat.fork == Fork()
     ask(qtbot, w, "hello")
     assert shown(w) == ["hello", "N1"] and not w.banner.isVisible()
     w.close()

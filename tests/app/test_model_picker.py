@@ -27,7 +27,7 @@ def test_the_picker_names_each_tiers_model_and_is_kept_per_chat(qtbot, fakes, ma
     w.composer.edit.setPlainText("hello")
     w.composer.send_button.click()
     qtbot.waitUntil(lambda: not w.busy and w.last_done is not None, timeout=30_000)
-    assert w.last_done["level"] == "L2" and w.last_done["text"] == "from the big one"
+    assert w.last_done.level == "L2" and w.last_done.text == "from the big one"
     assert w.top_bar.model.text().startswith("L2")
 
     w.new_chat()  # a new chat starts from the default preset's tier: Auto

@@ -56,7 +56,7 @@ def test_a_preset_made_in_the_dialog_shapes_new_chats_and_can_be_changed_per_cha
     done = send(qtbot, w, "Hello")
     fake = fakes.backend("m")
     assert b"Answer like a pirate." in text_of(fake.prompts[-1])
-    assert fake.samplings[-1].temperature == 0.0 and done["level"] == "L1"
+    assert fake.samplings[-1].temperature == 0.0 and done.level == "L1"
     assert w.tools_toggle.isChecked() and Settings.shared().get("tools.enabled") is False  # the chat's, not the app's
     assert w.top_bar.preset.currentText() == "Pirate"
     first = w.conversation_id

@@ -1,17 +1,20 @@
 """Rendering messages: Markdown and code, no raw HTML from the model, hostile input stays fast."""
 
+import dataclasses
+
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QTextBrowser
 
 from app.chat_view import ChatView
+from app.transcript import Answer, Shown
 from app.render import CODE_BLOCKS, markdown_html, message_html, meta_line
 
 
 def test_code_blocks_are_highlighted_and_copyable(qtbot):
     view = ChatView()
     qtbot.addWidget(view)
-    view.set_messages([{"role": "assistant", "content": "Here:\n```python\nprint('hi')\n```", "stats": {}}])
+    view.set_messages([Shown("assistant", "Here:\n```python\nprint('hi')\n```")])
     html = view.toHtml()
     assert "print" in html and "copy:" in message_html("assistant", "```python\nprint('hi')\n```")
     key = next(k for k, v in CODE_BLOCKS.items() if v == "print('hi')\n")
@@ -56,24 +59,26 @@ def test_the_view_draws_only_what_follows_and_the_document_is_as_if_drawn_at_onc
     def as_if_drawn_at_once():
         fresh = ChatView()
         qtbot.addWidget(fresh)
-        fresh.messages = [dict(m) for m in view.messages]
-        fresh._render()
+        fresh.set_messages([dataclasses.replace(m) for m in view.messages])
         return fresh.document().toHtml()
 
-    view.add_user("first question")
+    chat = view.transcript
+    chat.add_user("first question")
+    view.draw()
     for n in range(3):
-        view.append_tokens(f" **word {n}**\n\n| a | b |\n|---|---|\n| {n} | x |\n")
-        view._render()
-    view.finish({"text": "the answer\n\n```python\nprint(1)\n```", "stats": {"level": "L1"}})
-    view.add_user("second question\nwith two lines")
-    view.append_tokens("partly")
-    view._render()
+        chat.append_tokens(f" **word {n}**\n\n| a | b |\n|---|---|\n| {n} | x |\n")
+        view.draw()
+    chat.finish(Answer("the answer\n\n```python\nprint(1)\n```", {}, "L1", "m"))
+    chat.add_user("second question\nwith two lines")
+    view.draw()
+    chat.append_tokens("partly")
+    view.draw()
     assert len(whole) == 1  # only the first render, of the empty view, set the document
     assert view.document().toHtml() == as_if_drawn_at_once()
     assert len(view.document().rootFrame().childFrames()) == 4
 
-    view.finish({"text": "second answer", "stats": {}})
-    view.messages[1]["content"] = "the first answer, edited"  # a change above the end
+    chat.finish(Answer("second answer", {}, "L1", "m"))
+    view.messages[1].content = "the first answer, edited"  # a change above the end
     view._render()
     assert len(whole) == 2
     assert view.document().toHtml() == as_if_drawn_at_once()

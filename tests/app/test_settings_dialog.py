@@ -109,7 +109,7 @@ def test_the_window_answers_on_the_l3_endpoint_from_settings(qtbot, assistant_ho
         qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
         w.send_message("Hello!", route="L3")
         qtbot.waitUntil(lambda: not w.busy and w.last_done is not None, timeout=120_000)
-        assert w.last_done["level"] == "L3" and not w.last_done["fallback"], w.last_done
+        assert w.last_done.level == "L3" and not w.last_done.fallback, w.last_done
         w.close()
     finally:
         server.stop()

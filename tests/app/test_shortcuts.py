@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel
 
+from app.chat_controller import Fork
 from app.shortcuts import SHORTCUTS, ShortcutSheet, shown
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
@@ -41,8 +42,8 @@ def test_every_shortcut_does_what_the_sheet_says(qtbot, window, fakes):
     assert w.composer.edit.hasFocus()
     # Up in the empty box: the last message back, to edit; typed text keeps its arrow key
     qtbot.keyClick(w.composer.edit, Qt.Key_Up)
-    assert w.editing and w.composer.edit.toPlainText() == "Name a colour."
-    w.editing = False
+    assert w.chat.editing and w.composer.edit.toPlainText() == "Name a colour."
+    w.chat.fork = Fork()
     w.composer.edit.setPlainText("")
     press(qtbot, w, Qt.Key_C, Qt.ControlModifier | Qt.ShiftModifier)
     assert QApplication.clipboard().text() == "Blue."
@@ -50,10 +51,10 @@ def test_every_shortcut_does_what_the_sheet_says(qtbot, window, fakes):
     script.enqueue(Answer("la " * 60))
     w.composer.edit.setPlainText("Sing.")
     qtbot.keyClick(w.composer.edit, Qt.Key_Return)
-    qtbot.waitUntil(lambda: bool(w.view.messages[-1]["content"]), timeout=30_000)
+    qtbot.waitUntil(lambda: bool(w.view.messages[-1].content), timeout=30_000)
     press(qtbot, w, Qt.Key_Escape)
     qtbot.waitUntil(lambda: not w.busy, timeout=10_000)
-    assert w.last_done["stats"]["finish_reason"] == "cancelled"
+    assert w.last_done.stats["finish_reason"] == "cancelled"
     # Ctrl+N: a new, empty chat
     before = w.conversation_id
     press(qtbot, w, Qt.Key_N, Qt.ControlModifier)

@@ -137,7 +137,7 @@ def test_screenshots_of_the_group_and_a_drafted_answer(qtbot, fakes, make_assist
                                                     note="auto: the answer repeats the question"), max_tokens=400)
             fakes.script("m").enqueue(Answer(ANSWER[language]))
             done = send(qtbot, w, QUESTION[language])
-            assert (done["stats"]["draft_tokens"], done["stats"]["draft_accepted"]) == (96, 81)
+            assert (done.stats["draft_tokens"], done.stats["draft_accepted"]) == (96, 81)
             line = "drafted 81/96 accepted" if language == "en" else "草稿接受 81/96"
             assert line in w.view.toPlainText()
             tip = next(t for text, t in tooltips(w.view).items() if line in text)

@@ -93,8 +93,9 @@ def test_the_chat_bubbles_follow_an_os_switch(app, qtbot, monkeypatch):
     monkeypatch.setattr(theme, "system_scheme", lambda: Qt.ColorScheme.Light)
     theme.apply_theme("system")
     w.view.resize(600, 300)
-    w.view.set_messages([{"role": "user", "content": "你好"},
-                         {"role": "assistant", "content": "Hi", "stats": {"level": "L1", "model": "m"}}])
+    from app.transcript import Shown
+
+    w.view.set_messages([Shown("user", "你好"), Shown("assistant", "Hi", stats={"level": "L1", "model": "m"})])
     assert theme.TOKENS["light"]["raised"] in w.view.toHtml()  # the tier badge
     assert render.COLOURS["user"] in bubble_colours(w.view)
     app.styleHints().colorSchemeChanged.emit(Qt.ColorScheme.Dark)

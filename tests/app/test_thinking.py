@@ -30,24 +30,24 @@ def test_thinking_folds_above_the_answer_and_opens_on_click(qtbot, model_paths, 
             assert w.engine_ready, w.banner.text()
             assert w.think_toggle.isChecked()  # the setting's default
             done = send(qtbot, w, "Tell me about the Great Wall of China." if language == "en" else "法国的首都是哪里？")
-            stats = done["stats"]
-            assert stats["reasoning_tokens"] > 0 and done["reasoning"]
+            stats = done.stats
+            assert stats["reasoning_tokens"] > 0 and done.reasoning
             last = w.view.messages[-1]
-            assert last["reasoning"] == done["reasoning"] and last["content"] == done["text"]
+            assert last.reasoning == done.reasoning and last.content == done.text
             link = QUrl(f"think:{len(w.view.messages) - 1}")
             # folded, unless the answer is all thinking (a block never closed: nothing else to show)
-            shown = done["reasoning"][:20] in w.view.toPlainText()
-            assert shown == (not done["text"])
+            shown = done.reasoning[:20] in w.view.toPlainText()
+            assert shown == (not done.text)
             w.view._on_link(link)  # a click toggles it
-            assert (done["reasoning"][:20] in w.view.toPlainText()) == (not shown)
+            assert (done.reasoning[:20] in w.view.toPlainText()) == (not shown)
             if shown:
                 w.view._on_link(link)
             opened = w.view.toPlainText()
-            assert done["reasoning"][:20] in opened
-            if done["text"]:  # the thinking comes first, then the answer (Markdown: compare a word)
-                assert opened.index(done["reasoning"][:20]) < opened.rindex(done["text"].split()[-1])
+            assert done.reasoning[:20] in opened
+            if done.text:  # the thinking comes first, then the answer (Markdown: compare a word)
+                assert opened.index(done.reasoning[:20]) < opened.rindex(done.text.split()[-1])
             w.copy_answer()
-            assert QApplication.clipboard().text() == done["text"]
+            assert QApplication.clipboard().text() == done.text
             save_screenshot(qtbot, w, out / f"thinking-{language}.png", 1100, 720)
             w.close()
     Settings.shared().set("reasoning.budget_tokens", 0)
@@ -61,7 +61,7 @@ def test_the_think_switch_is_kept_per_chat(qtbot, model_paths, tmp_path):
     qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
     w.think_toggle.setChecked(False)  # before the chat exists: the first message's chat takes it
     done = send(qtbot, w, "Hi")
-    assert done["stats"]["reasoning_closed"] == "budget" and not done["reasoning"]  # R1: closed at once
+    assert done.stats["reasoning_closed"] == "budget" and not done.reasoning  # R1: closed at once
     cid, seen = w.conversation_id, []
     w.worker.call(lambda a: a.conversation_think(cid), seen.append)
     qtbot.waitUntil(lambda: bool(seen), timeout=10_000)

@@ -78,9 +78,9 @@ def test_approve_deny_and_always_in_the_window(qtbot, window, fakes):
     assert json.loads(dialog.arguments.toPlainText()) == {"a": 2, "b": 3}
     dialog.once_button.click()
     done = finished(qtbot, w)
-    assert done["text"] == "2 + 3 = 5."
-    (block,) = w.view.tool_blocks()
-    assert block["status"] == "ok" and block["text"] == "5" and block["server"] == "bench"
+    assert done.text == "2 + 3 = 5."
+    (block,) = w.chat.transcript.tool_blocks()
+    assert (block.status, block.text, block.server) == ("ok", "5", "bench")
     shown = w.view.toPlainText()
     assert "Let me add them." in shown and "Tool: add · bench" in shown and "2 + 3 = 5." in shown
     assert '"a": 2' not in shown  # collapsed: the arguments show on click
@@ -92,8 +92,7 @@ def test_approve_deny_and_always_in_the_window(qtbot, window, fakes):
     ask(qtbot, w, "Echo my secret plans")
     approval(qtbot, w).deny_button.click()
     finished(qtbot, w)
-    block = w.view.tool_blocks()[-1]
-    assert block["status"] == "denied"
+    assert w.chat.transcript.tool_blocks()[-1].status == "denied"
     assert b"The user declined this call." in bytes(t for t in fake.prompts[-1] if t < 256)
     # Always: remembered, no dialog the next time
     script.enqueue(Answer(call_text("add", {"a": 1, "b": 1})), Answer("Two."),
@@ -104,14 +103,14 @@ def test_approve_deny_and_always_in_the_window(qtbot, window, fakes):
     assert "bench/add" in w.worker.toolbox.permissions.always
     ask(qtbot, w, "2 + 2?")
     finished(qtbot, w)
-    assert w.approval is None and w.view.tool_blocks()[-1]["text"] == "4"
+    assert w.approval is None and w.chat.transcript.tool_blocks()[-1].text == "4"
     # read back: the blocks are there, folded into their answers
     cid, seen = w.conversation_id, []
-    w.worker.call(lambda a: a.transcript(cid), seen.append)
+    w.worker.call(lambda a: a.messages(cid), seen.append)
     qtbot.waitUntil(lambda: bool(seen), timeout=10_000)
-    w.view.set_messages(seen[0])
-    assert [b["tool"] for b in w.view.tool_blocks()] == ["add", "echo", "add", "add"]
-    assert [m["role"] for m in w.view.messages] == ["user", "assistant"] * 4
+    w.chat.show_history(cid, seen[0])
+    assert [b.tool for b in w.chat.transcript.tool_blocks()] == ["add", "echo", "add", "add"]
+    assert [m.role for m in w.view.messages] == ["user", "assistant"] * 4
     # the Tools panel: the server running, its tools with their cost, "always" revocable; no secret shown
     panel = w.open_tools()
     qtbot.waitUntil(lambda: any(s["name"] == "bench" and s["state"] == "running" for s in panel.sources), timeout=30_000)
@@ -141,7 +140,7 @@ def test_regenerate_edit_and_branch_run_the_tools_in_the_window(qtbot, window, f
 
     def approved_answer() -> str:
         approval(qtbot, w).once_button.click()
-        text = finished(qtbot, w)["text"]
+        text = finished(qtbot, w).text
         settled(qtbot, w)  # the messages shown carry their stored ids again
         return text
 
@@ -151,17 +150,17 @@ def test_regenerate_edit_and_branch_run_the_tools_in_the_window(qtbot, window, f
     # Regenerate
     calls_then(2, 3, "It is five.")
     click(qtbot, w.view, len(w.view.messages) - 1, "regenerate")
-    assert approved_answer() == "It is five." and w.view.tool_blocks()[-1]["text"] == "5"
+    assert approved_answer() == "It is five." and w.chat.transcript.tool_blocks()[-1].text == "5"
     # Edit the message and send it again
     calls_then(4, 4, "Eight.")
-    click(qtbot, w.view, w.view.last_user_index(), "edit")
+    click(qtbot, w.view, w.chat.transcript.last_user_index(), "edit")
     ask(qtbot, w, "What is 4 + 4?")
-    assert approved_answer() == "Eight." and w.view.tool_blocks()[-1]["text"] == "8"
+    assert approved_answer() == "Eight." and w.chat.transcript.tool_blocks()[-1].text == "8"
     # A branch after the answer: its first message's calls run too
     calls_then(8, 1, "Nine.")
     click(qtbot, w.view, len(w.view.messages) - 1, "branch")
     ask(qtbot, w, "And 8 + 1?")
-    assert approved_answer() == "Nine." and w.view.tool_blocks()[-1]["text"] == "9"
+    assert approved_answer() == "Nine." and w.chat.transcript.tool_blocks()[-1].text == "9"
     rows = w.worker.assistant.transcript(w.conversation_id)  # the turn is over: nothing runs on the engine
     path = [(m["role"], m["content"]) for m in rows if not m["superseded"]]
     assert [c for r, c in path if r == "tool"] == ["8", "9"] and path[-1] == ("assistant", "Nine.")
@@ -175,7 +174,7 @@ def test_stop_while_a_call_waits_for_approval(qtbot, window, fakes):
     w.stop()
     finished(qtbot, w)
     assert w.approval is None
-    assert w.view.tool_blocks()[-1]["status"] == "denied"
+    assert w.chat.transcript.tool_blocks()[-1].status == "denied"
 
 
 def test_screenshots_of_tools(qtbot, fakes, make_assistant, model_paths, tmp_path):

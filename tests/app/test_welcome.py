@@ -124,7 +124,7 @@ def test_download_and_use_switches_the_tiers_in_two_clicks(qtbot, assistant_home
         qtbot.waitUntil(lambda: w.engine_ready, timeout=120_000)
         qtbot.waitUntil(lambda: w.status_label.text() == "Settings applied", timeout=30_000)
         done = send(qtbot, w, "Hello!")
-        assert done["model"] in (l1.id, l2.id), done
+        assert done.model in (l1.id, l2.id), done
     finally:
         w.close()
         hub.stop()

@@ -69,7 +69,7 @@ def test_chat_streams_into_the_view_and_the_loop_keeps_ticking(qtbot, model_path
     probe.stop()
     assert len(tokens) >= 2  # streamed in batches, not at the end
     last = window.view.messages[-1]
-    assert last["role"] == "assistant" and last["content"] == done["text"] and not last["streaming"]
+    assert last.role == "assistant" and last.content == done.text and not last.streaming
     html = window.view.toHtml()
     assert "evaluated" in html and "ms to first token" in html  # the line under the answer
     chats = window.sidebar.chat_items
@@ -106,13 +106,13 @@ def test_stop_keeps_the_partial_answer_and_switching_reloads_history(qtbot, wind
     window.max_tokens = 400
     window.composer.edit.setPlainText("Write a long story about a lighthouse keeper.")
     qtbot.keyClick(window.composer.edit, Qt.Key_Return)
-    qtbot.waitUntil(lambda: bool(window.view.messages) and len(window.view.messages[-1]["content"]) > 20,
+    qtbot.waitUntil(lambda: bool(window.view.messages) and len(window.view.messages[-1].content) > 20,
                     timeout=60_000)
     assert window.composer.send_button.accessibleName() == "Stop"  # one round button: Send becomes Stop
     qtbot.mouseClick(window.composer.send_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: not window.busy, timeout=60_000)
     done = window.last_done
-    assert done["stats"]["finish_reason"] == "cancelled" and done["text"]
+    assert done.stats["finish_reason"] == "cancelled" and done.text
     assert "stopped" in window.view.toHtml()
     first = window.conversation_id
     window.max_tokens = 16
@@ -123,9 +123,9 @@ def test_stop_keeps_the_partial_answer_and_switching_reloads_history(qtbot, wind
     assert window.conversation_id != first and len(chats()) == 2
     item = next(item for item in chats() if item.data(Qt.UserRole) == first)
     window.chat_list.setCurrentItem(item)
-    qtbot.waitUntil(lambda: [m["content"] for m in window.view.messages][1:] == [done["text"]], timeout=30_000)
-    assert [m["role"] for m in window.view.messages] == ["user", "assistant"]
-    window.search.setText(done["text"].strip()[:10])  # words of the first chat's answer, not of its title
+    qtbot.waitUntil(lambda: [m.content for m in window.view.messages][1:] == [done.text], timeout=30_000)
+    assert [m.role for m in window.view.messages] == ["user", "assistant"]
+    window.search.setText(done.text.strip()[:10])  # words of the first chat's answer, not of its title
     qtbot.waitUntil(lambda: sorted(item.isHidden() for item in chats()) == [False, True])
     shown = next(item for item in chats() if not item.isHidden())
     assert shown.data(Qt.UserRole) == first
@@ -187,21 +187,21 @@ def test_regenerate_edit_and_copy(qtbot, window):
     assert window.busy
     qtbot.waitUntil(lambda: not window.busy, timeout=60_000)
     again = window.last_done
-    assert again["message_id"] != first["message_id"]
-    assert [m["role"] for m in window.view.messages] == ["user", "assistant"]
+    assert again.message_id != first.message_id
+    assert [m.role for m in window.view.messages] == ["user", "assistant"]
     window.edit_last()
-    assert window.composer.edit.toPlainText() == "Name a fruit." and window.editing
+    assert window.composer.edit.toPlainText() == "Name a fruit." and window.chat.editing
     window.composer.edit.setPlainText("Name a vegetable.")
     qtbot.keyClick(window.composer.edit, Qt.Key_Return)
     qtbot.waitUntil(lambda: not window.busy, timeout=60_000)
-    assert [m["content"] for m in window.view.messages][0] == "Name a vegetable."
+    assert [m.content for m in window.view.messages][0] == "Name a vegetable."
     assert len(window.view.messages) == 2
     rows = window.worker.assistant.db.messages(window.conversation_id)
     assert [r["superseded_by"] is None for r in rows] == [False, False, False, True, True]
     window.copy_answer()
     from PySide6.QtGui import QGuiApplication
 
-    assert QGuiApplication.clipboard().text() == window.last_done["text"]
+    assert QGuiApplication.clipboard().text() == window.last_done.text
 
 
 def test_actions_wait_for_something_to_act_on_and_the_status_says_who_answered(qtbot, window):
@@ -213,13 +213,13 @@ def test_actions_wait_for_something_to_act_on_and_the_status_says_who_answered(q
 
     assert window.view.messages == []  # an empty chat: no message to act on
     done = send(qtbot, window, "Name a fruit.")
-    qtbot.waitUntil(lambda: window.view.messages[-1].get("id") == done["message_id"], timeout=30_000)
+    qtbot.waitUntil(lambda: window.view.messages[-1].id == done.message_id, timeout=30_000)
     assert offered(0) == ["copy", "edit", "delete"]
     assert offered(1) == ["copy", "markdown", "regenerate", "branch", "delete"]
     # Where it was answered, in a user's words; why that tier is the answer's info popover, not the status line
     assert window.status_label.text() in ("Answered on the CPU model", "Answered on the GPU model")
-    assert done["route_reason"] not in window.status_label.text()
-    assert done["route_reason"] in routing_text(window.view.messages[1]["stats"])
+    assert done.route_reason not in window.status_label.text()
+    assert done.route_reason in routing_text(window.view.messages[1].stats)
     window.delete_chat(window.conversation_id, "", confirmed=True)
     assert window.view.messages == []
 

@@ -88,9 +88,9 @@ def test_a_rows_ellipsis_opens_its_menu_and_the_info_icon_shows_why_this_tier(qt
     qtbot.waitUntil(lambda: bool(seen), timeout=5_000)
     assert {"Pin", "Rename…", "Delete…"} <= set(seen)
     assert "Say hello" in w.view.toPlainText() and "m" in w.view.toPlainText()  # the answer's header names its model
-    assert done["route_reason"] not in w.status_label.text()
+    assert done.route_reason not in w.status_label.text()
     w.view._on_link(QUrl("info:1"))
-    assert done["route_reason"] in QToolTip.text() and "L1" in QToolTip.text()
+    assert done.route_reason in QToolTip.text() and "L1" in QToolTip.text()
     w.close()
 
 

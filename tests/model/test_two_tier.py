@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from engine.inference.backend import LoadParams
-from engine.api import Assistant, EngineConfig, InputError, TurnDone
+from engine.api import Assistant, EngineConfig, InputError, Retracted, TurnDone
 from engine.inference.manager import ModelManager, ram_bytes
 from engine.config.paths import db_path
 from engine.inference.remote import RemoteConfig
@@ -75,12 +75,16 @@ def test_cascade_reasks_weak_l1_answer_on_l2(model_paths):
     a = Assistant(Database(db_path()), EngineConfig(tiers=TIERS, base_models=True, load=LoadParams(n_ctx=2048, n_threads=THREADS), cascade=True, cascade_threshold=0.999))
     try:
         cid = a.new_conversation()
-        first, second = ask(a, cid, "hi there!")
-        assert first.superseded and first.level == "L1" and first.confidence < 0.999
-        assert not second.superseded and second.level == "L2" and second.route_reason.startswith("cascade")
+        events = list(a.send(cid, "hi there!", greedy(16), route="auto"))
+        (taken,) = [e for e in events if isinstance(e, Retracted)]
+        (second,) = dones(events)
+        first = taken.answer
+        assert first.level == "L1" and first.confidence < 0.999 and taken.next_level == "L2"
+        assert second.level == "L2" and second.route_reason == taken.reason and taken.reason.startswith("cascade")
+        assert events.index(taken) < events.index(second)
         rows = {r["id"]: r for r in a.db.messages(cid)}
         assert rows[first.message_id]["superseded_by"] == second.message_id  # both kept in the record
-        # The superseded answer is out of the context the models see next.
+        # The answer taken back is out of the context the models see next.
         assert [m.id for m in a.conversation(cid).messages] == [rows[first.message_id]["id"] - 1, second.message_id]
         a._conversations.clear()
         assert [m.id for m in a.conversation(cid).messages][-1] == second.message_id

@@ -1,5 +1,5 @@
 """Cascade: an auto-routed L1 answer whose confidence (geometric-mean token probability) is below
-the threshold is shown as superseded and asked again on L2."""
+the threshold is taken back (`Retracted`, engine/chat/events.py) and asked again on L2."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from engine.chat.config import EngineConfig
 from engine.chat.conversation import TurnDone
+from engine.chat.events import Retracted
 from engine.chat.pipeline import Events, Rest
 from engine.chat.tier_set import TierSet
 from engine.chat.turn import Turn
@@ -40,9 +41,8 @@ class Cascade:
         threshold = self._threshold(turn, done)
         if done is None or threshold is None:
             return done
-        done.superseded = True
-        yield done
         reason = f"cascade: L1 confidence {done.confidence:.2f} < {threshold:.2f}"
+        yield Retracted(done, reason, "L2")
         return (yield from rest(replace(turn, decision=RouteDecision("L2", reason, 0.0), commit_user=False,
                                         supersedes=done)))
 
