@@ -12,14 +12,14 @@ from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QSizePolicy, QToolButton,
                                QVBoxLayout, QWidget)
 
 from app.a11y import describe
 from app.attachments import AttachmentBar
 from app.i18n import tr
 from app.icons import use
-from app.render import model_label
+from app.model_picker import ModelPicker
 from app.theme import set_tone
 
 EDIT_MIN_H, EDIT_MAX_H = 44, 180  # the message box grows with its text, then scrolls
@@ -127,8 +127,7 @@ class Composer(QFrame):
         self.edit.setFixedHeight(EDIT_MIN_H)
         self.edit.document().documentLayout().documentSizeChanged.connect(self._fit_height)
         self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Maximum)
-        self.route = QComboBox()  # the window shows it in the top bar: which model answers the chat
-        self.set_tiers({})
+        self.route = ModelPicker()  # the window shows it in the top bar: which model answers the chat
         self.count = QLabel("")
         self.count.setObjectName("tokenCount")
         set_tone(self.count, "hint")
@@ -227,19 +226,6 @@ class Composer(QFrame):
                                                                               ctx=self.n_ctx))
         else:
             self.count.setText(tr("{n} tokens").format(n=n))
-
-    def set_tiers(self, tiers: dict[str, str]) -> None:
-        """The route's choices: Auto (the router picks per message), then each tier with the model
-        it runs ("L2 · qwen3-4b"); before the engine says which, the bare tiers."""
-        current = self.route.currentData() or "auto"
-        self.route.blockSignals(True)
-        self.route.clear()
-        self.route.addItem(tr("Auto"), "auto")
-        for level in ("L1", "L2", "L3"):
-            if not tiers or level in tiers:
-                self.route.addItem(f"{level} · {model_label(tiers[level])}" if tiers else level, level)
-        self.route.setCurrentIndex(max(0, self.route.findData(current)))
-        self.route.blockSignals(False)
 
     def _submit(self) -> None:
         if not self.ready:

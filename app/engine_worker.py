@@ -97,7 +97,7 @@ class EngineWorker(QObject):
         for warning in a.warnings + self.toolbox.problems:
             self.runner.to_gui(self.on_notice, warning)
         models = a.status().get("models") or [{}]
-        return {"model": a.model_id, "tiers": dict(a.tiers), "vision": a.vision_tiers(),
+        return {"model": a.model_id, "tiers": dict(a.tiers), "vision": a.vision_tiers(), "fits": a.tier_fits(),
                 "demo": bool(models[0].get("demo")),
                 "memory": a.memory is not None, "degraded": a.degraded,
                 "documents": a.documents_progress() is not None}

@@ -219,8 +219,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
         self.chat.engine_ready()
-        self.composer.set_tiers(info["tiers"])
-        self.on_vision(info)  # which tiers read images: a message with images is sent to one
+        self.on_vision(info)  # the picker's tiers; which read images: a message with images is sent to one
         self._update_empty()
         self.docs_toggle.setEnabled(bool(info.get("documents")))
         self.api_server.apply()  # off by default: nothing listens unless server.enabled is on

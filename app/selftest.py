@@ -138,11 +138,9 @@ def run_selftest(model: str | None = None) -> int:
         checks["documents_indexed"] = report["documents"].get("ok", False)
         report["mcp"] = mcp_check()
         checks["mcp_sdk"] = report["mcp"].get("ok", False)
-        stored = database_check()
+        stored = database_check(PROMPT)
         checks["db_integrity"] = stored["integrity"] == "ok"
-        rows = stored["messages"]
-        checks["turn_stored"] = any(m["role"] == "user" and m["content"] == PROMPT for m in rows) and \
-            any(m["role"] == "assistant" and m["status"] == "done" for m in rows)
+        checks["turn_stored"] = stored["turn_stored"]
         if error:
             report["error"] = error
     except Exception as exc:  # noqa: BLE001 - the report says what broke; exit 1

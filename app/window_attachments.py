@@ -52,11 +52,3 @@ def _why(exc: BaseException, path: str) -> str:
         return tr("Not attached: {why}").format(why=exc)
     return tr("Not attached: {path} could not be read ({why})").format(path=path, why=type(exc).__name__)
 
-
-def attaching(cid: int, files: list[str], start):
-    """`start`, after the files are indexed into the chat's collection (on the engine thread)."""
-    def run(a, params, cancel, tools):
-        a.attach_documents(cid, files)
-        yield from start(a, params, cancel, tools)
-
-    return run

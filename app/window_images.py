@@ -86,11 +86,14 @@ class WindowImages:
     def refresh_vision(self) -> None:
         """Ask the engine which tiers read images (after settings change; the engine's ready
         message says it first)."""
-        self.worker.call(lambda a: {"vision": a.vision_tiers(), "tiers": dict(a.tiers)}, self.on_vision)
+        self.worker.call(lambda a: {"vision": a.vision_tiers(), "tiers": dict(a.tiers), "fits": a.tier_fits()},
+                         self.on_vision)
 
     def on_vision(self, info: dict) -> None:
+        """The engine's tiers: which read images, their models and how each fits (the picker)."""
         self.vision_levels = list(info.get("vision") or [])
         self.tier_models = dict(info.get("tiers") or {})
+        self.composer.route.set_tiers(self.tier_models, info.get("fits") or {})
 
     def image_route(self, route: str) -> str | None:
         """The route to send a message with images on, or None to keep it in the box. Auto goes

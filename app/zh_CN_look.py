@@ -25,4 +25,18 @@ TABLE = {
     "Recommended models": "推荐模型",
     "The models that fit this computer, with their size and what each is for": "适合本机的模型，及其大小和用途",
     "Choose which settings to show": "选择要显示的设置",
+    "fits · GPU": "可运行 · GPU",
+    "The whole model runs on the GPU.": "整个模型在 GPU 上运行。",
+    "may be slow · partly GPU": "可能较慢 · 部分在 GPU",
+    "Only some of its layers fit on the GPU; the rest run on the CPU.": "只有部分层能放进 GPU，其余在 CPU 上运行。",
+    "fits · CPU": "可运行 · CPU",
+    "It runs on the CPU, as the fast tier does.": "它在 CPU 上运行，快速层级本就如此。",
+    "may be slow · CPU": "可能较慢 · CPU",
+    "It does not fit on the GPU, so it runs on the CPU.": "它放不进 GPU，所以在 CPU 上运行。",
+    "won't fit": "放不下",
+    "It needs more memory than is free now: it will not load until some is.": "它需要的内存超过当前空闲内存：腾出内存前无法加载。",
+    "remote": "远程",
+    "The model behind the endpoint you set up: what you send leaves this computer.":
+        "你设置的接口背后的模型：你发送的内容会离开这台电脑。",
+    "The router picks a tier for each message": "路由器为每条消息选择层级",
 }

@@ -14,6 +14,7 @@ from contextlib import nullcontext
 from typing import Any, Iterator
 
 import numpy as np
+import psutil
 
 from engine.api.documents import DocumentsApi, embedder_from_settings
 from engine.api.engine_config import CONFIG_SETTINGS, engine_config
@@ -243,6 +244,12 @@ class Assistant(AssistantCore, DocumentsApi):
         ones an image turn can go to; the engine thread's, like `tiers`."""
         check_owner(self)
         return [level for level in ("L1", "L2", "L3") if self.tier_set.sees_images(level)]
+
+    def tier_fits(self) -> dict[str, str]:
+        """How each tier's model runs here ("gpu", "partial", "cpu", "too_big", "unknown"; L3
+        "remote"): the model picker's labels. The engine thread's, like `tiers`."""
+        check_owner(self)
+        return self.tier_set.fits(psutil.virtual_memory().available)
 
     def export(self, conversation_id: int, fmt: str = "markdown", reasoning: bool = False) -> str:
         """The conversation as Markdown, JSON or HTML text (a page of its own, every text escaped).

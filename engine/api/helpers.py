@@ -21,13 +21,14 @@ def check_remote(url: str, key: str = "", model: str = "", timeout_s: float = 5.
         client.close()
 
 
-def database_check() -> dict:
-    """The data dir's database: {"integrity": "ok" | problem, "messages": [{"role", "content",
-    "status"}]} (for the installed app's selftest)."""
+def database_check(prompt: str) -> dict:
+    """The data dir's database, for the installed app's selftest: {"integrity": "ok" | problem,
+    "turn_stored": a user message `prompt` and a finished answer are stored}."""
     db = Database(db_path())
     try:
+        rows = [m for c in db.conversations() for m in db.messages(c["id"])]
         return {"integrity": db.integrity_check(),
-                "messages": [{"role": m["role"], "content": m["content"], "status": m["status"]}
-                             for c in db.conversations() for m in db.messages(c["id"])]}
+                "turn_stored": any(m["role"] == "user" and m["content"] == prompt for m in rows)
+                and any(m["role"] == "assistant" and m["status"] == "done" for m in rows)}
     finally:
         db.close()

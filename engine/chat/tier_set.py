@@ -20,6 +20,7 @@ from engine.inference.remote import RemoteClient
 from engine.kv.tiers import KVTiers
 from engine.models.catalog import ModelNotFound, load_catalog, resolve_model
 from engine.models.instruct import is_instruct
+from engine.models.planner import ram_bytes
 from engine.routing.router import RouteDecision
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,30 @@ class TierSet:
     def loaded(self, level: str):
         """The level's worker if its model is loaded now (nothing is loaded), else None."""
         return self.manager.find_loaded(self.models.get(level, ""))
+
+    def fits(self, ram_available: int) -> dict[str, str]:
+        """How each tier's model runs on this machine, in engine/models/fit.py's words: "gpu",
+        "partial", "cpu", "too_big" (more than `ram_available`), "unknown" (it cannot be
+        planned); "remote" for L3. A loaded model says how it was loaded; another is planned as
+        it would load now, without loading it."""
+        out = {}
+        for level, model in self.models.items():
+            if level == "L3":
+                out[level] = "remote"
+                continue
+            worker = self.loaded(level)
+            try:
+                p = worker.plan if worker is not None else None
+                if p is None:
+                    gpu = level != "L1" or model == self.models.get("L2")
+                    p = self.manager.plan_for(self.manager.resolve(model), gpu=gpu)
+            except (ModelNotFound, ModelLoadError, OSError) as exc:
+                log.info("cannot plan %s for %s: %s", model, level, exc)
+                out[level] = "unknown"
+                continue
+            word = {"full": "gpu", "partial": "partial"}.get(p.offload, "cpu")
+            out[level] = "too_big" if worker is None and ram_bytes(p) > ram_available else word
+        return out
 
     def is_instruct(self, level: str) -> bool | None:
         """Whether `level`'s model is instruction-tuned (None: no model, or it can't be told)."""

@@ -3,6 +3,9 @@ and the answer comes from what it says. Driven over the scripted fake backend.""
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
+
+from app.model_picker import fit_label
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
 
 from .helpers import fake_window
@@ -16,6 +19,14 @@ def test_the_picker_names_each_tiers_model_and_is_kept_per_chat(qtbot, fakes, ma
     names = [picker.itemText(i) for i in range(picker.count())]
     assert names[0] == "Auto" and [n.split(" · ")[0] for n in names[1:]] == ["L1", "L2"]
     assert all(" · " in n for n in names[1:])
+    # beside each model, how it fits this machine, from the planner (a loaded model: as it was loaded)
+    fits = {}
+    w.worker.call(lambda a: a.tier_fits(), fits.update)
+    qtbot.waitUntil(lambda: bool(fits), timeout=30_000)
+    assert set(fits) == {"L1", "L2"} and set(fits.values()) <= {"gpu", "partial", "cpu"}
+    assert [picker.fit_of(level) for level in ("L1", "L2")] == [fit_label(lvl, fits[lvl])[0] for lvl in ("L1", "L2")]
+    assert picker.fit_of("L1").startswith("fits")  # the fast tier's place is the CPU: it fits there
+    assert picker.fit_of("auto") == "" and picker.itemData(picker.findData("L2"), Qt.ToolTipRole)
 
     fakes.script("big").enqueue(Answer("from the big one"))
     w.new_chat()
