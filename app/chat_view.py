@@ -19,7 +19,7 @@ from app.i18n import tr
 from app.message_actions import MessageToolbar, actions_for
 from app.transcript import Shown, Transcript
 from app.render import (COLOURS, CODE_BLOCKS, images_html, markdown_html, message_html, routing_text, steps_html,
-                        thinking_html)
+                        thinking_body, thinking_html, thought_chip)
 
 RENDER_MS = 50
 SHOWN = 120      # a chat opens on its last SHOWN messages; earlier ones a click away (a 1 000-message
@@ -102,6 +102,8 @@ class ChatView(QTextBrowser):
             return
         if action in ("copy", "markdown"):
             self.copy_message(index, markdown=action == "markdown")
+        elif action in ("older", "newer"):
+            self.branch_step(index, -1 if action == "older" else 1)
         elif any(a == action for a, _, _ in actions_for(self.messages[index], self.idle)):
             self.toolbar.clear()
             self.sig_action.emit(action, index)
@@ -125,18 +127,43 @@ class ChatView(QTextBrowser):
         super().mouseMoveEvent(event)
         pos = event.position().toPoint()
         found = self._frame_at(pos)
-        if found is None or not actions_for(self.messages[found[0]], self.idle):
+        if found is None or not self._offer(*found):
             if not self.toolbar.geometry().contains(pos):
                 self.toolbar.clear()
-            return
-        index, frame = found
+
+    def _offer(self, index: int, frame) -> bool:
+        """Show message `index`'s actions in the gap under it (`frame`: its table); False when it
+        has none (an answer being written)."""
+        m = self.messages[index]
+        actions = actions_for(m, self.idle)
+        if not actions:
+            return False
         rect = self.document().documentLayout().frameBoundingRect(frame)
         below = rect.bottom() - self.verticalScrollBar().value() + 2  # in the gap under the message
         dx = self.horizontalScrollBar().value()
-        user = self.messages[index].role == "user"
+        user = m.role == "user"
         x = rect.right() - dx if user else rect.left() - dx
-        self.toolbar.show_for(index, actions_for(self.messages[index], self.idle), QPoint(int(x), int(below)),
-                              right=user)
+        self.toolbar.show_for(index, actions, QPoint(int(x), int(below)), right=user, branch=m.branch)
+        return True
+
+    def step_message(self, step: int) -> None:
+        """Alt+Up / Alt+Down: the message before or after the one whose actions show (from the
+        end, when none does) is scrolled into view, its actions under it with the focus."""
+        frames = self.document().rootFrame().childFrames()
+        if not frames:
+            return
+        shown = self.toolbar.index if self.toolbar.isVisible() and self.toolbar.index is not None else None
+        at = (len(self.messages) if step < 0 else self.first_shown - 1) if shown is None else shown
+        index = min(max(at + step, self.first_shown), self.first_shown + len(frames) - 1, len(self.messages) - 1)
+        frame = frames[index - self.first_shown]
+        rect = self.document().documentLayout().frameBoundingRect(frame)
+        bar = self.verticalScrollBar()
+        if rect.top() < bar.value() or rect.bottom() + 40 > bar.value() + self.viewport().height():
+            bar.setValue(int(rect.bottom() + 40 - self.viewport().height()) if step > 0 else int(rect.top()))
+        if self._offer(index, frame):
+            self.toolbar.take_focus()
+        else:
+            self.toolbar.clear()
 
     def paintEvent(self, event):  # noqa: N802 - Qt's name
         chat_surface.paint_shapes(self, COLOURS)  # rounded bubbles and code blocks, under the text
@@ -254,19 +281,22 @@ class ChatView(QTextBrowser):
         else. Else it is folded until opened."""
         return m.think_open if m.think_open is not None else not m.content and not m.streaming
 
-    def _thinking(self, i: int, m: Shown) -> str:
+    def _thinking(self, i: int, m: Shown) -> tuple[str, str]:
+        """(the header's chip, what goes above the text) for an answer's thinking: a finished
+        answer says how long it thought in its header; one being written, on a line of its own."""
         if not m.answer or not (m.reasoning or m.stats.get("reasoning_tokens")):
-            return ""
-        streaming = m.streaming
-        if streaming:
+            return "", ""
+        opened = self._think_opened(m)
+        if m.streaming:  # no header yet: "Thinking… N s" counts up until the answer begins
             seconds = m.think_s
             if seconds is None and m.think_t0:
                 seconds = time.monotonic() - m.think_t0
-            streaming = m.think_s is None  # "Thinking…" until the answer begins
-        else:
-            ms = m.stats.get("reasoning_ms")
-            seconds = ms / 1000 if ms else None
-        return thinking_html(m.reasoning, i, self._think_opened(m), seconds, streaming)
+            return "", thinking_html(m.reasoning, i, opened, seconds, m.think_s is None)
+        ms = m.stats.get("reasoning_ms")
+        seconds = ms / 1000 if ms else None
+        if not m.stats.get("model"):  # no header to hold the chip
+            return "", thinking_html(m.reasoning, i, opened, seconds, False)
+        return thought_chip(i, opened, seconds), thinking_body(m.reasoning) if opened else ""
 
     # ---- images
     def _pictures(self, m: Shown) -> list[tuple[str, int, int]]:
@@ -330,9 +360,9 @@ class ChatView(QTextBrowser):
             if cached and not m.streaming and cached[0] == key:
                 parts.append(cached[1])
                 continue
-            piece = message_html(m.role, m.content, m.stats, m.streaming,
-                                 thinking=self._thinking(i, m) + steps_html(i, m.steps), index=i,
-                                 branch=m.branch, images=images_html(pictures))
+            chip, thought = self._thinking(i, m)
+            piece = message_html(m.role, m.content, m.stats, m.streaming, thinking=thought + steps_html(i, m.steps),
+                                 index=i, branch=m.branch, images=images_html(pictures), chip=chip)
             if not m.streaming:
                 self._cache[i] = (key, piece)
             parts.append(piece)

@@ -186,21 +186,35 @@ def notices_html(stats: dict) -> str:
 
 
 def thinking_html(reasoning: str, index: int, open_: bool, seconds: float | None, streaming: bool) -> str:
-    """A reasoning model's thinking: one line, "Thinking… 12 s" while it streams ("Thought for 12 s"
-    after), that opens on click (`think:<index>` link) to show the text, muted."""
-    if seconds is None:
-        label = tr("Thinking…") if streaming else tr("Thoughts")
-    else:
-        shown = f"{seconds:.0f}" if seconds >= 10 or streaming else f"{seconds:.1f}"
-        label = (tr("Thinking… {s} s") if streaming else tr("Thought for {s} s")).format(s=shown)
+    """A reasoning model's thinking while the answer has no header yet: one line, "Thinking… 12 s"
+    while it streams, that opens on click (`think:<index>` link) to show the text, muted."""
+    label = _thought_label(seconds, streaming)
     arrow = "▾" if open_ else "▸"
     head = (f"<div style='color:{COLOURS['meta']};font-size:small'><a href='think:{index}' "
             f"style='color:{COLOURS['meta']};text-decoration:none'>{arrow} {html.escape(label)}</a></div>")
-    if not open_:
-        return head
+    return head + (thinking_body(reasoning) if open_ else "")
+
+
+def thought_chip(index: int, open_: bool, seconds: float | None) -> str:
+    """A finished answer's thinking as a chip in its header ("▸ Thought for 12 s"): a click
+    (`think:<index>` link) opens the text under the header."""
+    arrow = "▾" if open_ else "▸"
+    return (f"&nbsp;<a href='think:{index}' style='text-decoration:none'><span style='background:{COLOURS['badge']};"
+            f"color:{COLOURS['meta']};font-size:small'>&nbsp;{arrow} {html.escape(_thought_label(seconds, False))}"
+            f"&nbsp;</span></a>")
+
+
+def thinking_body(reasoning: str) -> str:
     body = html.escape(reasoning).replace("\n", "<br>") or "…"
-    return (head + f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px;"
+    return (f"<div style='color:{COLOURS['meta']};font-size:small;margin-left:12px;"
             f"border-left:2px solid {COLOURS['meta']};padding-left:6px'>{body}</div>")
+
+
+def _thought_label(seconds: float | None, streaming: bool) -> str:
+    if seconds is None:
+        return tr("Thinking…") if streaming else tr("Thoughts")
+    shown = f"{seconds:.0f}" if seconds >= 10 or streaming else f"{seconds:.1f}"
+    return (tr("Thinking… {s} s") if streaming else tr("Thought for {s} s")).format(s=shown)
 
 
 TOOL_STATUS = {"ok": "✓", "error": "⚠", "denied": "⛔", "failed": "✗", "timeout": "⏱", "cancelled": "■"}
@@ -266,10 +280,11 @@ def images_html(images: list[tuple[str, int, int]]) -> str:
 
 def message_html(role: str, text: str, stats: dict | None = None, streaming: bool = False, *,
                  thinking: str = "", index: int | None = None, branch: tuple[int, int] | None = None,
-                 images: str = "") -> str:
+                 images: str = "", chip: str = "") -> str:
     """One bubble; `thinking`: what goes above the answer's text (the thinking block, earlier
     tool rounds); `index`: the message's place in the view, for its links; `branch`: (which, of
-    how many) when the message has siblings; `images`: a user message's thumbnails (images_html)."""
+    how many) when the message has siblings; `images`: a user message's thumbnails (images_html);
+    `chip`: the header's thought chip (thought_chip)."""
     stats = stats or {}
     actions = branch_html(index, branch) if branch and index is not None and not streaming else ""
     if role == "user":  # a bubble at the right, as wide as its text (painted rounded by the view)
@@ -279,7 +294,7 @@ def message_html(role: str, text: str, stats: dict | None = None, streaming: boo
         return (f"<table align='right'{wide} cellspacing='0' cellpadding='{USER_PAD}'><tr><td>{body}{actions}</td>"
                 f"</tr></table>{GAP}")
     body = markdown_html(text) if text else ("" if thinking else "<i>…</i>")  # all thinking: it is the content
-    body = answer_header(stats, index) + thinking + body
+    body = answer_header(stats, index, chip) + thinking + body
     cursor = " ▍" if streaming else ""
     meta = meta_line(stats, stats.get("level", ""), stats.get("model", ""))
     tail = "" if streaming else citations_html(stats, COLOURS["meta"])  # [n] → the documents cited
@@ -301,9 +316,10 @@ def _columns(text: str) -> int:
 GAP = "<p style='margin:0;font-size:22px'>&nbsp;</p>"
 
 
-def answer_header(stats: dict, index: int | None) -> str:
-    """Above an answer: its model, a tier badge, and an info icon (`info:` link) that shows why
-    this tier answered. Nothing while no model is known (an answer being written)."""
+def answer_header(stats: dict, index: int | None, chip: str = "") -> str:
+    """Above an answer: its model, a tier badge, an info icon (`info:` link) that shows why this
+    tier answered, and `chip` (how long it thought: thought_chip). Nothing while no model is known
+    (an answer being written)."""
     if not stats.get("model"):
         return ""
     badge = (f"&nbsp;<span style='background:{COLOURS['badge']};color:{COLOURS['meta']};font-size:small'>"
@@ -312,4 +328,4 @@ def answer_header(stats: dict, index: int | None) -> str:
     info = ("" if index is None else
             f"&nbsp;<a href='info:{index}' title=\"{why}\"><img src='icon:info' width='14' height='14'></a>")
     return (f"<p style='margin:0 0 4px 0'><span style='font-weight:600'>{html.escape(model_label(stats['model']))}"
-            f"</span>{badge}{info}</p>")
+            f"</span>{badge}{info}{chip}</p>")

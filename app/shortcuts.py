@@ -20,6 +20,8 @@ SHORTCUTS = (
     ("Ctrl+R", "Answer the last message again", "regenerate"),
     ("Up", "Edit your last message (in an empty message box)", None),
     ("Ctrl+Shift+C", "Copy the last answer", "copy_answer"),
+    ("Alt+Up", "The previous message's actions (Left and Right move along them, Esc goes back)", "previous_message"),
+    ("Alt+Down", "The next message's actions", "next_message"),
     ("Ctrl+/", "Show the keyboard shortcuts", "show_shortcuts"),
     ("Ctrl+B", "Show or fold the chat list", "toggle_sidebar"),
     ("Ctrl+1", "Chats", "open_chats"),

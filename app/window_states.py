@@ -69,7 +69,8 @@ class WindowStates:
             (self.new_button, tr("New chat"), tr("Start a new chat (Ctrl+N)")),
             (self.view, tr("Conversation"), tr("The messages of this chat; answers are announced when they end. "
                                                "A message's menu (Menu key) copies, edits, answers again, "
-                                               "branches or deletes it")),
+                                               "branches or deletes it; Alt+Up and Alt+Down step through the "
+                                               "messages' actions")),
             (self.composer.edit, tr("Message"), tr("Enter sends, Shift+Enter starts a new line (Ctrl+L)")),
             (self.composer.route, tr("Answering model"), tr("Which model answers this chat: Auto lets the router "
                                                             "choose for each message, or pick a tier and its model")),
@@ -87,6 +88,12 @@ class WindowStates:
 
     def focus_composer(self) -> None:
         self.composer.edit.setFocus()
+
+    def previous_message(self) -> None:
+        self.view.step_message(-1)
+
+    def next_message(self) -> None:
+        self.view.step_message(1)
 
     def show_shortcuts(self) -> ShortcutSheet:
         sheet = ShortcutSheet(self)

@@ -25,8 +25,9 @@ TABLE = {
     "Branch switched: the next answer reuses {reused} tokens of the shared start and reads {read}":
         "已切换分支：下一次回答复用共同开头的 {reused} 个词元，另读入 {read} 个",
     "The messages of this chat; answers are announced when they end. A message's menu (Menu key) copies, edits, "
-    "answers again, branches or deletes it":
-        "本对话的消息；回答结束时会朗读。消息的菜单（菜单键）可复制、编辑、重新回答、分支或删除它",
+    "answers again, branches or deletes it; Alt+Up and Alt+Down step through the messages' actions":
+        "本对话的消息；回答结束时会朗读。消息的菜单（菜单键）可复制、编辑、重新回答、分支或删除它；"
+        "Alt+上/Alt+下 在各条消息的操作间移动",
     "Stop the answer, leave a new branch before its first message, or leave a page":
         "停止回答、在新分支发送第一条消息前退出它，或离开当前页面",
     "Answer the last message again": "重新回答最后一条消息",

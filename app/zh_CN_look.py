@@ -39,4 +39,12 @@ TABLE = {
     "The model behind the endpoint you set up: what you send leaves this computer.":
         "你设置的接口背后的模型：你发送的内容会离开这台电脑。",
     "The router picks a tier for each message": "路由器为每条消息选择层级",
+    "The previous message's actions (Left and Right move along them, Esc goes back)":
+        "上一条消息的操作（左右键在其间移动，Esc 返回）",
+    "The next message's actions": "下一条消息的操作",
+    "Previous branch": "上一个分支",
+    "Show the branch before this one": "显示此分支之前的分支",
+    "Next branch": "下一个分支",
+    "Show the branch after this one": "显示此分支之后的分支",
+    "Branch {which} of {count}": "第 {which} 个分支，共 {count} 个",
 }

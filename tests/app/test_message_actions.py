@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, Qt, QUrl
 from PySide6.QtGui import QMouseEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel
 
 from app.chat_controller import Fork
 from tests.fake_backend import Answer, fakes, make_assistant  # noqa: F401
@@ -88,6 +88,33 @@ def test_an_earlier_answer_given_again_and_the_branches_it_leaves(qtbot, fakes, 
     qtbot.waitUntil(lambda: "reuses" in w.status_label.text(), timeout=30_000)
     w.view._on_link(QUrl("branch:1:1"))
     qtbot.waitUntil(lambda: shown(w) == ["q1", "B1"], timeout=30_000)
+    w.close()
+
+
+def test_the_keyboard_steps_through_the_actions_and_the_row_has_the_branch_arrows(qtbot, fakes, make_assistant):
+    w = chat(qtbot, fakes, make_assistant, ["A1", "B1"], ["q1"])
+    click(qtbot, w.view, 1, "regenerate")
+    settled(qtbot, w)
+    bar = hover(w.view, 1)  # the second of two answers: ‹ 2/2, no ›
+    assert [x.objectName() for x in bar.widgets()][-2:] == ["msg_older", "msg_branch_count"]
+    assert next(x for x in bar.widgets() if isinstance(x, QLabel)).text() == "2/2"
+    bar.clear()
+    w.view.setFocus()
+    w.next_message()  # Alt+Down with no message's actions shown: the first message's
+    assert bar.isVisible() and bar.index == 0 and bar.buttons()[0].hasFocus()
+    w.previous_message()  # from the first one: it stays
+    assert bar.index == 0
+    w.next_message()
+    assert bar.index == 1 and bar.button("copy").hasFocus()
+    qtbot.keyClick(bar.button("copy"), Qt.Key_Left)  # Left from the first goes round to the last
+    assert bar.button("older").hasFocus()
+    qtbot.keyClick(bar.button("older"), Qt.Key_Space)
+    qtbot.waitUntil(lambda: shown(w) == ["q1", "A1"], timeout=30_000)
+    w.view.setFocus()
+    w.previous_message()  # none shown now (the chat was drawn again): from the end
+    assert bar.index == 1 and [x.objectName() for x in bar.widgets()][-2:] == ["msg_branch_count", "msg_newer"]
+    qtbot.keyClick(bar.buttons()[0], Qt.Key_Escape)
+    assert w.view.hasFocus() and not bar.isVisible()
     w.close()
 
 
