@@ -26,6 +26,7 @@ from app.i18n import tr
 from app.overflow import ask_overflow
 from app.pages import Pages
 from app.rail import NavRail
+from app.resources_popover import Resources
 from app.render import answered_by, model_label
 from app.sidebar import ChatSidebar
 from app.shortcuts import install as install_shortcuts
@@ -79,8 +80,6 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.api_server = ApiServerControl(self.worker, self._on_api_state, self)  # serves while server.enabled is on
         self.gauges = GaugePanel(self.worker.status)
         self.gauges.on_summary = self.top_bar.set_summary
-        self.gauges.setVisible(self.top_bar.toggle.isChecked())
-        self.top_bar.sig_resources.connect(self._show_resources)
         self.top_bar.fold.clicked.connect(self.toggle_sidebar)
         self.top_bar.sig_preset.connect(self.choose_preset)
         self.top_bar.sig_edit_presets.connect(self.open_presets)
@@ -88,7 +87,9 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(side)
         splitter.addWidget(self.pages)
-        splitter.addWidget(self.gauges)
+        self.resources = Resources(self.gauges, splitter, self.top_bar, self.top_bar.toggle.isChecked(),
+                                   lambda on: Settings.shared().set("ui.resources_panel", on))
+        self.top_bar.sig_resources.connect(self.resources.clicked)
         splitter.setStretchFactor(1, 1)  # the main area takes what the window gains; the chat list keeps its width
         splitter.setCollapsible(1, False)
         splitter.setSizes([side.width(), 640, 260])

@@ -1,8 +1,8 @@
 """The bar above the conversation. Left: the button that folds the chat list, the chat's title
 (elided, so a long title never moves the layout) and which model answered it. Centre: two pills,
 the model picker (Auto or a tier and its model) and the chat's preset (and the door to the
-presets). Right: a compact resources indicator ("RAM 301 MiB · context 71 %") that opens the gauge
-panel (setting ui.resources_panel, kept)."""
+presets). Right: a compact resources indicator ("RAM 301 MiB · context 71 %") that opens the gauges
+as a popover, or folds them when they are pinned beside the chat (app/resources_popover.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class ElidedLabel(QLabel):
 
 
 class TopBar(QWidget):
-    sig_resources = Signal(bool)  # the gauge panel shown (True) or folded (False)
+    sig_resources = Signal()  # the resources indicator was clicked
     sig_preset = Signal(str)      # the user chose a preset for this chat (its id)
     sig_edit_presets = Signal()
 
@@ -67,10 +67,11 @@ class TopBar(QWidget):
         self.toggle.setProperty("pill", True)
         self.toggle.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
         self.toggle.setText(tr("Resources"))
-        self.toggle.setCheckable(True)
+        self.toggle.setCheckable(True)  # checked: the gauges are pinned beside the chat
         self.toggle.setChecked(resources_open)
-        describe(self.toggle, tr("Resources"), tr("Show or fold the VRAM, RAM, KV and context gauges"))
-        self.toggle.toggled.connect(self._toggled)
+        describe(self.toggle, tr("Resources"), tr("Open the VRAM, RAM, KV and context gauges, or fold them when "
+                                                  "they are kept beside the chat"))
+        self.toggle.clicked.connect(self._clicked)
         self.summary = ""
         left, self.centre, right = QHBoxLayout(), QHBoxLayout(), QHBoxLayout()
         left.addWidget(self.fold)
@@ -116,6 +117,10 @@ class TopBar(QWidget):
     def _show_summary(self) -> None:
         self.toggle.setText(tr("Resources") if self.toggle.isChecked() or not self.summary else self.summary)
 
-    def _toggled(self, on: bool) -> None:
+    def set_pinned(self, on: bool) -> None:
+        self.toggle.setChecked(on)
         self._show_summary()
-        self.sig_resources.emit(on)
+
+    def _clicked(self) -> None:
+        self.toggle.setChecked(not self.toggle.isChecked())  # the click's own toggle: the window decides
+        self.sig_resources.emit()

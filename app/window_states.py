@@ -8,7 +8,6 @@ from __future__ import annotations
 from app.a11y import chain, describe
 from app.i18n import tr
 from app.shortcuts import ShortcutSheet
-from engine.api import Settings
 
 
 class WindowStates:
@@ -22,10 +21,6 @@ class WindowStates:
         self.status_label.setText(tr("Loading the model…"))
         self._update_empty()
         self.worker.retry(self._on_ready, self._on_failed)
-
-    def _show_resources(self, on: bool) -> None:
-        self.gauges.setVisible(on)
-        Settings.shared().set("ui.resources_panel", on)
 
     def _update_empty(self) -> None:
         """The chat's place shows the conversation, or what to do when there is none."""

@@ -277,7 +277,8 @@ TABLE = {
     "{why}\n\nChoose a model that fits this computer, or check the settings, then try again.": "{why}\n\n请选择适合这台电脑的模型，或检查设置，然后重试。",
     "RAM {mib} MiB": "内存 {mib} MiB",
     "context {pct} %": "上下文 {pct} %",
-    "Show or fold the VRAM, RAM, KV and context gauges": "显示或收起显存、内存、KV 和上下文仪表",
+    "Open the VRAM, RAM, KV and context gauges, or fold them when they are kept beside the chat":
+        "打开显存、内存、KV 与上下文仪表；固定在对话旁时则收起",
     "0 answers the same way every time; higher is more varied": "0 每次回答都一样；越高越多变",
     "A new preset": "新建预设",
     "Add presets from a JSON file": "从 JSON 文件添加预设",

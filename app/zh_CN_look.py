@@ -47,4 +47,6 @@ TABLE = {
     "Next branch": "下一个分支",
     "Show the branch after this one": "显示此分支之后的分支",
     "Branch {which} of {count}": "第 {which} 个分支，共 {count} 个",
+    "Keep beside the chat": "固定在对话旁",
+    "Show the gauges in a panel beside the chat until you fold them again": "在对话旁的面板中显示仪表，直到你再次收起",
 }

@@ -75,7 +75,7 @@ DEFAULTS: dict[str, Any] = {
                                      # other programs are busy; N = N threads, never changed (at the next start)
     "ui.language": "auto",           # auto (system locale) | zh_CN | en
     "ui.theme": "system",            # system (follows the OS, live) | light | dark
-    "ui.resources_panel": False,     # the gauge panel shown beside the chat (off: a one-line strip in the top bar)
+    "ui.resources_panel": False,     # the gauges pinned beside the chat (off: a popover from the top bar's indicator)
     "ui.welcome_done": False,        # the first-start welcome was dismissed or used (app/welcome.py)
     "models.hub": "auto",            # where models download from: auto (by UI locale) | a hub id
                                      # (engine/models/hubs.py: huggingface, hf-mirror, modelscope)

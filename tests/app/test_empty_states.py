@@ -83,7 +83,15 @@ def test_the_top_bar_names_the_chat_and_folds_the_gauges_into_an_indicator(qtbot
     qtbot.waitUntil(lambda: w.top_bar.title.text() == "Say hello", timeout=10_000)
     assert w.top_bar.model.text() == "L1 · m"
     qtbot.waitUntil(lambda: "context" in w.top_bar.toggle.text(), timeout=5_000)
-    w.top_bar.toggle.click()
-    assert w.gauges.isVisible() and w.top_bar.toggle.text() == "Resources"  # the panel says the rest
+    w.top_bar.toggle.click()  # the indicator opens the gauges as a popover under it
+    popover = w.resources.popover
+    assert popover.isVisible() and popover.isAncestorOf(w.gauges) and w.gauges.isVisible()
+    assert not w.top_bar.toggle.isChecked() and Settings.shared().get("ui.resources_panel") is False
+    popover.pin_button.click()  # kept beside the chat: the panel says the rest
+    assert not popover.isVisible() and w.gauges.isVisible() and not popover.isAncestorOf(w.gauges)
+    assert w.top_bar.toggle.isChecked() and w.top_bar.toggle.text() == "Resources"
     assert Settings.shared().get("ui.resources_panel") is True
+    w.top_bar.toggle.click()  # pinned: the indicator folds them away again
+    assert not w.gauges.isVisible() and not w.top_bar.toggle.isChecked()
+    assert Settings.shared().get("ui.resources_panel") is False
     w.close()

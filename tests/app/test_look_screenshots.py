@@ -7,7 +7,7 @@ refreshes docs/app.md's copies (the 2× window: test_high_dpi.py)."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtGui import QColor, QImage, QPainter
 
 from app.transcript import Shown, ToolBlock
 from engine.api import Settings
@@ -81,6 +81,16 @@ def test_screenshots_of_the_look(qtbot, fakes, make_assistant, tmp_path, monkeyp
             qtbot.waitUntil(lambda: bool(w.composer.attachments.items and w.composer.attachments.images), timeout=20_000)
             w.composer.edit.setPlainText(QUESTION[language])
             save_screenshot(qtbot, w, out / f"look-composer-{name}.png", W, H)
+            w.top_bar.toggle.click()  # the resources indicator: the gauges as a popover under it
+            popover = w.resources.popover
+            qtbot.waitUntil(lambda: "MiB" in w.gauges.ram_app.text() or w.gauges.ram_app.value() > 0, timeout=5_000)
+            shot = w.grab().toImage()
+            painter = QPainter(shot)  # a popup is a window of its own: drawn where it shows
+            painter.drawImage(w.mapFromGlobal(popover.pos()), popover.grab().toImage())
+            painter.end()
+            save_image(shot, out / f"look-resources-{name}.png")
+            assert popover.isVisible() and popover.isAncestorOf(w.gauges)
+            popover.hide()
 
             for page, opener in (("documents", w.open_documents), ("tools", w.open_tools)):
                 shown = opener()
