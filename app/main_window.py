@@ -32,22 +32,21 @@ from app.sidebar import ChatSidebar
 from app.shortcuts import install as install_shortcuts
 from app.theme import set_tone
 from app.top_bar import TopBar
-from app.tool_approval import ApprovalDialog
 from app.transcript import Answer
 from app.window_attachments import WindowAttachments
-from app.window_chats import WindowChats
+from app.window_chats import ChatListActions
 from app.window_images import WindowImages
 from app.window_panels import WindowPanels
-from app.window_presets import WindowPresets
+from app.window_presets import ChatPresets
 from app.window_states import WindowStates
-from app.window_tools import WindowTools
-from engine.api import MessageTooLong, Presets, Settings, ToolCallEvent, ToolResultEvent
+from app.window_tools import Approvals
+from engine.api import MessageTooLong, Settings, ToolCallEvent, ToolResultEvent
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowStates, WindowAttachments,
-                 WindowImages, QMainWindow):
+class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
+                 QMainWindow):
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
@@ -59,10 +58,6 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.engine_error: str | None = None  # why the engine could not start
         self.documents_panel = None  # app/documents_panel.py, made when first opened
         self.tools_panel = None  # app/tools_panel.py, made when first opened
-        self.approval: ApprovalDialog | None = None  # the tool call waiting for the user's answer
-        self.presets = Presets()  # presets.json; a chat's preset shapes its prompt, tier, documents and tools
-        self.chat_preset = self.presets.default()  # the shown chat's (or the next new chat's)
-        self.presets_dialog = None
         self.worker = worker or EngineWorker()
         self.chat = ChatController(self.worker, self)  # the chat's turns and transcript
         self.chat.make_chat = self._new_conversation
@@ -81,9 +76,9 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.gauges = GaugePanel(self.worker.status)
         self.gauges.on_summary = self.top_bar.set_summary
         self.top_bar.fold.clicked.connect(self.toggle_sidebar)
-        self.top_bar.sig_preset.connect(self.choose_preset)
-        self.top_bar.sig_edit_presets.connect(self.open_presets)
-        self._show_presets()
+        self.presets = ChatPresets(self, self.worker, self.top_bar, self.composer.route,
+                                   lambda: (self.tools_toggle, self.docs_toggle), lambda: self.chat.conversation_id,
+                                   self.status_label.setText)
         splitter = QSplitter(Qt.Horizontal)
         splitter.addWidget(side)
         splitter.addWidget(self.pages)
@@ -104,8 +99,9 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.setup_images()
         self.worker.on_notice = self.status_label.setText
         self.worker.on_conversations = self._on_conversations
-        self.worker.on_approval = self._on_approval
-        self.worker.on_approval_ended = self._end_approval
+        self.approvals = Approvals(self, self.status_label.setText)  # a tool call waiting for the user's answer
+        self.worker.on_approval = self.approvals.ask
+        self.worker.on_approval_ended = self.approvals.end
         self.worker.tokens.connect(self.chat.on_tokens)
         self.worker.thinking.connect(self.chat.on_thinking)
         self.shortcuts = install_shortcuts(self)
@@ -118,10 +114,11 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.new_button = side.new_button
         self.new_button.clicked.connect(self.new_chat)
         side.selected.connect(self._select)
-        side.rename.connect(self.rename_chat)
-        side.pin.connect(self.pin_chat)
-        side.export.connect(self.export_chat)
-        side.delete.connect(self.delete_chat)
+        self.chat_actions = ChatListActions(self, self.worker, self.chat, self.confirm)
+        side.rename.connect(self.chat_actions.rename)
+        side.pin.connect(self.chat_actions.pin)
+        side.export.connect(self.chat_actions.export)
+        side.delete.connect(self.chat_actions.delete)
         side.searched.connect(lambda query: self.worker.search(query, side.show_matches))
         return side
 
@@ -159,7 +156,6 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.confidence_warning.hide()
         self.top_bar = TopBar(bool(Settings.shared().get("ui.resources_panel")))
         self.top_bar.add_picker(self.composer.route)
-        self.composer.route.activated.connect(self.choose_route)
         center = QWidget()
         center.setObjectName("chatPage")
         center.setAttribute(Qt.WA_StyledBackground)  # a plain QWidget paints a stylesheet background only so
@@ -273,7 +269,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
 
     def turn_options(self) -> TurnOptions:
         """The chat's preset's temperature (None: the window's), Think and Tools as switched."""
-        t = self.chat_preset.temperature
+        t = self.presets.current.temperature
         return TurnOptions(self.temperature if t is None else t, self.max_tokens, self.think_toggle.isChecked(),
                            self.tools_toggle.isChecked())
 
@@ -319,14 +315,14 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
             self.gauges.set_water_level(None)
             return
         if new:
-            self._preset_switches(self.chat_preset)
-            self.show_route(cid, self.new_chat_route())
+            self.presets.set_switches(self.presets.current)
+            self.presets.show_route(cid, self.presets.new_chat_route())
             self.docs_toggle.set_conversation(cid, new=True)  # queued before the first message: it applies to it
             self.think_toggle.take(cid)
             self.gauges.set_water_level(None)
             return
-        self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self._show_chat_preset(cid, pid))
-        self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.show_route(cid, route))
+        self.worker.call(lambda a: a.conversation_preset(cid), lambda pid: self.presets.show_chat_preset(cid, pid))
+        self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.presets.show_route(cid, route))
         self.worker.call(lambda a: a.conversation_think(cid), lambda on: self.think_toggle.show_state(cid, on))
         self.docs_toggle.set_conversation(cid)
 
@@ -377,15 +373,14 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         engine thread)."""
         if not self.chat.idle:
             return
-        self.chat_preset = self.presets.default()
-        self._show_presets()
+        self.presets.start_new()
         self.chat.new_chat()
 
     def _new_conversation(self, created) -> None:
         """A chat is made on the engine thread, with its preset; `created(cid)` (the controller's)
         takes it from there. Its route is the preset's tier, or the settings' routing mode when the
         preset leaves it to Auto."""
-        preset, route = self.chat_preset, self.new_chat_route()
+        preset, route = self.presets.current, self.presets.new_chat_route()
 
         def make(a) -> int:
             cid = a.new_conversation("")
@@ -401,7 +396,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
             self.open_chats()
             return
         self.chat.stop()
-        self._end_approval()  # a call waiting for approval is denied
+        self.approvals.end()  # a call waiting for approval is denied
 
     def _update_actions(self) -> None:
         """A message's actions that start a turn or change the chat: only while no turn runs."""
@@ -425,7 +420,7 @@ class MainWindow(WindowPanels, WindowChats, WindowTools, WindowPresets, WindowSt
         self.gauges.timer.stop()
         if self.documents_panel is not None:
             self.documents_panel.close_work()
-        self._end_approval()
+        self.approvals.end()
         self.close_attachments()
         if self.tools_panel is not None:
             self.tools_panel.close_work()

@@ -101,7 +101,7 @@ class WindowPanels:
             apply_theme(settings.get("ui.theme"))
             cid = self.conversation_id  # the picker is the chat's; router.mode is where new chats start
             if cid is not None:
-                self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.show_route(cid, route))
+                self.worker.call(lambda a: a.conversation_route(cid), lambda route: self.presets.show_route(cid, route))
             else:
                 self.composer.route.setCurrentIndex(max(0, self.composer.route.findData(settings.get("router.mode"))))
             self.view.redraw()

@@ -59,7 +59,7 @@ def test_no_unnamed_control_and_the_main_ones_say_what_they_do(qtbot, window):
     from app.welcome import WelcomePanel
     from engine.api import Approval
 
-    panels = [w.open_tools(), w.open_documents(), w.show_shortcuts(), w.open_presets(),
+    panels = [w.open_tools(), w.open_documents(), w.show_shortcuts(), w.presets.open_dialog(),
               ApprovalDialog(Approval("bench", "add", {"a": 1, "b": 2}, "Add two integers."), lambda answer: None, w),
               SettingsDialog(Settings.shared(), w), ModelManagerDialog(Settings.shared(), w),
               WelcomePanel(Settings.shared(), w)]

@@ -36,7 +36,7 @@ def send(qtbot, w, text: str) -> dict:
 
 def test_a_preset_made_in_the_dialog_shapes_new_chats_and_can_be_changed_per_chat(qtbot, window, fakes, tmp_path):
     w, fake_script = window, fakes.script("m")
-    dialog = w.open_presets()
+    dialog = w.presets.open_dialog()
     dialog.buttons["new"].click()
     dialog.name.setText("")
     dialog.prompt.setPlainText("Answer like a pirate.")
@@ -48,7 +48,7 @@ def test_a_preset_made_in_the_dialog_shapes_new_chats_and_can_be_changed_per_cha
     dialog.tools.setCurrentIndex(dialog.tools.findData(True))
     dialog.buttons["save"].click()
     dialog.buttons["default"].click()
-    pirate = w.presets.default()
+    pirate = w.presets.store.default()
     assert pirate.name == "Pirate" and pirate.temperature == 0.0 and pirate.tools is True
     assert w.top_bar.preset.findText("Pirate") >= 0
     # a new chat starts from the default preset: its prompt, temperature, tier and tools
@@ -77,10 +77,10 @@ def test_a_preset_made_in_the_dialog_shapes_new_chats_and_can_be_changed_per_cha
     dialog.export_file(str(path))
     dialog.reload(pirate.id)
     dialog.buttons["delete"].click()
-    assert all(p.name != "Pirate" for p in w.presets.all())
+    assert all(p.name != "Pirate" for p in w.presets.store.all())
     dialog.import_file(str(path))
     assert "Added: Pirate" in dialog.message.text()
-    assert any(p.name == "Pirate" and p.id != pirate.id for p in w.presets.all())
+    assert any(p.name == "Pirate" and p.id != pirate.id for p in w.presets.store.all())
     dialog.close()
 
 
@@ -96,9 +96,9 @@ def test_screenshots_of_presets(qtbot, fakes, make_assistant, tmp_path):
         with in_language(language):
             apply_theme(theme)
             w = fake_window(qtbot, lambda: make_assistant(model), temperature=0.3)
-            dialog = w.open_presets()
+            dialog = w.presets.open_dialog()
             name = "Translator" if language == "en" else "翻译"
-            if not any(p.name == name for p in w.presets.all()):
+            if not any(p.name == name for p in w.presets.store.all()):
                 dialog.buttons["new"].click()
                 dialog.name.setText(name)
                 dialog.prompt.setPlainText("Translate what the user writes between English and Chinese. Keep the "
@@ -108,7 +108,7 @@ def test_screenshots_of_presets(qtbot, fakes, make_assistant, tmp_path):
                 dialog.tier.setCurrentIndex(dialog.tier.findData("L2"))
                 dialog.documents.setCurrentIndex(dialog.documents.findData(False))
                 dialog.buttons["save"].click()
-            dialog.reload(next(p.id for p in w.presets.all() if p.name == name))
+            dialog.reload(next(p.id for p in w.presets.store.all() if p.name == name))
             save_screenshot(qtbot, dialog, out / f"presets-{language}-{theme}.png", 760, 460)
             dialog.close()
             w.close()

@@ -143,6 +143,6 @@ def test_screenshots_of_the_group_and_a_drafted_answer(qtbot, fakes, make_assist
             tip = next(t for text, t in tooltips(w.view).items() if line in text)
             assert tip.endswith("(auto: the answer repeats the question)")
             save_screenshot(qtbot, w, out / f"speculation-answer-{language}.png", 1100, 720)
-            w.delete_chat(w.conversation_id, "", confirmed=True)  # the next language's shot starts clean
+            w.chat_actions.delete(w.conversation_id, "", confirmed=True)  # the next language's shot starts clean
             qtbot.waitUntil(lambda w=w: not w.sidebar.chat_items(), timeout=30_000)
             w.close()

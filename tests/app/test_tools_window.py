@@ -58,8 +58,8 @@ def ask(qtbot, w, text: str):
 
 
 def approval(qtbot, w):
-    qtbot.waitUntil(lambda: w.approval is not None and w.approval.isVisible(), timeout=60_000)
-    return w.approval
+    qtbot.waitUntil(lambda: w.approvals.dialog is not None and w.approvals.dialog.isVisible(), timeout=60_000)
+    return w.approvals.dialog
 
 
 def finished(qtbot, w):
@@ -103,7 +103,7 @@ def test_approve_deny_and_always_in_the_window(qtbot, window, fakes):
     assert "bench/add" in w.worker.toolbox.permissions.always
     ask(qtbot, w, "2 + 2?")
     finished(qtbot, w)
-    assert w.approval is None and w.chat.transcript.tool_blocks()[-1].text == "4"
+    assert w.approvals.dialog is None and w.chat.transcript.tool_blocks()[-1].text == "4"
     # read back: the blocks are there, folded into their answers
     cid, seen = w.conversation_id, []
     w.worker.call(lambda a: a.messages(cid), seen.append)
@@ -173,7 +173,7 @@ def test_stop_while_a_call_waits_for_approval(qtbot, window, fakes):
     approval(qtbot, w)
     w.stop()
     finished(qtbot, w)
-    assert w.approval is None
+    assert w.approvals.dialog is None
     assert w.chat.transcript.tool_blocks()[-1].status == "denied"
 
 

@@ -161,13 +161,13 @@ def test_every_visible_string_has_a_chinese_translation():
 def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
     send(qtbot, window, "Hello! Name a colour.")
     cid = window.conversation_id
-    window.rename_chat(cid, "", title="Colours 颜色")
+    window.chat_actions.rename(cid, "", title="Colours 颜色")
     chats = window.sidebar.chat_items
     qtbot.waitUntil(lambda: len(chats()) == 1 and chats()[0].text() == "Colours 颜色", timeout=60_000)
     md, js, page = tmp_path / "c.md", tmp_path / "c.json", tmp_path / "c.html"
-    window.export_chat(cid, "md", str(md))
-    window.export_chat(cid, "json", str(js))
-    window.export_chat(cid, "html", str(page))
+    window.chat_actions.export(cid, "md", str(md))
+    window.chat_actions.export(cid, "json", str(js))
+    window.chat_actions.export(cid, "html", str(page))
     qtbot.waitUntil(lambda: md.exists() and js.exists() and page.exists(), timeout=60_000)
     assert md.read_text(encoding="utf-8").startswith("# Colours 颜色") and "Hello! Name a colour." in md.read_text()
     assert "<title>Colours 颜色</title>" in page.read_text(encoding="utf-8")
@@ -175,7 +175,7 @@ def test_rename_export_and_delete_a_chat(qtbot, window, tmp_path):
 
     data = json.loads(js.read_text(encoding="utf-8"))
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"] and data["title"] == "Colours 颜色"
-    window.delete_chat(cid, "Colours 颜色", confirmed=True)
+    window.chat_actions.delete(cid, "Colours 颜色", confirmed=True)
     qtbot.waitUntil(lambda: window.chat_list.count() == 0, timeout=60_000)  # no chat left, nor a header
     assert window.conversation_id is None and window.view.messages == []
     assert window.worker.assistant.db.conversation(cid) is None and window.worker.assistant.db.messages(cid) == []
@@ -220,7 +220,7 @@ def test_actions_wait_for_something_to_act_on_and_the_status_says_who_answered(q
     assert window.status_label.text() in ("Answered on the CPU model", "Answered on the GPU model")
     assert done.route_reason not in window.status_label.text()
     assert done.route_reason in routing_text(window.view.messages[1].stats)
-    window.delete_chat(window.conversation_id, "", confirmed=True)
+    window.chat_actions.delete(window.conversation_id, "", confirmed=True)
     assert window.view.messages == []
 
 
