@@ -17,7 +17,7 @@ def build_chips(window) -> None:
     message's own actions (copy, answer again, edit, branch, delete) are on the message."""
     window.docs_toggle = DocumentsToggle()  # "Use my documents" for the chat shown
     window.docs_toggle.setEnabled(False)  # until the engine says documents are on
-    window._update_docs_note()
+    window.docs_toggle.read_settings()
     window.docs_toggle.sig_set.connect(
         lambda cid, on: window.docs_worker.set_conversation(cid, on, window.docs_toggle.show_state))
     window.docs_toggle.sig_query.connect(

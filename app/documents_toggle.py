@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 from app.composer import chip
 from app.i18n import tr
 from app.theme import set_tone
+from engine.api import Settings
 
 
 class DocumentsToggle(QWidget):
@@ -58,6 +59,11 @@ class DocumentsToggle(QWidget):
     def set_remote_kept_off(self, kept_off: bool) -> None:
         self.remote_kept_off = kept_off
         self._update_note()
+
+    def read_settings(self) -> None:
+        """Documents stay local when L3 is set up without docs.allow_remote: the toggle says so."""
+        settings = Settings.shared()
+        self.set_remote_kept_off(bool(settings.get("l3.base_url")) and not settings.get("docs.allow_remote"))
 
     def _toggled(self, on: bool) -> None:
         if self.conversation_id is not None:

@@ -1,5 +1,5 @@
 """简体中文 for a message's own actions and the branches they leave (app/message_actions.py,
-app/window_messages.py); app/zh_CN.py merges it into its table."""
+app/chat_controller.py); app/zh_CN.py merges it into its table."""
 
 TABLE = {
     "Copy": "复制",

@@ -1,5 +1,5 @@
 """简体中文 for images in the window (issue 41): the message box's image chips, the viewer, and
-what is said when no tier reads images (app/window_images.py, app/images.py, app/attachments.py);
+what is said when no tier reads images (app/intake.py, app/images.py, app/attachments.py);
 app/zh_CN.py merges it into its table."""
 
 TABLE = {

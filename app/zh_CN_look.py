@@ -34,7 +34,8 @@ TABLE = {
     "may be slow · CPU": "可能较慢 · CPU",
     "It does not fit on the GPU, so it runs on the CPU.": "它放不进 GPU，所以在 CPU 上运行。",
     "won't fit": "放不下",
-    "It needs more memory than is free now: it will not load until some is.": "它需要的内存超过当前空闲内存：腾出内存前无法加载。",
+    "It needs more memory than is free now: it will not load until some is.":
+        "它需要的内存超过当前空闲内存：腾出内存前无法加载。",
     "remote": "远程",
     "The model behind the endpoint you set up: what you send leaves this computer.":
         "你设置的接口背后的模型：你发送的内容会离开这台电脑。",

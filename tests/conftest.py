@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,23 @@ def assistant_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
     monkeypatch.setenv("ASSISTANT_HOME", str(home))
     return home
+
+
+@pytest.fixture(autouse=True)
+def no_unanswered_question(monkeypatch):
+    """A modal message box nobody answers would hang the run until CI's limit: in a test it fails
+    at once, naming itself. A test that wants an answer replaces the window's `confirm` (or the box)."""
+    if "PySide6.QtWidgets" not in sys.modules:
+        return
+    from PySide6.QtWidgets import QMessageBox
+
+    def unanswered(kind):
+        def ask(parent, title, text, *rest, **kw):
+            raise AssertionError(f"a modal QMessageBox.{kind} was opened in a test: {title!r}: {text!r}")
+        return staticmethod(ask)
+
+    for kind in ("question", "warning", "information", "critical"):
+        monkeypatch.setattr(QMessageBox, kind, unanswered(kind))
 
 
 @pytest.fixture(scope="session")

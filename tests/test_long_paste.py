@@ -253,8 +253,8 @@ def test_window_asks_and_keeps_the_text_on_cancel(qtbot, model_paths):
         qtbot.waitUntil(lambda: w.busy, timeout=5_000)
         qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
         done = w.last_done
-        assert done is not None and done["stats"]["context"]["overflow"]["mode"] == "head_tail"
-        assert done["stats"]["finish_reason"] in ("stop", "length") and done["text"]
-        assert w.view.messages[-2]["content"] == text  # the bubble shows what was typed
+        assert done is not None and done.stats["context"]["overflow"]["mode"] == "head_tail"
+        assert done.stats["finish_reason"] in ("stop", "length") and done.text
+        assert w.view.messages[-2].content == text  # the bubble shows what was typed
     finally:
         w.close()

@@ -72,12 +72,12 @@ def test_pasted_dropped_and_refused_images_and_a_tier_that_cannot_read_them(qtbo
     qtbot.waitUntil(lambda: len(bar.images) == 2, timeout=20_000)
     assert (bar.images[1].width, bar.images[1].height) == (40, 60)  # EXIF honoured
     w.composer.edit.insertFromMimeData(pasted)
-    w.attach_files([str(broken)])  # as the "+" button's file dialog hands them over
+    w.intake.attach_files([str(broken)])  # as the "+" button's file dialog hands them over
     qtbot.waitUntil(lambda: "broken.png" in bar.note.text(), timeout=20_000)
     assert "damaged" in bar.note.text() and len(bar.images) == 2
     assert w.composer.edit.toPlainText() == "What is on these?"
     # a click on a thumbnail shows it whole
-    viewer = w.view_image(shot.digest, "pasted image")
+    viewer = w.intake.view_image(shot.digest, "pasted image")
     qtbot.waitUntil(lambda: viewer.picture.pixmap() is not None and not viewer.picture.pixmap().isNull(),
                     timeout=20_000)
     assert viewer.picture.pixmap().width() == 320
@@ -85,12 +85,12 @@ def test_pasted_dropped_and_refused_images_and_a_tier_that_cannot_read_them(qtbo
     # no tier reads images: sending says so, offers Models, and keeps everything in the box
     asked = []
     monkeypatch.setattr(w, "confirm", lambda title, text: asked.append(text) or False)
-    assert w.vision_levels == []
+    assert w.intake.vision_levels == []
     w.composer.send_button.click()
     assert asked and "None of your models reads images" in asked[-1]
     assert not w.view.messages and len(bar.images) == 2 and w.composer.edit.toPlainText() == "What is on these?"
     # L1 chosen, L2 reads images: L1 is named and L2 offered
-    w.vision_levels = ["L2"]
+    w.intake.vision_levels = ["L2"]
     w.composer.route.setCurrentIndex(w.composer.route.findData("L1"))
     w.composer.send_button.click()
     assert "cannot read images" in asked[-1] and "L2" in asked[-1] and not w.view.messages
@@ -103,7 +103,7 @@ def test_an_image_message_on_a_vision_model_shows_its_thumbnail_and_an_edit_brin
 
     model, _ = vm.vision_pair()
     w = ready_window(qtbot, str(model), n_ctx=2048, max_tokens=4)
-    assert w.vision_levels  # the projector beside the model: its tier reads images
+    assert w.intake.vision_levels  # the projector beside the model: its tier reads images
     pasted = QMimeData()
     data = io.BytesIO()
     Image.linear_gradient("L").resize((100, 80)).convert("RGB").save(data, "PNG")

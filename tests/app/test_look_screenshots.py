@@ -61,8 +61,8 @@ def test_screenshots_of_the_look(qtbot, fakes, make_assistant, tmp_path, monkeyp
             monkeypatch.setattr("app.welcome.welcome_needed", lambda *_a: True)  # the fake engine names a model
             first = fake_window(qtbot, lambda: make_assistant(model), welcome_done=False)
             save_screenshot(qtbot, first, out / f"look-first-run-{name}.png", W, H)
-            assert first.welcome is not None and first.welcome.isVisible()
-            first.welcome.close_work()
+            assert first.doors.welcome is not None and first.doors.welcome.isVisible()
+            first.doors.welcome.close_work()
             first.close()
 
             w = fake_window(qtbot, lambda: make_assistant(model))
@@ -77,7 +77,7 @@ def test_screenshots_of_the_look(qtbot, fakes, make_assistant, tmp_path, monkeyp
 
             note = tmp_path / ("notes.md" if language == "en" else "笔记.md")
             note.write_text("# Tea\n\nGreen tea: 80 °C, two minutes.\n", encoding="utf-8")
-            w.attach_files([str(note), png(tmp_path / "teapot.png")])
+            w.intake.attach_files([str(note), png(tmp_path / "teapot.png")])
             qtbot.waitUntil(lambda: bool(w.composer.attachments.items and w.composer.attachments.images), timeout=20_000)
             w.composer.edit.setPlainText(QUESTION[language])
             save_screenshot(qtbot, w, out / f"look-composer-{name}.png", W, H)

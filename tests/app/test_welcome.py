@@ -86,7 +86,7 @@ def test_first_start_shows_the_welcome_and_try_demo_dismisses_it_for_good(qtbot,
         w.close()
     again = open_window(qtbot)
     try:
-        assert again.welcome is None and panel_of(again) is None
+        assert again.doors.welcome is None and panel_of(again) is None
     finally:
         again.close()
 

@@ -233,7 +233,7 @@ def test_settings_changed_in_the_dialog_apply_live_or_say_they_wait(qtbot, windo
     dialog_side.set("memory.k", 1)
     dialog_side.set("router.max_switch_s", 4.0)
     dialog_side.set("runtime.n_ctx", 1024)
-    window._apply_settings(["memory.k", "router.max_switch_s", "runtime.n_ctx"])
+    window.doors.apply_settings(["memory.k", "router.max_switch_s", "runtime.n_ctx"])
     qtbot.waitUntil(lambda: "runtime.n_ctx" in window.status_label.text(), timeout=60_000)
     assert "memory.k" not in window.status_label.text()  # applied, not waiting
     a = window.worker.assistant

@@ -44,7 +44,7 @@ def test_screenshots_of_the_window(qtbot, fakes, make_assistant, tmp_path, langu
             settled(qtbot, w)
             note = tmp_path / ("notes.md" if language == "en" else "笔记.md")
             note.write_text("# Tea\n\nGreen tea: 80 °C, two minutes.\n", encoding="utf-8")
-            w.attach_files([str(note)])
+            w.intake.attach_files([str(note)])
             qtbot.waitUntil(lambda: len(w.composer.attachments.items) == 1, timeout=20_000)
             w.resize(1100, 720)
             qtbot.wait(50)

@@ -107,8 +107,8 @@ class Driver:
                 self.step = None
             return
         messages = w.view.messages
-        if messages and messages[-1]["role"] == "assistant" and messages[-1]["streaming"]:
-            text = messages[-1]["content"]
+        if messages and messages[-1].answer and messages[-1].streaming:
+            text = messages[-1].content
             if len(text) > self.shown:
                 emit(event="tokens", text=text[self.shown:])
                 self.shown = len(text)
@@ -116,8 +116,8 @@ class Driver:
             return
         if w.last_done is not self.done_before:
             done = w.last_done
-            emit(event="done", conversation_id=w.conversation_id, message_id=done["message_id"],
-                 text=done["text"], stats=done["stats"])
+            emit(event="done", conversation_id=w.conversation_id, message_id=done.message_id,
+                 text=done.text, stats=done.stats)
         else:
             emit(event="failed", message=w.banner.text())
         self.step = None

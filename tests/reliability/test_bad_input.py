@@ -22,6 +22,7 @@ from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtWidgets import QMessageBox  # noqa: E402
 
 from app.chat_view import ChatView  # noqa: E402
+from app.transcript import Shown  # noqa: E402
 from app.render import markdown_html  # noqa: E402
 from engine.inference.backend import LoadParams  # noqa: E402
 from engine.chat.export import conversation_json, conversation_markdown  # noqa: E402
@@ -161,7 +162,7 @@ def test_the_window_refuses_bad_messages_clearly_and_stays_usable(qtbot, model_p
             qtbot.keyClick(w.composer.edit, Qt.Key_Return)
             _wait_idle(qtbot, w)
             assert w.banner.isVisible() and why in w.banner.text(), (why, w.banner.text())
-            assert w.composer.send_button.isEnabled() and w.view.messages[-1]["role"] == "user"
+            assert w.composer.send_button.isEnabled() and w.view.messages[-1].role == "user"
         # Within the character limit but not the 1024-token context: the user is asked how to
         # shorten it (tests/test_long_paste.py follows the other buttons); Cancel gives the text back.
         emoji = "🙂" * 10_000
@@ -181,9 +182,9 @@ def test_the_window_refuses_bad_messages_clearly_and_stays_usable(qtbot, model_p
         w.composer.edit.setPlainText("Hello!")
         qtbot.keyClick(w.composer.edit, Qt.Key_Return)
         _wait_idle(qtbot, w)
-        assert w.last_done and w.last_done["text"] and not w.banner.isVisible()
+        assert w.last_done and w.last_done.text and not w.banner.isVisible()
         last = w.view.messages[-1]
-        assert (last["role"], last["content"], last["streaming"]) == ("assistant", w.last_done["text"], False)
+        assert (last.role, last.content, last.streaming) == ("assistant", w.last_done.text, False)
     finally:
         w.close()
 
@@ -210,8 +211,7 @@ def test_deeply_nested_markdown_renders_every_word_in_bounded_time(qtbot, kind):
     html = markdown_html(text)
     view = ChatView()
     qtbot.addWidget(view)
-    view.set_messages([{"role": "user", "content": "quote this"},
-                       {"role": "assistant", "content": text, "stats": {}}])
+    view.set_messages([Shown("user", "quote this"), Shown("assistant", text)])
     shown = view.toPlainText()
     elapsed = time.perf_counter() - started
     # Every line's text reaches the view: at markdown-it's nesting limit it used to vanish.

@@ -176,7 +176,7 @@ def test_the_window_runs_on_l2_when_l1_is_broken_and_says_so(qtbot, bad_files, m
         assert w.engine_ready and w.banner.isVisible() and "L1 model unavailable" in w.banner.text(), w.engine_error
         w.send_message("Hello!")
         qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
-        assert w.last_done["model"] == "demo-small" and w.last_done["text"]
+        assert w.last_done.model == "demo-small" and w.last_done.text
     finally:
         w.close()
 
@@ -213,10 +213,10 @@ def test_the_window_answers_on_l1_when_l2_is_broken(qtbot, bad_files, monkeypatc
         w.composer.edit.setPlainText("Explain what a hash map is.")
         qtbot.keyClick(w.composer.edit, Qt.Key_Return)
         qtbot.waitUntil(lambda: not w.busy, timeout=120_000)
-        assert w.last_done["level"] == "L1" and w.last_done["fallback"] == FALLBACK, w.banner.text()
-        assert w.last_done["text"] and not w.banner.isVisible()
+        assert w.last_done.level == "L1" and w.last_done.fallback == FALLBACK, w.banner.text()
+        assert w.last_done.text and not w.banner.isVisible()
         assert f"fallback: {FALLBACK}" in w.view.toHtml()  # the answer says where it came from
-        assert [m["role"] for m in w.view.messages] == ["user", "assistant"]
+        assert [m.role for m in w.view.messages] == ["user", "assistant"]
         assert w.composer.send_button.isEnabled()  # ready for the next message
     finally:
         w.close()

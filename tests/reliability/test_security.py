@@ -120,7 +120,7 @@ def tick():
         w.send_message("Hello!")
     elif state["sent"] and not w.busy and w.last_done is not None and not state.get("done"):
         state["done"] = True
-        print(json.dumps({"event": "done", "text": w.last_done["text"]}), flush=True)
+        print(json.dumps({"event": "done", "text": w.last_done.text}), flush=True)
         sys.stdin.readline()  # the test looks at the sockets meanwhile
         w.close()
         app.quit()

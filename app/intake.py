@@ -1,54 +1,98 @@
-"""Images in the window (issue 41): dropped, pasted (a screenshot) or attached with the "+" button,
-kept off the GUI thread (engine.api.keep_image: the file goes to the data folder under the digest
-of its pixels) and shown as a thumbnail in the message box; sent with the message; shown in the
-sent message, a click opening the whole image. Before sending, a tier whose model cannot read
-images says so and offers one that can. A part of `MainWindow` (app/main_window.py), kept in its
-own file; GUI thread only."""
+"""What goes into the message box besides its text, and which tier reads it.
+
+Files dropped, pasted or attached are read off the GUI thread (the "attachments" Runner, through
+engine.api's `read_attachment`: the documents' parser) and shown as a chip, or refused with the
+reason; the message being written is never touched. Images (issue 41), dropped, pasted (a
+screenshot) or attached with the "+" button, are kept off the GUI thread (engine.api.keep_image:
+the file goes to the data folder under the digest of its pixels) and shown as a thumbnail in the
+box; sent with the message, shown in the sent message (a click opens the whole image). Before
+sending, a tier whose model cannot read images says so and offers one that can. GUI thread only."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import QBuffer, QIODevice
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.attachments import ImageItem
 from app.background import Runner
 from app.i18n import tr
 from app.images import THUMB_PX, ImageViewer, Thumbnails, decode_png
 from app.render import model_label
-from engine.api import MAX_IMAGE_BYTES, MAX_IMAGES, InputError, keep_image, kept_image_file
+from engine.api import (MAX_IMAGE_BYTES, MAX_IMAGES, AttachmentError, InputError, is_image_file, keep_image,
+                        kept_image_file, read_attachment)
 
 
-class WindowImages:
-    """Mixed into MainWindow: it uses the window's composer, view, worker and status line.
-    `vision_levels`: the tiers whose model reads images, as the engine last said."""
+class Intake:
+    """The composer's files and images, and the view's thumbnails. `say` is the status line,
+    `confirm(title, text)` a yes/no question, `open_models` the Models dialog, `documents_on()`
+    whether a large file can be indexed for the chat. `vision_levels`: the tiers whose model reads
+    images, as the engine last said; `tier_models`: each tier's model."""
 
-    image_runner: Runner | None = None
-    vision_levels: list[str] = []
-    tier_models: dict[str, str] = {}
-    thumbnails: Thumbnails | None = None
+    def __init__(self, parent: QWidget, worker, composer, view, say: Callable[[str], None],
+                 confirm: Callable[[str, str], bool], open_models: Callable[[], None],
+                 documents_on: Callable[[], bool]):
+        self.parent, self.worker, self.composer, self.view = parent, worker, composer, view
+        self.say, self.confirm, self.open_models, self.documents_on = say, confirm, open_models, documents_on
+        self.attach_runner: Runner | None = None
+        self.image_runner: Runner | None = None
+        self.vision_levels: list[str] = []
+        self.tier_models: dict[str, str] = {}
+        self.thumbnails = Thumbnails(parent)
+        view.thumbnails = self.thumbnails
+        self.thumbnails.sig_ready.connect(view.thumbnail_ready)
+        view.sig_image.connect(self.view_image)
+        composer.files.connect(self.attach_files)  # dropped or pasted files
+        composer.image.connect(self.keep_pasted)
+        composer.attach.connect(self.choose_files)
+        composer.attachments.sig_view.connect(self.view_image)
+        composer.image_gate = self.image_route
 
-    def setup_images(self) -> None:
-        self.thumbnails = Thumbnails(self)
-        self.view.thumbnails = self.thumbnails
-        self.thumbnails.sig_ready.connect(self.view.thumbnail_ready)
-        self.view.sig_image.connect(self.view_image)
-        self.composer.image.connect(self.keep_pasted)
-        self.composer.attach.connect(self.choose_files)
-        self.composer.attachments.sig_view.connect(self.view_image)
-        self.composer.image_gate = self.image_route
+    # ---- files
+    def attach_files(self, paths: list[str]) -> None:
+        """Documents to read; images go to `attach_image_files`."""
+        images = [p for p in paths if is_image_file(p)]
+        if images:
+            self.attach_image_files(images)
+        paths = [p for p in paths if not is_image_file(p)]
+        if not paths:
+            return
+        if self.attach_runner is None:
+            self.attach_runner = Runner("attachments", self.parent)
+        count = self.worker.count_tokens  # the L1 vocabulary alone: safe off the engine thread
+        bar = self.composer.attachments
+        for path in paths:
+            self.attach_runner.run(lambda p=path: read_attachment(p, count), self._attached,
+                                   lambda exc, p=path: bar.refuse(_why(exc, p)))
 
+    def _attached(self, attachment) -> None:
+        """A file read: a chip, unless it is too large for the message while documents are off
+        (it could not be indexed for the chat): then refused now, not when the message is sent."""
+        bar = self.composer.attachments
+        if not attachment.inline and not self.documents_on():
+            bar.refuse(tr("Not attached: {name} is too large to go into the message, and documents are off "
+                          "(setting docs.enabled), so it cannot be indexed for this chat").format(name=attachment.name))
+            return
+        bar.add(attachment)
+
+    def close(self) -> None:
+        for part in (self.attach_runner, self.image_runner, self.thumbnails):
+            if part is not None:
+                part.close()
+
+    # ---- images
     def _image_runner(self) -> Runner:
         if self.image_runner is None:
-            self.image_runner = Runner("image-intake", self)
+            self.image_runner = Runner("image-intake", self.parent)
         return self.image_runner
 
     # ---- in: files, pasted pictures, the "+" button
     def choose_files(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, tr("Attach files or images"))
+        paths, _ = QFileDialog.getOpenFileNames(self.parent, tr("Attach files or images"))
         if paths:
             self.attach_files(paths)
 
@@ -76,7 +120,7 @@ class WindowImages:
         self.thumbnails.put(item.digest, item.thumb)
         bar.add_image(item)
         if not self.vision_levels:
-            self.status_label.setText(tr("None of your models reads images yet: sending will say how to get one"))
+            self.say(tr("None of your models reads images yet: sending will say how to get one"))
 
     def _image_refused(self, exc: BaseException) -> None:
         why = str(exc) if isinstance(exc, (InputError, OSError)) else type(exc).__name__
@@ -110,7 +154,7 @@ class WindowImages:
                     "{tier} cannot read images. Send this message to {other}, which can?").format(
                     tier=name(route), other=name(other))):
                 return other
-            self.status_label.setText(tr("Not sent: the message and its images are still in the box"))
+            self.say(tr("Not sent: the message and its images are still in the box"))
             return None
         if self.confirm(tr("No model reads images"), tr(
                 "None of your models reads images. A vision model (for example SmolVLM2 on the CPU) comes "
@@ -120,15 +164,15 @@ class WindowImages:
         return None
 
     def view_image(self, digest: str, name: str = "") -> ImageViewer:
-        viewer = ImageViewer(digest, name, self._image_runner(), self)
+        viewer = ImageViewer(digest, name, self._image_runner(), self.parent)
         viewer.show()
         return viewer
 
-    def close_images(self) -> None:
-        for part in (self.image_runner, self.thumbnails):
-            if part is not None:
-                part.close()
 
+def _why(exc: BaseException, path: str) -> str:
+    if isinstance(exc, AttachmentError):
+        return tr("Not attached: {why}").format(why=exc)
+    return tr("Not attached: {path} could not be read ({why})").format(path=path, why=type(exc).__name__)
 
 def _read(path: str) -> bytes:
     """A file's bytes, refused before reading when it is larger than an image may be."""
