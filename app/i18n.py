@@ -25,6 +25,11 @@ class TableTranslator(QTranslator):
         return not self.table
 
 
+def current_language() -> str:
+    """The language the window speaks now: "zh_CN" while our table is installed, else "en"."""
+    return "zh_CN" if tr("Settings") != "Settings" else "en"
+
+
 def install(app, language: str) -> QTranslator | None:
     """Install the translator for `language` ("auto", "zh_CN", "en"); returns it (keep a reference)."""
     if language == "auto":

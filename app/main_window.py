@@ -22,6 +22,7 @@ from app.documents_worker import DocumentsWorker
 from app.empty_state import EmptyState
 from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
+from app.intake import Intake
 from app.i18n import tr
 from app.overflow import ask_overflow
 from app.pages import Pages
@@ -29,35 +30,36 @@ from app.rail import NavRail
 from app.resources_popover import Resources
 from app.render import answered_by, model_label
 from app.sidebar import ChatSidebar
-from app.shortcuts import install as install_shortcuts
+from app.shortcuts import ShortcutSheet, install as install_shortcuts
 from app.theme import set_tone
 from app.top_bar import TopBar
 from app.transcript import Answer
-from app.window_attachments import WindowAttachments
+from app.updates import UpdateBar, Updates
 from app.window_chats import ChatListActions
-from app.window_images import WindowImages
-from app.window_panels import WindowPanels
+from app.window_panels import Doors
 from app.window_presets import ChatPresets
-from app.window_states import WindowStates
+from app.window_states import ChatPlace, name_widgets
 from app.window_tools import Approvals
 from engine.api import MessageTooLong, Settings, ToolCallEvent, ToolResultEvent
 
 log = logging.getLogger(__name__)
 
 
-class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
-                 QMainWindow):
+class MainWindow(QMainWindow):
+    """The window and its parts: `chat` (the turns and the transcript; the window is its screen),
+    `doors` (pages and dialogs), `place` (the chat or its empty state), `presets`, `intake` (files
+    and images), `approvals` (tool calls), `chat_actions` (the chat list's), `resources` (the
+    gauges). Each part owns its own state; the window owns its widgets."""
+
     def __init__(self, worker: EngineWorker | None = None, temperature: float = 0.7, max_tokens: int = 512):
         super().__init__()
         self.setWindowTitle(tr("Offline Assistant"))
         self.resize(1100, 720)
         self.temperature, self.max_tokens = temperature, max_tokens
         self._titles: dict[int, str] = {}  # the chat list's titles, for the top bar
-        self.sidebar_folded = False  # the chat list folded away (Ctrl+B)
         self.too_long_dialog: QMessageBox | None = None
         self.engine_error: str | None = None  # why the engine could not start
-        self.documents_panel = None  # app/documents_panel.py, made when first opened
-        self.tools_panel = None  # app/tools_panel.py, made when first opened
+        self.place = ChatPlace(self)
         self.worker = worker or EngineWorker()
         self.chat = ChatController(self.worker, self)  # the chat's turns and transcript
         self.chat.make_chat = self._new_conversation
@@ -70,9 +72,10 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         self.rail.settings.connect(self.open_settings)
         self.rail.models.connect(self.open_models)
         self.pages = Pages(center, self.rail)
-        self.pages.makers.update(documents=self._make_documents, tools=self._make_tools)
-        self.pages.shown.connect(self._page_shown)
-        self.api_server = ApiServerControl(self.worker, self._on_api_state, self)  # serves while server.enabled is on
+        self.doors = Doors(self)
+        self.updates = Updates(self, self.update_bar)
+        self.doors.show_welcome(center.layout())  # first start: in the empty chat's place
+        self.api_server = ApiServerControl(self.worker, self.doors.on_api_state, self)  # serves while server.enabled
         self.gauges = GaugePanel(self.worker.status)
         self.gauges.on_summary = self.top_bar.set_summary
         self.top_bar.fold.clicked.connect(self.toggle_sidebar)
@@ -95,8 +98,11 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         row.addWidget(self.rail)
         row.addWidget(splitter, 1)
         self.setCentralWidget(root)
-        self._name_widgets()
-        self.setup_images()
+        name_widgets(self)
+        # confirm is looked up when asked: the window's one yes/no question, which a test may replace
+        self.intake = Intake(self, self.worker, self.composer, self.view, self.status_label.setText,
+                             lambda title, text: self.confirm(title, text), self.open_models,
+                             self.docs_toggle.isEnabled)  # files and images for the message
         self.worker.on_notice = self.status_label.setText
         self.worker.on_conversations = self._on_conversations
         self.approvals = Approvals(self, self.status_label.setText)  # a tool call waiting for the user's answer
@@ -114,7 +120,8 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         self.new_button = side.new_button
         self.new_button.clicked.connect(self.new_chat)
         side.selected.connect(self._select)
-        self.chat_actions = ChatListActions(self, self.worker, self.chat, self.confirm)
+        self.chat_actions = ChatListActions(self, self.worker, self.chat,
+                                            lambda title, text: self.confirm(title, text))
         side.rename.connect(self.chat_actions.rename)
         side.pin.connect(self.chat_actions.pin)
         side.export.connect(self.chat_actions.export)
@@ -143,7 +150,6 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         self.composer = Composer(self.worker.count_tokens)
         self.composer.send.connect(self.send_message)
         self.composer.stop.connect(self.stop)
-        self.composer.files.connect(self.attach_files)  # dropped or pasted files
         self.composer.edit_last.connect(self.chat.edit_last)  # Up in an empty message box
         build_chips(self)
         self._update_actions()
@@ -164,7 +170,9 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         composer_row = QHBoxLayout()  # the composer under the reading column, as wide as it
         composer_row.addWidget(self.composer)
         self.view.sig_column.connect(lambda column: composer_row.setContentsMargins(*self.view.column_sides(), 0))
-        for part in (self.banner, self.view, self.confidence_warning, composer_row, self.progress, self.status_label):
+        self.update_bar = UpdateBar()  # a new version, or asking once whether to look for them (app/updates.py)
+        for part in (self.banner, self.update_bar, self.view, self.confidence_warning, composer_row, self.progress,
+                     self.status_label):
             if part is composer_row:
                 layout.addLayout(part)
             else:
@@ -172,23 +180,8 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         self.empty = EmptyState("emptyState")  # no chats yet, an empty chat, or no engine: what to do next
         self.empty.hide()
         layout.insertWidget(layout.indexOf(self.view) + 1, self.empty, 1)
-        self.view.sig_empty.connect(lambda _empty: self._update_empty())
-        self.welcome = self._welcome(layout)  # first start: in the empty chat's place
+        self.view.sig_empty.connect(lambda _empty: self.place.update())
         return center
-
-    def _name_widgets(self) -> None:
-        """Stable objectNames: tests and automation find widgets by these."""
-        for name, widget in (("conversationList", self.chat_list), ("newConversationButton", self.new_button),
-                             ("searchBox", self.search), ("chatView", self.view), ("composer", self.composer),
-                             ("sendButton", self.composer.send_button),
-                             ("routeOverride", self.composer.route),
-                             ("vramGauge", self.gauges.vram), ("ramGauge", self.gauges.ram_app),
-                             ("kvGauge", self.gauges.kv_box), ("contextLevel", self.gauges.water_bar),
-                             ("confidenceWarning", self.confidence_warning), ("settingsButton", self.settings_button),
-                             ("modelManagerButton", self.models_button), ("statusLine", self.status_label),
-                             ("errorBanner", self.banner), ("progressBar", self.progress)):
-            widget.setObjectName(name)
-        self._describe_widgets()
 
     # ---- the controller's state, read by the window's parts and tests
     @property
@@ -216,23 +209,24 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
         if info.get("degraded"):  # one tier stands in for a broken one: usable, but the user must know
             self.show_banner(info["degraded"])
         self.chat.engine_ready()
-        self.on_vision(info)  # the picker's tiers; which read images: a message with images is sent to one
-        self._update_empty()
+        self.intake.on_vision(info)  # the picker's tiers; which read images: a message with images goes to one
+        self.place.update()
         self.docs_toggle.setEnabled(bool(info.get("documents")))
         self.api_server.apply()  # off by default: nothing listens unless server.enabled is on
+        self.updates.start()  # asks once, or checks when due; never before the first-start welcome is done
 
     def _on_failed(self, message: str) -> None:
         self.engine_error = message
         self.progress.hide()
         self.show_banner(tr("The model could not be loaded: {why}").format(why=message))
         self.status_label.setText(tr("Not ready"))
-        self._update_empty()
+        self.place.update()
 
     def _on_conversations(self, rows: list[dict]) -> None:
         self.sidebar.set_conversations(rows, self.conversation_id)
         self._titles = {r["id"]: r["title"] for r in rows}
         self.top_bar.set_title(self._titles.get(self.conversation_id))
-        self._update_empty()
+        self.place.update()
 
     # ---- ChatScreen: what the controller asks of the window
     def draw(self, now: bool = True) -> None:
@@ -260,12 +254,12 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
     def sending(self) -> None:
         self.hide_banner()
         self.confidence_warning.hide()
-        self.close_welcome()  # chatting with the demo models: out of the way for this session
+        self.doors.close_welcome()  # chatting with the demo models: out of the way for this session
 
     def put_back(self, text: str, images: list[str], replace: bool = True) -> None:
         if replace or not self.composer.edit.toPlainText().strip():
             self.composer.edit.setPlainText(text)
-            self.reattach_images(images)
+            self.intake.reattach_images(images)
 
     def turn_options(self) -> TurnOptions:
         """The chat's preset's temperature (None: the window's), Think and Tools as switched."""
@@ -329,8 +323,8 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
     def tool_event(self, event: ToolCallEvent | ToolResultEvent) -> None:
         if isinstance(event, ToolCallEvent):
             self.status_label.setText(tr("Calling {tool}…").format(tool=event.tool))
-        elif self.tools_panel is not None:
-            self.tools_panel.refresh()  # a server may have started or crashed
+        elif self.doors.tools_panel is not None:
+            self.doors.tools_panel.refresh()  # a server may have started or crashed
 
     def _show_confidence(self, stats: dict) -> None:
         """The flagged answer's warning with its weakest sentences (also inline in the bubble)."""
@@ -415,19 +409,54 @@ class MainWindow(WindowPanels, WindowStates, WindowAttachments, WindowImages,
     # ---- shutdown
     def closeEvent(self, event):  # noqa: N802 - Qt's name
         self.worker.stop()
-        if self.welcome is not None:
-            self.welcome.close_work()  # a download in progress stops; its thread is joined
         self.gauges.timer.stop()
-        if self.documents_panel is not None:
-            self.documents_panel.close_work()
+        self.doors.close()  # a download, indexing, MCP servers: stopped, their threads joined
         self.approvals.end()
-        self.close_attachments()
-        if self.tools_panel is not None:
-            self.tools_panel.close_work()
+        self.intake.close()
+        self.updates.close()
         self.api_server.close()  # before the engine: API turns cancelled, the port closed
         self.worker.close()  # waits until the engine saved its state and closed
         super().closeEvent(event)
 
     def confirm(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.Yes
+
+    # ---- where the rail, the shortcuts (app/shortcuts.py) and the empty states lead
+    def open_chats(self) -> None:
+        self.pages.open_key("chats")
+
+    def open_documents(self):
+        """The Documents page (indexing goes on while the user chats); made once."""
+        return self.pages.open_key("documents")
+
+    def open_tools(self):
+        """The Tools page: sources, their state and log, each tool's switch; made once."""
+        return self.pages.open_key("tools")  # its state is refreshed as it shows
+
+    def open_models(self) -> None:
+        self.doors.open_models()
+
+    def open_settings(self) -> None:
+        self.doors.open_settings()
+
+    def toggle_sidebar(self) -> None:
+        self.doors.toggle_sidebar()
+
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
+    def focus_composer(self) -> None:
+        self.composer.edit.setFocus()
+
+    def previous_message(self) -> None:
+        self.view.step_message(-1)
+
+    def next_message(self) -> None:
+        self.view.step_message(1)
+
+    def show_shortcuts(self) -> ShortcutSheet:
+        sheet = ShortcutSheet(self)
+        sheet.open()
+        return sheet
 

@@ -19,6 +19,7 @@ from app.i18n import tr
 from app.model_parts import entry_label
 from app.reasoning_settings import ReasoningSettings
 from app.speculative_settings import SpeculativeSettings
+from app.updates import UpdateSettings
 from engine.api import PlanError, RemoteError, Settings, check_remote, device_snapshot, load_catalog, plan
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,9 @@ class SettingsDialog(QDialog):
         self.reasoning = ReasoningSettings(self.settings)
         self.speculative = SpeculativeSettings(self.settings)
         self.api_server = ApiServerSection(settings, server_status)  # "Local API server"
+        self.updates = UpdateSettings(settings)  # "Updates": the opt-in check (app/updates.py)
         self._sections([self._models_box(), self._l3_box(), self._behaviour_box(), self.reasoning, self.speculative,
-                        self._appearance_box(), self.api_server])
+                        self._appearance_box(), self.api_server, self.updates])
         self._update_preview()
 
     def _sections(self, boxes: list[QGroupBox]) -> None:
@@ -314,4 +316,5 @@ class SettingsDialog(QDialog):
         self.reasoning.save(s)
         self.speculative.save(s)
         self.api_server.save(s)
+        self.updates.save(s)
         self.accept()

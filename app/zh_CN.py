@@ -13,6 +13,7 @@ from app.zh_CN_images import TABLE as IMAGES
 from app.zh_CN_look import TABLE as LOOK
 from app.zh_CN_threads import TABLE as THREADS
 from app.zh_CN_tools import TABLE as TOOLS
+from app.zh_CN_updates import TABLE as UPDATES
 
 TABLE = {
     " (demo models: they prove the mechanisms, not answer quality)": "（演示模型：用于验证机制，不代表回答质量）",
@@ -332,4 +333,4 @@ TABLE = {
     "Pinned": "置顶", "Today": "今天", "Yesterday": "昨天", "Older": "更早", "Pin": "置顶", "Unpin": "取消置顶",
     "Previous 7 days": "过去 7 天", "Previous 30 days": "过去 30 天", "{group}, a group of chats": "{group}，对话分组",
 }
-TABLE.update({**DOCUMENTS, **SERVER, **TOOLS, **CHAT, **THREADS, **SPECULATION, **MODELS, **IMAGES, **LOOK})
+TABLE.update({**DOCUMENTS, **SERVER, **TOOLS, **CHAT, **THREADS, **SPECULATION, **MODELS, **IMAGES, **LOOK, **UPDATES})

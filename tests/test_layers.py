@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # the command line starts (`assistant serve`).
 # tools (what the engine runs for the window: built-in tools, later MCP servers) sits above docs
 # and memory, which its built-in tools search, and below chat, whose tool loop runs them.
-RANK = {"config": 0, "storage": 1, "routing": 1, "models": 2, "retrieval": 2, "inference": 3, "kv": 4, "memory": 4,
-        "docs": 5, "tools": 6, "chat": 7, "api": 8, "server": 9, "cli": 10}
+# update (the release manifest and its check) needs only config.
+RANK = {"config": 0, "storage": 1, "routing": 1, "update": 1, "models": 2, "retrieval": 2, "inference": 3,
+        "kv": 4, "memory": 4, "docs": 5, "tools": 6, "chat": 7, "api": 8, "server": 9, "cli": 10}
 
 
 def imports(path: Path) -> list[str]:

@@ -134,6 +134,11 @@ _EXPORTS: dict[str, str] = {
     "kept_image_file": "engine.api.images",
     "image_preview": "engine.api.images",
     "is_image_file": "engine.api.images",
+    # the update check (issue 43): opt-in, one signed manifest read, never a download
+    "update_channel": "engine.api.updates",
+    "update_due": "engine.api.updates",
+    "check_for_update": "engine.api.updates",
+    "UpdateOffer": "engine.update.check",
     # the embedding model through Assistant.embed (the local API's /v1/embeddings)
     "EmbedderNotReady": "engine.memory.embedder",
     # what the terminal's tools need without a chat engine (issue 23): the memory on its own, what
@@ -158,7 +163,7 @@ _EXPORTS: dict[str, str] = {
     "FetchError": "engine.models.fetch",
 }
 _RENAMED = {"device_snapshot": "snapshot", "search_hub": "search", "known_mcp_configs": "known_configs",
-            "mcp_config_path": "config_path", "mcp_self_check": "self_check"}
+            "mcp_config_path": "config_path", "mcp_self_check": "self_check", "UpdateOffer": "Offer"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -77,6 +77,11 @@ DEFAULTS: dict[str, Any] = {
     "ui.theme": "system",            # system (follows the OS, live) | light | dark
     "ui.resources_panel": False,     # the gauges pinned beside the chat (off: a popover from the top bar's indicator)
     "ui.welcome_done": False,        # the first-start welcome was dismissed or used (app/welcome.py)
+    # The update check (engine/update): off until the user says yes (the window asks once); it reads one
+    # signed file, at most once a day, and never downloads or runs anything itself.
+    "updates.check": "ask",          # ask (not asked yet: off) | on | off
+    "updates.last_check": 0.0,       # when it last read the manifest (epoch seconds)
+    "updates.newest_seen": "",       # the newest version a verified manifest named: an older one is a replay
     "models.hub": "auto",            # where models download from: auto (by UI locale) | a hub id
                                      # (engine/models/hubs.py: huggingface, hf-mirror, modelscope)
     "kv.warm_budget_mb": 0.0,        # RAM for parked conversations' KV state; 0 = 10 % of RAM up to 1 GB
@@ -272,6 +277,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ui.theme": ("system", "light", "dark"),
     "reasoning.history": ("template", "keep", "drop"),
     "speculative.mode": ("auto", "off", "ngram", "draft"),
+    "updates.check": ("ask", "on", "off"),
 }
 # Inclusive numeric ranges.
 RANGES: dict[str, tuple[float, float]] = {
