@@ -67,8 +67,11 @@ dist: venv models $(BIN)/.dist-installed
 	PYTHON=$(BIN)/python packaging/linux/build.sh
 
 # The built app in a clean environment (no venv on PATH, empty HOME): selftest + terminal chat.
+# Then, as root on Debian/Ubuntu (CI), the .deb: apt install, run by a plain user, apt remove.
 dist-test: dist
 	$(BIN)/python packaging/dist_test.py --backend $(LLAMA_BACKEND)
+	@if [ "$$(id -u)" = 0 ] && command -v dpkg-deb >/dev/null; then $(BIN)/python packaging/linux/deb_test.py; \
+	else echo "dist-test: the .deb install test needs root on Debian/Ubuntu: skipped"; fi
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

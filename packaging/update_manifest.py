@@ -4,9 +4,10 @@ manifest a release publishes.
     python packaging/update_manifest.py key
         a new signing key: keep the private half secret (the release workflow's UPDATE_SIGNING_KEY), put the
         public half in UPDATE_PUBLIC_KEY
-    python packaging/update_manifest.py channel --bundle dist/offline-assistant
-        writes update_channel.json into the bundle: UPDATE_MANIFEST_URL and the public key (UPDATE_PUBLIC_KEY,
-        else derived from UPDATE_SIGNING_KEY); without them, nothing (the build cannot check, and says so)
+    python packaging/update_manifest.py channel
+        writes build/update_channel.json, which packaging/assistant.spec bundles: UPDATE_MANIFEST_URL and the
+        public key (UPDATE_PUBLIC_KEY, else derived from UPDATE_SIGNING_KEY); without them it removes that
+        file (the build cannot check, and says so). Every build script runs it before PyInstaller.
     python packaging/update_manifest.py sign --version 0.2.0 --notes-file NOTES.md \\
             --installer linux-x86_64=dist/offline-assistant_0.2.0_amd64.deb@https://.../0.2.0_amd64.deb \\
             --out dist/update.json
@@ -32,22 +33,19 @@ from engine.update.check import CHANNEL_FILE  # noqa: E402 - after the path
 from engine.update.manifest import FORMAT, new_private_key, public_key_of, sign  # noqa: E402
 
 
-def internal_dir(bundle: Path) -> Path:
-    """Where the frozen app's install_dir() is: PyInstaller's _internal/ (the .app's Resources on macOS)."""
-    for inner in (bundle / "_internal", bundle / "Contents" / "Resources", bundle / "Contents" / "Frameworks"):
-        if inner.is_dir():
-            return inner
-    return bundle
+BUILT_CHANNEL = ROOT / "build" / CHANNEL_FILE
 
 
-def write_channel(bundle: Path, env: dict[str, str]) -> Path | None:
+def write_channel(env: dict[str, str], path: Path = BUILT_CHANNEL) -> Path | None:
+    """The channel file for the next PyInstaller run, or none (an old one removed) without URL and key."""
     url = env.get("UPDATE_MANIFEST_URL", "")
     public = env.get("UPDATE_PUBLIC_KEY") or (public_key_of(env["UPDATE_SIGNING_KEY"])
                                               if env.get("UPDATE_SIGNING_KEY") else "")
+    path.unlink(missing_ok=True)
     if not (url and public):
         print("update channel: none (UPDATE_MANIFEST_URL and a key not set): this build will not check")
         return None
-    path = internal_dir(bundle) / CHANNEL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"url": url, "public_keys": [public]}, indent=1) + "\n", encoding="utf-8")
     print(f"update channel: {path} ({url})")
     return path
@@ -73,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("key", help="print a new key pair")
-    ch = sub.add_parser("channel", help="write update_channel.json into a bundle")
-    ch.add_argument("--bundle", type=Path, required=True)
+    ch = sub.add_parser("channel", help="write build/update_channel.json for the next PyInstaller run")
+    ch.add_argument("--out", type=Path, default=BUILT_CHANNEL)
     sg = sub.add_parser("sign", help="write the signed manifest")
     sg.add_argument("--version", required=True)
     sg.add_argument("--notes-file", type=Path, help="release notes (Markdown), English")
@@ -88,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"UPDATE_SIGNING_KEY": private, "UPDATE_PUBLIC_KEY": public_key_of(private)}, indent=1))
         return 0
     if args.command == "channel":
-        write_channel(args.bundle, dict(os.environ))
+        write_channel(dict(os.environ), args.out)
         return 0
     key = os.environ.get("UPDATE_SIGNING_KEY")
     if not key:

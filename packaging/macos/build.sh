@@ -33,6 +33,7 @@ fi
 "$PY" -m pip install --disable-pip-version-check -e '.[gui,memory,dist]' pillow   # pillow: PyInstaller makes the .icns from icon.png
 "$PY" -m engine.models.fetch
 "$PY" -m engine.memory.export
+"$PY" packaging/update_manifest.py channel   # UPDATE_MANIFEST_URL + UPDATE_PUBLIC_KEY, or none
 "$PY" -m PyInstaller --noconfirm --distpath dist --workpath build/pyinstaller packaging/assistant.spec
 APP="dist/$NAME.app"
 [ -d "$APP" ] || { echo "PyInstaller made no $APP" >&2; exit 1; }

@@ -54,6 +54,8 @@ Invoke-Native $py -m pip install --disable-pip-version-check -e ".[gui,memory,di
 Invoke-Native $py -m engine.models.fetch          # the demo models (ASSISTANT_BUNDLE_DEMO=0 leaves them out)
 Invoke-Native $py -m engine.memory.export         # the embedder's ONNX graph
 Invoke-Native $py -c "from PIL import Image; Image.open('assets/icon.png').save('assets/icon.ico', sizes=[(16,16),(32,32),(48,48),(256,256)])"
+# The update channel (UPDATE_MANIFEST_URL + UPDATE_PUBLIC_KEY): build\update_channel.json for the spec, or none.
+Invoke-Native $py packaging\update_manifest.py channel
 Invoke-Native $py -m PyInstaller --noconfirm --distpath dist --workpath build\pyinstaller packaging\assistant.spec
 # The same clean-environment check as Linux's `make dist-test` (backend DLLs present, no driver DLLs,
 # `assistant devices --json`, selftest, one terminal turn).

@@ -8,11 +8,15 @@ from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app import updates as updates_module
+from app.settings_dialog import SettingsDialog
 from app.updates import UpdateBar, Updates, UpdateSettings
 from engine.api import Settings
 from engine.update.check import Channel, system_key
 from engine.update.manifest import public_key_of, sign
+from tests.fake_backend import fakes, make_assistant  # noqa: F401
 from tests.test_update_check import KEY, ReleaseServer, manifest
+
+from .helpers import fake_window, in_language, save_screenshot, screenshot_dir
 
 
 def window_part(qtbot, settings, channel):
@@ -96,3 +100,38 @@ def test_the_settings_switch_writes_only_a_change(qtbot, assistant_home, monkeyp
     section.save(settings)
     assert settings.get("updates.check") == "on"
     assert section.enabled.accessibleName()
+
+
+def test_screenshots_of_the_news_and_the_settings_section(qtbot, fakes, make_assistant, tmp_path, monkeypatch):
+    """The window with a new version's bar over an empty chat, and Settings at "Updates", in both languages."""
+    out = screenshot_dir(tmp_path)
+    server = ReleaseServer()
+    notes = {"en": "Answers start faster in long chats.", "zh_CN": "长对话中回答开始得更快。"}
+    server.body = sign({**manifest("0.2.0", systems=(system_key(),)), "notes": notes}, KEY)
+    channel = Channel(server.url, [public_key_of(KEY)])
+    monkeypatch.setattr(updates_module, "update_channel", lambda: channel)
+    Settings.shared().set("updates.check", "on")
+    try:
+        for language in ("en", "zh_CN"):
+            with in_language(language):
+                Settings.shared().set("updates.last_check", 0.0)
+                w = fake_window(qtbot, lambda: make_assistant(str(fakes.model_file("m"))))
+                qtbot.waitUntil(lambda w=w: w.updates.offer is not None, timeout=30_000)
+                assert not w.update_bar.isHidden() and "0.2.0" in w.update_bar.text.text()
+                save_screenshot(qtbot, w, out / f"update-available-{language}.png", 1100, 720)
+                dialog = w.updates.show_notes(w.updates.offer)
+                assert notes[language] in dialog.findChild(QTextBrowser).toPlainText()
+                dialog.close()
+                w.close()
+                released = Channel("https://github.com/owner/offline-assistant/releases/latest/download/update.json",
+                                   channel.public_keys)  # a release build's channel (release.yml)
+                monkeypatch.setattr(updates_module, "update_channel", lambda: released)
+                settings = SettingsDialog(Settings.shared())
+                qtbot.addWidget(settings)
+                settings.sections.setCurrentRow(settings.sections.count() - 1)
+                assert settings.pages.currentWidget().findChild(UpdateSettings) is settings.updates
+                save_screenshot(qtbot, settings, out / f"settings-updates-{language}.png", 760, 520)
+                settings.close()
+                monkeypatch.setattr(updates_module, "update_channel", lambda: channel)
+    finally:
+        server.close()
