@@ -195,13 +195,12 @@ def test_the_build_tools_write_a_channel_and_a_manifest_the_app_accepts(server, 
     spec = importlib.util.spec_from_file_location("update_manifest", ROOT / "packaging" / "update_manifest.py")
     update_manifest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(update_manifest)
-    bundle = tmp_path / "offline-assistant"
-    (bundle / "_internal").mkdir(parents=True)
-    update_manifest.write_channel(bundle, {})  # no key, no URL: no channel, the build cannot check
-    assert update_channel(bundle / "_internal") is None
-    update_manifest.write_channel(bundle, {"UPDATE_MANIFEST_URL": server.url, "UPDATE_SIGNING_KEY": KEY})
-    chan = update_channel(bundle / "_internal")
+    built = tmp_path / "build" / CHANNEL_FILE
+    update_manifest.write_channel({"UPDATE_MANIFEST_URL": server.url, "UPDATE_SIGNING_KEY": KEY}, built)
+    chan = update_channel(built.parent)
     assert chan == Channel(server.url, [public_key_of(KEY)])
+    update_manifest.write_channel({"UPDATE_MANIFEST_URL": server.url}, built)  # no key: no channel, none left
+    assert update_channel(built.parent) is None and not built.exists()
     deb = tmp_path / "offline-assistant_0.3.0_amd64.deb"
     deb.write_bytes(b"x" * 5000)
     notes = tmp_path / "NOTES.md"
