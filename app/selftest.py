@@ -72,6 +72,16 @@ def mcp_check() -> dict:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
+def update_check() -> dict:
+    """The update check's signatures verify in this install (cryptography's native part is bundled)."""
+    from engine.api import update_self_check
+
+    try:
+        return update_self_check()
+    except Exception as exc:  # noqa: BLE001 - said in the report
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def api_server_check(window) -> dict:
     """Serve the window's engine (jobs on its engine thread) on a free loopback port with a one-off
     key (the user's key file is not touched): /v1/models without and with the key, a whole and a
@@ -138,6 +148,8 @@ def run_selftest(model: str | None = None) -> int:
         checks["documents_indexed"] = report["documents"].get("ok", False)
         report["mcp"] = mcp_check()
         checks["mcp_sdk"] = report["mcp"].get("ok", False)
+        report["updates"] = update_check()
+        checks["update_signatures"] = report["updates"].get("ok", False)
         stored = database_check(PROMPT)
         checks["db_integrity"] = stored["integrity"] == "ok"
         checks["turn_stored"] = stored["turn_stored"]

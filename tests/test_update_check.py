@@ -215,3 +215,9 @@ def test_the_build_tools_write_a_channel_and_a_manifest_the_app_accepts(server, 
     assert offer.sha256 == hashlib.sha256(deb.read_bytes()).hexdigest()
     monkeypatch.delenv("UPDATE_SIGNING_KEY")
     assert update_manifest.main(["sign", "--version", "0.3.0", "--out", str(out)]) == 2  # no key: refused
+
+
+def test_the_selftest_step_signs_verifies_and_refuses():
+    from engine.api import update_self_check
+
+    assert update_self_check() == {"ok": True, "channel": None}  # a checkout carries no channel

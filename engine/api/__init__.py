@@ -138,6 +138,7 @@ _EXPORTS: dict[str, str] = {
     "update_channel": "engine.api.updates",
     "update_due": "engine.api.updates",
     "check_for_update": "engine.api.updates",
+    "update_self_check": "engine.api.updates",  # the bundle's selftest: Ed25519 works in this install
     "UpdateOffer": "engine.update.check",
     # the embedding model through Assistant.embed (the local API's /v1/embeddings)
     "EmbedderNotReady": "engine.memory.embedder",

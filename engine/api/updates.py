@@ -15,7 +15,7 @@ from engine.update.check import Channel, Offer, Outcome, channel, check
 
 DAY_S = 24 * 3600.0
 
-__all__ = ["Offer", "Outcome", "update_channel", "update_due", "check_for_update"]
+__all__ = ["Offer", "Outcome", "update_channel", "update_due", "check_for_update", "update_self_check"]
 
 
 def update_channel(folder: Path | None = None) -> Channel | None:
@@ -47,3 +47,22 @@ def check_for_update(settings: Settings, language: str = "en", *, chan: Channel 
         values["updates.newest_seen"] = outcome.seen
     settings.set_many(values)
     return outcome
+
+
+def update_self_check() -> dict:
+    """The install's update machinery works (the selftest): a manifest signed with a throwaway key
+    verifies, a tampered one does not; and which channel this build carries."""
+    from engine.update.manifest import ManifestError, new_private_key, public_key_of, sign, verify
+
+    key = new_private_key()
+    release = {"format": 1, "version": "99.0.0", "published": "", "notes": {},
+               "installers": {"linux-x86_64": {"url": "https://example.org/x", "sha256": "0" * 64, "size": 1}}}
+    envelope = sign(release, key)
+    good = str(verify(envelope, [public_key_of(key)]).version) == "99.0.0"
+    try:
+        verify(envelope, [public_key_of(new_private_key())])
+        refused = False
+    except ManifestError:
+        refused = True
+    chan = update_channel()
+    return {"ok": good and refused, "channel": chan.url if chan else None}

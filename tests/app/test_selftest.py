@@ -23,7 +23,7 @@ def test_selftest_passes_on_the_demo_model(tmp_path, model_paths):
     assert code == 0 and report["ok"], report
     assert all(report["checks"].values()) and report["answer"] and report["model"] == "demo-small"
     assert {"answered", "db_integrity", "turn_stored", "memory_ready", "no_listening_socket",
-            "data_dir_outside_install"} <= set(report["checks"])
+            "data_dir_outside_install", "update_signatures"} <= set(report["checks"])
     assert report["memory"]["runtime"] == "onnx"  # no torch at run time
     assert report["launch_to_window_ms"] <= report["launch_to_first_token_ms"]
     assert report["data_dir"] == str(tmp_path / "data")
