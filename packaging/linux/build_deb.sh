@@ -42,7 +42,7 @@ find "$STAGE" -type d -exec chmod 755 {} +
 # Python and libraries link against it): 2.35 when built on Ubuntu 22.04, 2.36 on Debian 12.
 GLIBC=$(ldd --version | head -1 | awk '{print $NF}')
 DEPENDS="libc6 (>= $GLIBC), libstdc++6, libgcc-s1, libvulkan1, libxcb1, libx11-6, libx11-xcb1, libxau6, libxdmcp6,
- libgl1, libegl1, libdrm2, libwayland-client0, libfontconfig1, libfreetype6,
+ libgl1, libegl1, libglx0, libglvnd0, libdrm2, libwayland-client0, libfontconfig1, libfreetype6,
  libglib2.0-0t64 | libglib2.0-0, libdbus-1-3"
 cat > "$STAGE/DEBIAN/control" <<EOF
 Package: $NAME
