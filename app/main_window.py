@@ -22,8 +22,8 @@ from app.documents_worker import DocumentsWorker
 from app.empty_state import EmptyState
 from app.engine_worker import EngineWorker
 from app.gauges import GaugePanel
-from app.intake import Intake
 from app.i18n import tr
+from app.intake import Intake
 from app.overflow import ask_overflow
 from app.pages import Pages
 from app.rail import NavRail

@@ -62,6 +62,7 @@ class Updates:
         self.offer: UpdateOffer | None = None
         self._runner: Runner | None = None  # made for the first check only
         self._checking = False  # the engine's ready twice (a restart) while a check runs: one check
+        self.settings.on_change(self._changed)  # switched on in Settings: check now if due, not at the next start
 
     def start(self) -> None:
         """The window is up: ask, or check if due."""
@@ -75,10 +76,12 @@ class Updates:
         elif update_due(self.settings):
             self.check()
 
-    def _answer(self, value: str) -> None:
-        self.settings.set("updates.check", value)
-        if value == "on":
+    def _changed(self, key: str, value) -> None:
+        if key == "updates.check" and value == "on" and update_due(self.settings):
             self.check()
+
+    def _answer(self, value: str) -> None:
+        self.settings.set("updates.check", value)  # "on" checks through _changed
 
     def check(self) -> None:
         if self._checking or self.channel is None:
@@ -124,6 +127,7 @@ class Updates:
         return dialog
 
     def close(self) -> None:
+        self.settings.remove_listener(self._changed)  # the shared settings outlive the window
         if self._runner is not None:
             self._runner.close()
 

@@ -135,3 +135,24 @@ def test_screenshots_of_the_news_and_the_settings_section(qtbot, fakes, make_ass
                 monkeypatch.setattr(updates_module, "update_channel", lambda: channel)
     finally:
         server.close()
+
+
+def test_switched_on_in_settings_it_checks_without_a_restart(qtbot, assistant_home):
+    server = ReleaseServer()
+    server.body = sign(manifest("9.2.0", systems=(system_key(),)), KEY)
+    settings = Settings(assistant_home / "settings.json")
+    settings.set("ui.welcome_done", True)
+    settings.set("updates.check", "off")
+    part, bar = window_part(qtbot, settings, Channel(server.url, [public_key_of(KEY)]))
+    try:
+        part.start()
+        assert bar.isHidden() and not server.requests
+        section = UpdateSettings(settings)
+        qtbot.addWidget(section)
+        section.enabled.setChecked(True)
+        section.save(settings)
+        qtbot.waitUntil(lambda: part.offer is not None, timeout=20_000)
+        assert part.offer.version == "9.2.0" and len(server.requests) == 1
+    finally:
+        part.close()
+        server.close()
