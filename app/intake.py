@@ -174,6 +174,7 @@ def _why(exc: BaseException, path: str) -> str:
         return tr("Not attached: {why}").format(why=exc)
     return tr("Not attached: {path} could not be read ({why})").format(path=path, why=type(exc).__name__)
 
+
 def _read(path: str) -> bytes:
     """A file's bytes, refused before reading when it is larger than an image may be."""
     size = os.path.getsize(path)

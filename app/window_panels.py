@@ -87,9 +87,6 @@ class Doors:
         self.sidebar_folded = not self.sidebar_folded
         self._page_shown(self.w.pages.current_key())
 
-    def update_docs_note(self) -> None:
-        self.w.docs_toggle.read_settings()
-
     def open_settings(self) -> None:
         from app.settings_dialog import SettingsDialog
         from app.theme import apply_theme
@@ -106,7 +103,7 @@ class Doors:
             else:
                 w.composer.route.setCurrentIndex(max(0, w.composer.route.findData(settings.get("router.mode"))))
             w.view.redraw()
-            self.update_docs_note()
+            w.docs_toggle.read_settings()
         engine = [k for k in changed if not k.startswith("server.")]
         if engine:
             self.apply_settings(engine)

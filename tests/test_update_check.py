@@ -5,20 +5,18 @@ until the user allows it. Real Ed25519 keys, real HTTP through httpx."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from engine.api import Settings, check_for_update, update_channel, update_due
 from engine.update.check import CHANNEL_FILE, Channel, check, system_key
 from engine.update.manifest import ManifestError, new_private_key, public_key_of, sign, verify
+from tests.util import packaging_module
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY = new_private_key()
 OTHER_KEY = new_private_key()
 SHA = "ab" * 32
@@ -192,9 +190,7 @@ def test_system_names():
 
 
 def test_the_build_tools_write_a_channel_and_a_manifest_the_app_accepts(server, tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("update_manifest", ROOT / "packaging" / "update_manifest.py")
-    update_manifest = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(update_manifest)
+    update_manifest = packaging_module("update_manifest")
     built = tmp_path / "build" / CHANNEL_FILE
     update_manifest.write_channel({"UPDATE_MANIFEST_URL": server.url, "UPDATE_SIGNING_KEY": KEY}, built)
     chan = update_channel(built.parent)

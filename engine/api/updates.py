@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.config.settings import Settings
 from engine.config.version import __version__
-from engine.update.check import Channel, Offer, Outcome, channel, check
+from engine.update.check import TIMEOUT_S, Channel, Offer, Outcome, channel, check
 
 DAY_S = 24 * 3600.0
 
@@ -33,15 +33,14 @@ def update_due(settings: Settings, now: float | None = None) -> bool:
 
 def check_for_update(settings: Settings, language: str = "en", *, chan: Channel | None = None,
                      current: str = __version__, system: str | None = None,
-                     timeout_s: float | None = None) -> Outcome:
+                     timeout_s: float = TIMEOUT_S) -> Outcome:
     """One check through `chan` (this build's by default), remembering when it ran and the newest
     version it saw. Refuses nothing loudly: no channel or a failed read is an Outcome without offer."""
     chan = chan or update_channel()
     if chan is None:
         return Outcome(None, "this build has no update channel")
-    kwargs = {} if timeout_s is None else {"timeout_s": timeout_s}
     outcome = check(chan, current, system=system, language=language,
-                    newest_seen=settings.get("updates.newest_seen"), **kwargs)
+                    newest_seen=settings.get("updates.newest_seen"), timeout_s=timeout_s)
     values: dict = {"updates.last_check": time.time()}
     if outcome.seen:
         values["updates.newest_seen"] = outcome.seen

@@ -216,10 +216,10 @@ def test_use_my_documents_is_kept_per_chat(qtbot, window):
     note = window.findChild(QWidget, "documentsLocalNote")
     assert note.isHidden()
     Settings().set("l3.base_url", "http://127.0.0.1:9/v1")
-    window.doors.update_docs_note()
+    window.docs_toggle.read_settings()
     assert note.isVisible() and "stay on this computer" in note.text()
     Settings().set("docs.allow_remote", True)
-    window.doors.update_docs_note()
+    window.docs_toggle.read_settings()
     assert note.isHidden()
 
 
