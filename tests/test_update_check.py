@@ -217,3 +217,9 @@ def test_the_selftest_step_signs_verifies_and_refuses():
     from engine.api import update_self_check
 
     assert update_self_check() == {"ok": True, "channel": None}  # a checkout carries no channel
+
+
+def test_a_remembered_version_that_is_not_one_is_ignored(server, chan):
+    server.body = sign(manifest("0.2.0"), KEY)  # settings hand-edited: updates.newest_seen = "latest"
+    outcome = check(chan, "0.1.0", system="linux-x86_64", newest_seen="latest")
+    assert outcome.offer.version == "0.2.0" and outcome.seen == "0.2.0"

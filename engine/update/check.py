@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from engine.config.paths import install_dir
 from engine.update.manifest import MAX_BYTES, Installer, Manifest, ManifestError, verify
@@ -90,13 +90,25 @@ def check(channel: Channel, current: str, *, system: str | None = None, language
         manifest = verify(_read(channel.url, current, timeout_s), channel.public_keys)
     except (ManifestError, httpx.HTTPError, OSError, ValueError) as exc:
         return _none(f"update check failed: {type(exc).__name__}: {exc}", logging.WARNING)
-    outcome = _offer(manifest, Version(current), system or system_key(), language, newest_seen)
-    newest = max(manifest.version, Version(newest_seen)) if newest_seen else manifest.version
+    seen = _version(newest_seen)
+    outcome = _offer(manifest, Version(current), system or system_key(), language, seen)
+    newest = max(manifest.version, seen) if seen else manifest.version
     return Outcome(outcome.offer, outcome.reason, str(newest))
 
 
-def _offer(manifest: Manifest, current: Version, system: str, language: str, newest_seen: str) -> Outcome:
-    if newest_seen and manifest.version < Version(newest_seen):
+def _version(text: str) -> Version | None:
+    """A remembered version; a hand-edited one that is not a version counts as none (logged)."""
+    if not text:
+        return None
+    try:
+        return Version(text)
+    except InvalidVersion:
+        log.warning("updates.newest_seen = %r is not a version: ignored", text)
+        return None
+
+
+def _offer(manifest: Manifest, current: Version, system: str, language: str, newest_seen: Version | None) -> Outcome:
+    if newest_seen and manifest.version < newest_seen:
         return _none(f"update manifest names {manifest.version}, older than {newest_seen} seen before")
     if manifest.version <= current:
         return _none(f"no update: the newest release is {manifest.version}, this is {current}")
