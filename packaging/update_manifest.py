@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import sys
@@ -29,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.update.check import CHANNEL_FILE  # noqa: E402 - after the path
+from engine.models.fetch import sha256_file  # noqa: E402 - after the path
+from engine.update.check import CHANNEL_FILE  # noqa: E402
 from engine.update.manifest import FORMAT, new_private_key, public_key_of, sign  # noqa: E402
 
 
@@ -59,11 +59,7 @@ def manifest(version: str, notes: dict[str, str], installers: list[str], publish
         if not (system and file and url):
             raise SystemExit(f"--installer {spec!r}: want SYSTEM=FILE@URL")
         data = Path(file)
-        digest = hashlib.sha256()
-        with data.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        items[system] = {"url": url, "sha256": digest.hexdigest(), "size": data.stat().st_size}
+        items[system] = {"url": url, "sha256": sha256_file(data), "size": data.stat().st_size}
     return {"format": FORMAT, "version": version, "published": published, "notes": notes, "installers": items}
 
 
