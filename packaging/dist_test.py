@@ -187,13 +187,19 @@ def run_selftest(bundle: Path, home: Path) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run([str(bundle / f"assistant-gui{EXE}"), "--selftest"], env=clean_env(home), cwd=home,
                           capture_output=True, text=True, timeout=600)
-    wall = time.perf_counter() - t0
+    report = selftest_report(proc, home)
+    report["wall_s"] = time.perf_counter() - t0
+    return report
+
+
+def selftest_report(proc: subprocess.CompletedProcess, home: Path) -> dict:
+    """The selftest's JSON report, checked: it passed, from a frozen build, its data under `home`."""
     try:
         report = json.loads(proc.stdout[proc.stdout.index("{"):])
     except ValueError:
         raise SystemExit(f"selftest printed no JSON report (exit {proc.returncode}):\n"
                          f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    report["exit_code"], report["wall_s"] = proc.returncode, wall
+    report["exit_code"] = proc.returncode
     if proc.returncode != 0 or not report.get("ok"):
         raise SystemExit(f"selftest failed (exit {proc.returncode}):\n{json.dumps(report, indent=2)}\n"
                          f"{proc.stderr[-4000:]}")
@@ -205,11 +211,18 @@ def run_selftest(bundle: Path, home: Path) -> dict:
     return report
 
 
+CHAT_ARGS = ("chat", "--json", "--max-tokens", "8", "--temperature", "0")  # one short turn, "Hello!" on stdin
+
+
 def check_cli(bundle: Path, home: Path) -> None:
     """The terminal chat in the same clean environment: one turn on the bundled demo model."""
-    proc = subprocess.run([str(bundle / f"assistant{EXE}"), "chat", "--json", "--max-tokens", "8", "--temperature", "0"],
-                          input="Hello!\n", env=clean_env(home), cwd=home, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([str(bundle / f"assistant{EXE}"), *CHAT_ARGS], input="Hello!\n", env=clean_env(home),
+                          cwd=home, capture_output=True, text=True, timeout=300)
+    check_chat(proc)
+
+
+def check_chat(proc: subprocess.CompletedProcess) -> None:
+    """`assistant chat --json` ended with a "done" event."""
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not any(e.get("event") == "done" for e in events):
         raise SystemExit(f"`assistant chat` failed in the bundle (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "packaging"))
-from dist_test import ldd, llama_lib  # noqa: E402 - beside it, not a package
+from dist_test import CHAT_ARGS, check_chat, ldd, llama_lib, selftest_report  # noqa: E402 - beside it
 
 log = logging.getLogger("deb_test")
 PACKAGE = "offline-assistant"
@@ -92,20 +92,8 @@ def check_install() -> dict:
 
 
 def run_as_user(home: Path) -> dict:
-    proc = as_user(home, "assistant-gui", "--selftest")
-    try:
-        report = json.loads(proc.stdout[proc.stdout.index("{"):])
-    except ValueError:
-        raise SystemExit(f"installed selftest printed no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    if proc.returncode != 0 or not report.get("ok") or not report.get("frozen"):
-        raise SystemExit(f"installed selftest failed (exit {proc.returncode}):\n{json.dumps(report, indent=1)}\n"
-                         f"{proc.stderr[-3000:]}")
-    if home.resolve() not in Path(report["data_dir"]).resolve().parents:
-        raise SystemExit(f"the data dir {report['data_dir']} is not in the user's home {home}")
-    chat = as_user(home, "assistant", "chat", "--json", "--max-tokens", "8", "--temperature", "0", stdin="Hello!\n")
-    events = [json.loads(line) for line in chat.stdout.splitlines() if line.startswith("{")]
-    if chat.returncode != 0 or not any(e.get("event") == "done" for e in events):
-        raise SystemExit(f"installed `assistant chat` failed (exit {chat.returncode}):\n{chat.stderr[-3000:]}")
+    report = selftest_report(as_user(home, "assistant-gui", "--selftest"), home)  # dist_test's checks
+    check_chat(as_user(home, "assistant", *CHAT_ARGS, stdin="Hello!\n"))
     return {"data_dir": report["data_dir"], "launch_to_first_token_ms": report.get("launch_to_first_token_ms")}
 
 
